@@ -1,0 +1,46 @@
+"""Unit tests of the config registry."""
+
+from __future__ import annotations
+
+import pytest
+
+from vkshmem.core.config import load, parse_size, registry
+from vkshmem.core.errors import ConfigError
+
+
+@pytest.mark.parametrize("text,value", [("4096", 4096), ("512M", 512 << 20), ("4G", 4 << 30),
+                                         ("1.5k", 1536), ("2GiB", 2 << 30), ("64 mb", 64 << 20)])
+def test_sizes(text: str, value: int) -> None:
+    assert parse_size(text) == value
+
+
+def test_defaults() -> None:
+    cfg = load({})
+    assert cfg.symmetric_size == 512 << 20
+    assert cfg.shm is True and cfg.transports == () and cfg.rails == ()
+
+
+def test_bad_value_names_the_variable() -> None:
+    with pytest.raises(ConfigError, match="VKSHMEM_SYMMETRIC_SIZE"):
+        load({"VKSHMEM_SYMMETRIC_SIZE": "lots"})
+    with pytest.raises(ConfigError, match="VKSHMEM_SHM"):
+        load({"VKSHMEM_SHM": "maybe"})
+
+
+def test_rails() -> None:
+    cfg = load({"VKSHMEM_RAIL0": "hostproxy:addr=127.0.0.1:port=0", "VKSHMEM_RAIL1": "ucx"})
+    assert [r.transport for r in cfg.rails] == ["hostproxy", "ucx"]
+    assert cfg.rails[0].options == {"addr": "127.0.0.1", "port": "0"}
+    with pytest.raises(ConfigError, match="without gaps"):
+        load({"VKSHMEM_RAIL1": "ucx"})
+    with pytest.raises(ConfigError, match="VKSHMEM_RAIL0"):
+        load({"VKSHMEM_RAIL0": "ucx:noequals"})
+
+
+def test_every_variable_documented_in_readme() -> None:
+    from pathlib import Path
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    for name, var in registry.items():
+        assert var.doc
+        assert name in readme, f"{name} missing from README"

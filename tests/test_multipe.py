@@ -1,0 +1,50 @@
+"""Multi-PE tests: each script under tests/pe runs under ``vkshmem run`` at 1, 2 and 4 PEs,
+once over the shm path and once with it off and every byte (even to this PE) crossing the
+hostproxy transport. ``--timeout`` and the subprocess timeout bound every run."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PE_DIR = Path(__file__).parent / "pe"
+MODES = {
+    "shm": {"VKSHMEM_SHM": "1"},
+    "hostproxy": {"VKSHMEM_SHM": "0", "VKSHMEM_TRANSPORTS": "hostproxy"},
+}
+SCRIPTS = ["rma", "amo", "sync", "alloc", "errors"]
+
+
+def launch(script: str, npes: int, env: dict[str, str],
+           timeout: int = 120) -> subprocess.CompletedProcess[str]:
+    """Run ``tests/pe/<script>.py`` on ``npes`` PEs with the project's launcher."""
+    full_env = {**os.environ, "VKSHMEM_SYMMETRIC_SIZE": "64M", "VKSHMEM_WAIT_TIMEOUT": "60",
+                **env}
+    cmd = [sys.executable, "-m", "vkshmem", "run", "-n", str(npes), "--timeout", str(timeout),
+           str(PE_DIR / f"{script}.py")]
+    return subprocess.run(cmd, env=full_env, capture_output=True, text=True,
+                          timeout=timeout + 30)
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize("npes", [1, 2, 4])
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_script(script: str, npes: int, mode: str) -> None:
+    r = launch(script, npes, MODES[mode])
+    assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout}\n{r.stderr}"
+    assert r.stdout.count(f"{script} ok") == npes, r.stdout
+    routes = [line for line in r.stdout.splitlines() if "routes:" in line]
+    assert len(routes) == npes, r.stdout
+    want = "shm" if mode == "shm" else "hostproxy"
+    assert all(f"routes: ['{want}']" in line for line in routes), routes
+
+
+def test_allocation_mismatch_is_reported() -> None:
+    r = launch("mismatch", 2, {}, timeout=60)
+    assert r.returncode != 0
+    assert "symmetric allocation mismatch" in r.stdout + r.stderr
+    assert "mismatch not detected" not in r.stdout

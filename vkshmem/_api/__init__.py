@@ -1,0 +1,1 @@
+"""Private implementation of :mod:`vkshmem.shmem`; import the public names from there."""

@@ -1,0 +1,164 @@
+"""Symmetric allocation: every call here is collective (all PEs, same arguments, same order).
+
+Allocations are aligned to at least 64 bytes, zero-filled (or filled) before the closing
+barrier, and checked cheaply to be the same on every PE.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
+
+import numpy as np
+
+from ..core.errors import InvalidArgumentError
+from ..core.heap import MIN_ALIGN
+from ..core.runtime import HOST_SEG
+from . import state
+from .args import locate
+
+__all__ = ["alloc", "array", "del_array", "empty", "free", "fromalloc", "full", "new_array",
+           "ones", "realloc", "zeros"]
+
+Shape = int | Sequence[int]
+
+
+def _check_domain(domain: str) -> None:
+    if domain != "host":
+        raise InvalidArgumentError(f"unknown memory domain {domain!r}: this build offers 'host'")
+
+
+def _allocate(nbytes: int, align: int | None, clear: bool,
+              fill: Callable[[memoryview], None] | None = None) -> memoryview:
+    rt = state.rt
+    off = rt.alloc(nbytes, align or MIN_ALIGN, clear and fill is None, fill)
+    return rt.host.buffer[off:off + nbytes]
+
+
+def alloc(count: int, size: int = 1, align: int | None = None, hints: int | None = None,
+          clear: bool = True, domain: str = "host") -> memoryview:
+    """Collective: ``count * size`` bytes of the symmetric heap as a memoryview.
+
+    ``align`` (a power of two, at least 64 is always given), ``hints`` (``MALLOC`` flags,
+    accepted), ``clear`` zero-fills before the closing barrier.
+    """
+    _check_domain(domain)
+    nbytes = int(count) * int(size)
+    if nbytes < 0:
+        raise InvalidArgumentError(f"cannot allocate {count} x {size} bytes")
+    return _allocate(nbytes, align, clear)
+
+
+def _offset(obj: Any, what: str) -> int:
+    mem = obj.base if isinstance(obj, np.ndarray) and isinstance(obj.base, memoryview) else obj
+    if not isinstance(mem, (memoryview, np.ndarray)):
+        raise InvalidArgumentError(f"{what} takes a symmetric array or memoryview, got "
+                                   f"{type(obj).__name__}")
+    seg, off = locate(mem, 0, what)
+    if seg != HOST_SEG:
+        raise InvalidArgumentError(f"{what}: not a host-heap allocation")
+    return off
+
+
+def free(mem: memoryview | np.ndarray) -> None:
+    """Collective: release a symmetric allocation (the array or memoryview it returned)."""
+    state.rt.free(_offset(mem, "free"))
+
+
+def realloc(mem: memoryview | np.ndarray, count: int, size: int | None = None,
+            align: int | None = None) -> Any:
+    """Collective: resize an allocation, keeping its contents up to the smaller size.
+
+    A memoryview becomes ``count * (size or 1)`` bytes; an array becomes a 1-D array of
+    ``count`` elements of its dtype. The old object must not be used afterwards.
+    """
+    rt = state.rt
+    off = _offset(mem, "realloc")
+    if isinstance(mem, np.ndarray):
+        dt = mem.dtype
+        nbytes = int(count) * dt.itemsize
+    else:
+        dt = None
+        nbytes = int(count) * int(size or 1)
+    new = rt.realloc(off, nbytes, align or MIN_ALIGN)
+    buf = rt.host.buffer[new:new + nbytes]
+    return buf if dt is None else np.frombuffer(buf, dt)
+
+
+def fromalloc(mem: memoryview, shape: Shape | None = None, dtype: Any = None,
+              order: Literal["C", "F"] = "C") -> np.ndarray:
+    """A numpy array over memory from ``alloc`` (not collective)."""
+    dt = np.dtype(dtype)
+    a = np.frombuffer(mem, dt)
+    if shape is None:
+        return a
+    return a.reshape(shape, order=order)
+
+
+def new_array(shape: Shape, dtype: Any = float, order: Literal["C", "F"] = "C", *,
+              align: int | None = None, hints: int | None = None, clear: bool = True,
+              domain: str = "host") -> np.ndarray:
+    """Collective: a new symmetric array (zero-filled when ``clear``)."""
+    _check_domain(domain)
+    dt = np.dtype(dtype)
+    if dt.hasobject:
+        raise InvalidArgumentError("symmetric arrays cannot hold Python objects")
+    count = int(np.prod(shape, dtype=np.int64))
+    return fromalloc(_allocate(count * dt.itemsize, align, clear), shape, dt, order)
+
+
+def _filled(shape: Shape, dt: np.dtype, order: Literal["C", "F"], align: int | None,
+            value: Any) -> np.ndarray:
+    count = int(np.prod(shape, dtype=np.int64))
+
+    def fill(buf: memoryview) -> None:
+        np.frombuffer(buf, dt).reshape(shape, order=order)[...] = value
+
+    return fromalloc(_allocate(count * dt.itemsize, align, False, fill), shape, dt, order)
+
+
+def del_array(a: np.ndarray) -> None:
+    """Collective: release an array from ``new_array``/``zeros``/...."""
+    free(a)
+
+
+def empty(shape: Shape, dtype: Any = float, order: Literal["C", "F"] = "C", *,
+          align: int | None = None, hints: int | None = None,
+          domain: str = "host") -> np.ndarray:
+    """Collective: a symmetric array with undefined contents."""
+    return new_array(shape, dtype, order, align=align, hints=hints, clear=False, domain=domain)
+
+
+def zeros(shape: Shape, dtype: Any = float, order: Literal["C", "F"] = "C", *,
+          align: int | None = None, hints: int | None = None,
+          domain: str = "host") -> np.ndarray:
+    """Collective: a symmetric array of zeros."""
+    return new_array(shape, dtype, order, align=align, hints=hints, clear=True, domain=domain)
+
+
+def ones(shape: Shape, dtype: Any = float, order: Literal["C", "F"] = "C", *,
+         align: int | None = None, hints: int | None = None,
+         domain: str = "host") -> np.ndarray:
+    """Collective: a symmetric array of ones."""
+    _check_domain(domain)
+    return _filled(shape, np.dtype(dtype), order, align, 1)
+
+
+def full(shape: Shape, fill_value: Any, dtype: Any = None, order: Literal["C", "F"] = "C", *,
+         align: int | None = None, hints: int | None = None,
+         domain: str = "host") -> np.ndarray:
+    """Collective: a symmetric array filled with ``fill_value``."""
+    _check_domain(domain)
+    dt = np.array(fill_value).dtype if dtype is None else np.dtype(dtype)
+    return _filled(shape, dt, order, align, fill_value)
+
+
+def array(obj: Any, dtype: Any = None, *, order: Literal["K", "A", "C", "F"] = "K",
+          align: int | None = None, hints: int | None = None,
+          domain: str = "host") -> np.ndarray:
+    """Collective: a symmetric copy of ``obj`` (every PE passes its own data)."""
+    _check_domain(domain)
+    tmp = np.asarray(obj, dtype=dtype)
+    layout: Literal["C", "F"] = "F" if (order == "F" or (
+        order in "KA" and tmp.flags.f_contiguous and not tmp.flags.c_contiguous)) else "C"
+    return _filled(tmp.shape, tmp.dtype, layout, align, tmp)

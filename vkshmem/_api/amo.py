@@ -1,0 +1,195 @@
+"""Atomic memory operations on 32- and 64-bit words (fetch/set/swap also on float32/64).
+
+AMOs are atomic with respect to every other vkshmem AMO on the same word, whichever path
+(shm, a transport's progress thread) carries them: all use the core's native ``vk_amo``.
+Fetching AMOs return Python scalars.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import numpy as np
+
+from ..core.errors import InvalidArgumentError
+from ..core.transport import AmoOp
+from . import state
+from .args import check_pe, locate
+
+__all__ = [
+    "atomic_add", "atomic_and", "atomic_compare_swap", "atomic_fetch", "atomic_fetch_add",
+    "atomic_fetch_and", "atomic_fetch_inc", "atomic_fetch_op", "atomic_fetch_or",
+    "atomic_fetch_xor", "atomic_inc", "atomic_op", "atomic_or", "atomic_set", "atomic_swap",
+    "atomic_xor",
+]
+
+
+class _Kind:
+    """How one dtype travels as an AMO word."""
+
+    __slots__ = ("decode", "encode", "is_int", "width")
+
+    def __init__(self, dt: np.dtype) -> None:
+        self.width = dt.itemsize
+        bits = 8 * self.width
+        self.is_int = dt.kind in "iu"
+        if self.is_int:
+            mask = (1 << bits) - 1
+            top = 1 << (bits - 1)
+            wrap = 1 << bits
+
+            def encode(v: Any) -> int:
+                if type(v) is not int:
+                    try:
+                        v = v.__index__()
+                    except AttributeError:
+                        raise InvalidArgumentError(
+                            f"AMO operand {v!r} is not an integer (target dtype {dt})") from None
+                return v & mask
+
+            self.encode = encode
+            if dt.kind == "i":
+                self.decode = lambda u: u - wrap if u & top else u
+            else:
+                self.decode = int
+        else:
+            fmt_f, fmt_u = ("<f", "<I") if self.width == 4 else ("<d", "<Q")
+            pf, pu = struct.Struct(fmt_f), struct.Struct(fmt_u)
+            self.encode = lambda v: pu.unpack(pf.pack(v))[0]
+            self.decode = lambda u: pf.unpack(pu.pack(u))[0]
+
+
+_KINDS: dict[np.dtype, _Kind] = {}
+for _c in "iIlLqQfd":
+    _dt = np.dtype(_c)
+    if _dt.itemsize in (4, 8):
+        _KINDS[_dt] = _Kind(_dt)
+
+
+def _word(target: np.ndarray, ints_only: bool, what: str) -> tuple[_Kind, int, int]:
+    try:
+        kind = _KINDS[target.dtype]
+    except (KeyError, AttributeError):
+        dt = getattr(target, "dtype", type(target).__name__)
+        raise InvalidArgumentError(
+            f"{what}: AMOs work on 32/64-bit integers (and fetch/set/swap on float32/64), "
+            f"not {dt}") from None
+    if ints_only and not kind.is_int:
+        raise InvalidArgumentError(f"{what} needs an integer target, not {target.dtype}")
+    if target.size != 1:
+        raise InvalidArgumentError(
+            f"{what}: the target must be one element (e.g. a[i:i+1]), got {target.size}")
+    seg, off = locate(target, kind.width, what)
+    if off & (kind.width - 1):
+        raise InvalidArgumentError(f"{what}: target is not {kind.width}-byte aligned")
+    return kind, seg, off
+
+
+def _amo(target: np.ndarray, pe: int, op: AmoOp, value: Any, cond: Any, fetch: bool,
+         ints_only: bool, what: str) -> Any:
+    kind, seg, off = _word(target, ints_only, what)
+    pe = check_pe(pe)
+    enc = kind.encode
+    u = state.rt.route_transport[pe].amo(pe, seg, off, op, kind.width, enc(value),
+                                         enc(cond) if op == AmoOp.CSWAP else 0, fetch)
+    return kind.decode(u) if fetch else None
+
+
+def atomic_fetch(source: np.ndarray, pe: int, ctx: Any = None) -> Any:
+    """Return the value of one-element ``source`` on ``pe``, read atomically."""
+    return _amo(source, pe, AmoOp.FETCH, 0, 0, True, False, "atomic_fetch")
+
+
+def atomic_set(target: np.ndarray, value: Any, pe: int, ctx: Any = None) -> None:
+    """Atomically write ``value`` into ``target`` on ``pe``."""
+    _amo(target, pe, AmoOp.SET, value, 0, False, False, "atomic_set")
+
+
+def atomic_swap(target: np.ndarray, value: Any, pe: int, ctx: Any = None) -> Any:
+    """Write ``value`` into ``target`` on ``pe``; return the prior value."""
+    return _amo(target, pe, AmoOp.SWAP, value, 0, True, False, "atomic_swap")
+
+
+def atomic_compare_swap(target: np.ndarray, cond: Any, value: Any, pe: int,
+                        ctx: Any = None) -> Any:
+    """Write ``value`` into ``target`` on ``pe`` if it equals ``cond``; return the prior value."""
+    return _amo(target, pe, AmoOp.CSWAP, value, cond, True, True, "atomic_compare_swap")
+
+
+def atomic_inc(target: np.ndarray, pe: int, ctx: Any = None) -> None:
+    """Atomically add 1 to ``target`` on ``pe``."""
+    _amo(target, pe, AmoOp.ADD, 1, 0, False, True, "atomic_inc")
+
+
+def atomic_fetch_inc(target: np.ndarray, pe: int, ctx: Any = None) -> Any:
+    """Atomically add 1 to ``target`` on ``pe``; return the prior value."""
+    return _amo(target, pe, AmoOp.ADD, 1, 0, True, True, "atomic_fetch_inc")
+
+
+def atomic_add(target: np.ndarray, value: Any, pe: int, ctx: Any = None) -> None:
+    """Atomically add ``value`` to ``target`` on ``pe``."""
+    _amo(target, pe, AmoOp.ADD, value, 0, False, True, "atomic_add")
+
+
+def atomic_fetch_add(target: np.ndarray, value: Any, pe: int, ctx: Any = None) -> Any:
+    """Atomically add ``value`` to ``target`` on ``pe``; return the prior value."""
+    return _amo(target, pe, AmoOp.ADD, value, 0, True, True, "atomic_fetch_add")
+
+
+def atomic_and(target: np.ndarray, value: Any, pe: int, ctx: Any = None) -> None:
+    """Atomic bitwise AND of ``target`` on ``pe`` with ``value``."""
+    _amo(target, pe, AmoOp.AND, value, 0, False, True, "atomic_and")
+
+
+def atomic_fetch_and(target: np.ndarray, value: Any, pe: int, ctx: Any = None) -> Any:
+    """Atomic bitwise AND; return the prior value."""
+    return _amo(target, pe, AmoOp.AND, value, 0, True, True, "atomic_fetch_and")
+
+
+def atomic_or(target: np.ndarray, value: Any, pe: int, ctx: Any = None) -> None:
+    """Atomic bitwise OR of ``target`` on ``pe`` with ``value``."""
+    _amo(target, pe, AmoOp.OR, value, 0, False, True, "atomic_or")
+
+
+def atomic_fetch_or(target: np.ndarray, value: Any, pe: int, ctx: Any = None) -> Any:
+    """Atomic bitwise OR; return the prior value."""
+    return _amo(target, pe, AmoOp.OR, value, 0, True, True, "atomic_fetch_or")
+
+
+def atomic_xor(target: np.ndarray, value: Any, pe: int, ctx: Any = None) -> None:
+    """Atomic bitwise XOR of ``target`` on ``pe`` with ``value``."""
+    _amo(target, pe, AmoOp.XOR, value, 0, False, True, "atomic_xor")
+
+
+def atomic_fetch_xor(target: np.ndarray, value: Any, pe: int, ctx: Any = None) -> Any:
+    """Atomic bitwise XOR; return the prior value."""
+    return _amo(target, pe, AmoOp.XOR, value, 0, True, True, "atomic_fetch_xor")
+
+
+_OPS = {"set": AmoOp.SET, "inc": AmoOp.ADD, "add": AmoOp.ADD, "and": AmoOp.AND,
+        "or": AmoOp.OR, "xor": AmoOp.XOR}
+
+
+def _op(op: Any) -> tuple[AmoOp, bool]:
+    name = str(op.value if hasattr(op, "value") else op).lower()
+    try:
+        return _OPS[name], name == "inc"
+    except KeyError:
+        raise InvalidArgumentError(
+            f"unknown AMO {op!r}: use shmem.AMO.SET/INC/ADD/AND/OR/XOR") from None
+
+
+def atomic_op(target: np.ndarray, value: Any, op: Any, pe: int, ctx: Any = None) -> None:
+    """Apply AMO ``op`` (``AMO`` member or its name) with ``value`` to ``target`` on ``pe``."""
+    code, inc = _op(op)
+    _amo(target, pe, code, 1 if inc else value, 0, False, code != AmoOp.SET, "atomic_op")
+
+
+def atomic_fetch_op(target: np.ndarray, value: Any, op: Any, pe: int, ctx: Any = None) -> Any:
+    """Apply AMO ``op`` and return the prior value (``SET`` behaves as swap)."""
+    code, inc = _op(op)
+    if code == AmoOp.SET:
+        code = AmoOp.SWAP
+    return _amo(target, pe, code, 1 if inc else value, 0, True, code != AmoOp.SWAP,
+                "atomic_fetch_op")

@@ -1,0 +1,102 @@
+"""Argument checks shared by the API: symmetric addresses, PEs, dtypes, sizes.
+
+These run on every RMA/AMO call, so they do the least work that catches the error: one
+``ffi.from_buffer`` and one native lookup resolve an array to ``(segment, offset)``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..core._native import ffi, lib
+from ..core.errors import InvalidArgumentError
+from . import state
+
+__all__ = ["check_pe", "contiguous", "count_of", "element_count", "locate", "same_dtype"]
+
+_MASK48 = (1 << 48) - 1
+
+
+def check_pe(pe: Any) -> int:
+    """``pe`` as an int in ``[0, n_pes)``, or an InvalidArgumentError."""
+    n = state.rt.n_pes
+    if type(pe) is not int:
+        try:
+            pe = int(pe.__index__())
+        except AttributeError:
+            raise InvalidArgumentError(f"PE must be an integer, got {pe!r}") from None
+    if 0 <= pe < n:
+        return pe
+    raise InvalidArgumentError(f"PE {pe} does not exist: this job has PEs 0..{n - 1}")
+
+
+def contiguous(a: np.ndarray) -> np.ndarray | None:
+    """A C-contiguous view of ``a``'s memory in memory order (``a.T`` for Fortran order)."""
+    flags = a.flags
+    if flags.c_contiguous:
+        return a
+    if flags.f_contiguous:
+        return a.T
+    return None
+
+
+def locate(a: np.ndarray, nbytes: int, what: str) -> tuple[int, int]:
+    """``(segment, offset)`` of symmetric array ``a`` whose first ``nbytes`` will be accessed."""
+    try:
+        r = lib.vk_locate(ffi.from_buffer(a), nbytes)
+    except (TypeError, BufferError, ValueError):
+        if not isinstance(a, np.ndarray):
+            raise InvalidArgumentError(
+                f"{what} must be a numpy array from the symmetric heap, got "
+                f"{type(a).__name__}") from None
+        raise InvalidArgumentError(
+            f"{what} is not contiguous: a symmetric RMA target must be a contiguous array or "
+            "slice (use iput/iget for strided access)") from None
+    if r >= 0:
+        return r >> 48, r & _MASK48
+    if r == -2:
+        raise InvalidArgumentError(f"{what}: {nbytes} bytes from this array run past the end "
+                                   "of the symmetric heap")
+    raise InvalidArgumentError(
+        f"{what} is not in the symmetric heap: allocate it with shmem.zeros/empty/array/"
+        "new_array (or a view/slice of such an array)")
+
+
+def same_dtype(target: np.ndarray, source: np.ndarray) -> np.dtype:
+    """The common dtype, or an error naming both."""
+    try:
+        dt = target.dtype
+        sdt = source.dtype
+    except AttributeError:
+        bad = target if not isinstance(target, np.ndarray) else source
+        raise InvalidArgumentError(
+            f"expected numpy arrays, got {type(bad).__name__}") from None
+    if sdt is not dt and sdt != dt:
+        raise InvalidArgumentError(f"dtype mismatch: target is {dt}, source is {sdt}")
+    if dt.hasobject:
+        raise InvalidArgumentError("arrays of Python objects cannot be moved between PEs")
+    return dt
+
+
+def count_of(target: np.ndarray, source: np.ndarray, size: int | None) -> int:
+    """Elements to move: ``size`` checked against both arrays, or the smaller length."""
+    if size is None:
+        t, s = target.size, source.size
+        return t if t < s else s
+    return element_count(size, target.size, source.size)
+
+
+def element_count(size: Any, *limits: int) -> int:
+    """Validate an explicit element count against the lengths it must fit in."""
+    try:
+        n = int(size.__index__())
+    except AttributeError:
+        raise InvalidArgumentError(f"size must be an integer, got {size!r}") from None
+    if n < 0:
+        raise InvalidArgumentError(f"size must be >= 0, got {n}")
+    for limit in limits:
+        if n > limit:
+            raise InvalidArgumentError(f"size {n} is larger than a buffer of {limit} elements")
+    return n

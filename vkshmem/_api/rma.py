@@ -1,0 +1,160 @@
+"""Put and get: contiguous (``put/get``), non-blocking (``*_nbi``) and strided (``iput/iget``).
+
+Blocking ``put`` returns when ``source`` may be reused (remote completion needs ``quiet``);
+blocking ``get`` returns with ``target`` filled. Elements move in memory order; a local buffer
+that is not contiguous is gathered/scattered through a temporary.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..core.errors import InvalidArgumentError
+from . import state
+from .args import check_pe, contiguous, count_of, element_count, locate, same_dtype
+
+__all__ = ["get", "get_nbi", "iget", "iput", "put", "put_nbi"]
+
+
+def _sym(a: np.ndarray, nbytes: int, what: str) -> tuple[int, int]:
+    c = a if a.flags.c_contiguous else contiguous(a)
+    return locate(a if c is None else c, nbytes, what)
+
+
+def _src_bytes(source: np.ndarray, n: int, nbytes: int) -> memoryview:
+    c = source if source.flags.c_contiguous else contiguous(source)
+    if c is None:
+        c = np.ascontiguousarray(source.reshape(-1)[:n])
+    mv = memoryview(c).cast("B")
+    return mv if mv.nbytes == nbytes else mv[:nbytes]
+
+
+def _dst_bytes(target: np.ndarray, nbytes: int) -> memoryview | None:
+    if not target.flags.writeable:
+        raise InvalidArgumentError("get target is read-only")
+    c = target if target.flags.c_contiguous else contiguous(target)
+    if c is None:
+        return None
+    mv = memoryview(c).cast("B")
+    return mv if mv.nbytes == nbytes else mv[:nbytes]
+
+
+def put(target: np.ndarray, source: np.ndarray, pe: int, size: int | None = None,
+        ctx: Any = None) -> None:
+    """Copy ``size`` elements (default: the shorter array) of local ``source`` into symmetric
+    ``target`` on ``pe``. Returns when ``source`` may be reused; ``quiet`` completes it."""
+    rt = state.rt
+    dt = same_dtype(target, source)
+    n = count_of(target, source, size)
+    nbytes = n * dt.itemsize
+    seg, off = _sym(target, nbytes, "put target")
+    pe = check_pe(pe)
+    rt.route_transport[pe].put(pe, seg, off, _src_bytes(source, n, nbytes))
+
+
+def put_nbi(target: np.ndarray, source: np.ndarray, pe: int, size: int | None = None,
+            ctx: Any = None) -> None:
+    """Start a put; ``source`` must not change before the next ``quiet``."""
+    rt = state.rt
+    dt = same_dtype(target, source)
+    n = count_of(target, source, size)
+    nbytes = n * dt.itemsize
+    seg, off = _sym(target, nbytes, "put_nbi target")
+    pe = check_pe(pe)
+    rt.route_transport[pe].put_nbi(pe, seg, off, _src_bytes(source, n, nbytes))
+
+
+def get(target: np.ndarray, source: np.ndarray, pe: int, size: int | None = None,
+        ctx: Any = None) -> None:
+    """Copy ``size`` elements of symmetric ``source`` on ``pe`` into local ``target``."""
+    rt = state.rt
+    dt = same_dtype(target, source)
+    n = count_of(target, source, size)
+    nbytes = n * dt.itemsize
+    seg, off = _sym(source, nbytes, "get source")
+    pe = check_pe(pe)
+    dst = _dst_bytes(target, nbytes)
+    if dst is not None:
+        rt.route_transport[pe].get(pe, seg, off, dst)
+        return
+    tmp = np.empty(n, dt)
+    rt.route_transport[pe].get(pe, seg, off, memoryview(tmp).cast("B"))
+    target.flat[:n] = tmp
+
+
+def get_nbi(target: np.ndarray, source: np.ndarray, pe: int, size: int | None = None,
+            ctx: Any = None) -> None:
+    """Start a get; ``target`` is filled by the next ``quiet`` (a non-contiguous ``target``
+    is filled before this returns)."""
+    rt = state.rt
+    dt = same_dtype(target, source)
+    n = count_of(target, source, size)
+    nbytes = n * dt.itemsize
+    seg, off = _sym(source, nbytes, "get_nbi source")
+    pe = check_pe(pe)
+    dst = _dst_bytes(target, nbytes)
+    if dst is None:
+        get(target, source, pe, n)
+        return
+    rt.route_transport[pe].get_nbi(pe, seg, off, dst)
+
+
+def _strided_count(target: np.ndarray, source: np.ndarray, tst: int, sst: int,
+                   size: int | None) -> int:
+    tst = element_count(tst)
+    sst = element_count(sst)
+    if tst < 1 or sst < 1:
+        raise InvalidArgumentError(f"strides must be >= 1, got tst={tst}, sst={sst}")
+    tlen = -(-target.size // tst)
+    slen = -(-source.size // sst)
+    if size is None:
+        return min(tlen, slen)
+    return element_count(size, tlen, slen)
+
+
+def iput(target: np.ndarray, source: np.ndarray, pe: int, tst: int = 1, sst: int = 1,
+         size: int | None = None, ctx: Any = None) -> None:
+    """Strided put: element ``i*sst`` of ``source`` goes to element ``i*tst`` of ``target``
+    on ``pe``, for ``size`` elements."""
+    rt = state.rt
+    dt = same_dtype(target, source)
+    n = _strided_count(target, source, tst, sst, size)
+    if n == 0:
+        return
+    isz = dt.itemsize
+    span = (n - 1) * tst + 1
+    seg, off = _sym(target, span * isz, "iput target")
+    pe = check_pe(pe)
+    src = np.ascontiguousarray(source.reshape(-1)[::sst][:n])
+    if tst == 1:
+        rt.route_transport[pe].put(pe, seg, off, memoryview(src).cast("B"))
+        return
+    peer = rt.peer_buffer(pe, seg)
+    if peer is not None:
+        np.ndarray((n,), dt, buffer=peer, offset=off, strides=(tst * isz,))[...] = src
+        return
+    t = rt.route_transport[pe]
+    mv = memoryview(src).cast("B")
+    for i in range(n):
+        t.put(pe, seg, off + i * tst * isz, mv[i * isz:(i + 1) * isz])
+
+
+def iget(target: np.ndarray, source: np.ndarray, pe: int, tst: int = 1, sst: int = 1,
+         size: int | None = None, ctx: Any = None) -> None:
+    """Strided get: element ``i*sst`` of symmetric ``source`` on ``pe`` goes to element
+    ``i*tst`` of local ``target``, for ``size`` elements."""
+    rt = state.rt
+    dt = same_dtype(target, source)
+    n = _strided_count(target, source, tst, sst, size)
+    if n == 0:
+        return
+    if not target.flags.writeable:
+        raise InvalidArgumentError("iget target is read-only")
+    span = (n - 1) * sst + 1
+    seg, off = _sym(source, span * dt.itemsize, "iget source")
+    pe = check_pe(pe)
+    tmp = np.empty(span, dt)
+    rt.route_transport[pe].get(pe, seg, off, memoryview(tmp).cast("B"))
+    target.flat[0:(n - 1) * tst + 1:tst] = tmp[::sst]

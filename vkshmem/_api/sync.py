@@ -1,0 +1,219 @@
+"""Point-to-point synchronisation (``wait_until``/``test`` families) and ordering
+(``fence``/``quiet``/``barrier_all``/``sync_all``).
+
+Waits spin on the local words in native code with the GIL released (so a transport's threads
+and other Python threads run), and honour ``VKSHMEM_WAIT_TIMEOUT``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..core.errors import InvalidArgumentError
+from . import state
+from .enums import cmp_function
+
+try:
+    from numpy.lib.array_utils import byte_bounds as _byte_bounds
+except ImportError:  # numpy < 2
+    _byte_bounds = np.byte_bounds  # type: ignore[attr-defined]
+
+__all__ = [
+    "barrier_all", "fence", "quiet", "sync_all", "test", "test_all", "test_all_vector",
+    "test_any", "test_any_vector", "test_some", "test_some_vector", "wait_until",
+    "wait_until_all", "wait_until_all_vector", "wait_until_any", "wait_until_any_vector",
+    "wait_until_some", "wait_until_some_vector",
+]
+
+
+def fence(ctx: Any = None) -> None:
+    """Operations to each PE issued before ``fence`` are delivered before later ones."""
+    state.rt.fence()
+
+
+def quiet(ctx: Any = None) -> None:
+    """Wait until every operation this PE issued is complete at its target."""
+    state.rt.quiet()
+
+
+def barrier_all() -> None:
+    """Collective over all PEs: ``quiet``, then wait until every PE arrives."""
+    state.rt.barrier_all()
+
+
+def sync_all() -> None:
+    """Collective over all PEs: wait until every PE arrives (does not complete puts)."""
+    state.rt.sync_all()
+
+
+def _flat(ivars: Any, what: str) -> tuple[np.ndarray, int, int]:
+    if not isinstance(ivars, np.ndarray):
+        raise InvalidArgumentError(f"{what} needs a numpy array, got {type(ivars).__name__}")
+    if ivars.size == 0:
+        raise InvalidArgumentError(f"{what}: empty array")
+    lo, hi = _byte_bounds(ivars)
+    return ivars.reshape(-1), lo, hi - lo
+
+
+def _active(status: Sequence[int] | None, n: int) -> np.ndarray | None:
+    if status is None:
+        return None
+    mask = np.asarray(status).reshape(-1)
+    if mask.size != n:
+        raise InvalidArgumentError(f"status has {mask.size} entries for {n} variables")
+    return mask == 0
+
+
+def _values(values: Any, flat: np.ndarray) -> np.ndarray:
+    v = np.asarray(values, dtype=flat.dtype).reshape(-1)
+    if v.size != flat.size:
+        raise InvalidArgumentError(f"values has {v.size} entries for {flat.size} variables")
+    return v
+
+
+def _hits(flat: np.ndarray, f: Callable[[Any, Any], Any], value: Any,
+          active: np.ndarray | None) -> np.ndarray:
+    ok = np.asarray(f(flat, value))
+    return ok if active is None else ok & active
+
+
+def wait_until(ivar: np.ndarray, cmp: Any, value: Any) -> None:
+    """Block until local ``ivar`` (one element) satisfies ``ivar cmp value``."""
+    f = cmp_function(cmp)
+    flat, addr, nbytes = _flat(ivar, "wait_until")
+    if flat.size != 1:
+        raise InvalidArgumentError(f"wait_until takes one element, got {flat.size}")
+    state.rt.waiter.wait(lambda: f(flat[0], value), addr, nbytes,
+                         f"wait_until(ivar {cmp} {value})")
+
+
+def _wait_set(name: str, ivars: np.ndarray, cmp: Any, value: Any,
+              status: Sequence[int] | None, vector: bool,
+              done: Callable[[np.ndarray, np.ndarray | None], bool]) -> np.ndarray:
+    f = cmp_function(cmp)
+    flat, addr, nbytes = _flat(ivars, name)
+    active = _active(status, flat.size)
+    if vector:
+        value = _values(value, flat)
+    box: list[np.ndarray] = []
+
+    def pred() -> bool:
+        hits = _hits(flat, f, value, active)
+        box[:] = [hits]
+        return done(hits, active)
+
+    state.rt.waiter.wait(pred, addr, nbytes, f"{name}(cmp {cmp})")
+    return box[0]
+
+
+def _all_done(hits: np.ndarray, active: np.ndarray | None) -> bool:
+    return bool(hits.all()) if active is None else bool(hits[active].all())
+
+
+def _any_done(hits: np.ndarray, active: np.ndarray | None) -> bool:
+    return bool(hits.any()) or (active is not None and not active.any())
+
+
+def wait_until_all(ivars: np.ndarray, cmp: Any, value: Any,
+                   status: Sequence[int] | None = None) -> None:
+    """Block until every element not excluded by ``status`` (nonzero = excluded) satisfies
+    ``ivar cmp value``."""
+    _wait_set("wait_until_all", ivars, cmp, value, status, False, _all_done)
+
+
+def wait_until_any(ivars: np.ndarray, cmp: Any, value: Any,
+                   status: Sequence[int] | None = None) -> int | None:
+    """Block until some element satisfies the condition; return its index (None when
+    ``status`` excludes every element)."""
+    hits = _wait_set("wait_until_any", ivars, cmp, value, status, False, _any_done)
+    idx = np.flatnonzero(hits)
+    return int(idx[0]) if idx.size else None
+
+
+def wait_until_some(ivars: np.ndarray, cmp: Any, value: Any,
+                    status: Sequence[int] | None = None) -> list[int]:
+    """Block until at least one element satisfies the condition; return every such index."""
+    hits = _wait_set("wait_until_some", ivars, cmp, value, status, False, _any_done)
+    return [int(i) for i in np.flatnonzero(hits)]
+
+
+def wait_until_all_vector(ivars: np.ndarray, cmp: Any, values: Sequence[Any],
+                          status: Sequence[int] | None = None) -> None:
+    """As ``wait_until_all`` with one comparison value per element."""
+    _wait_set("wait_until_all_vector", ivars, cmp, values, status, True, _all_done)
+
+
+def wait_until_any_vector(ivars: np.ndarray, cmp: Any, values: Sequence[Any],
+                          status: Sequence[int] | None = None) -> int | None:
+    """As ``wait_until_any`` with one comparison value per element."""
+    hits = _wait_set("wait_until_any_vector", ivars, cmp, values, status, True, _any_done)
+    idx = np.flatnonzero(hits)
+    return int(idx[0]) if idx.size else None
+
+
+def wait_until_some_vector(ivars: np.ndarray, cmp: Any, values: Sequence[Any],
+                           status: Sequence[int] | None = None) -> list[int]:
+    """As ``wait_until_some`` with one comparison value per element."""
+    hits = _wait_set("wait_until_some_vector", ivars, cmp, values, status, True, _any_done)
+    return [int(i) for i in np.flatnonzero(hits)]
+
+
+def _test_hits(name: str, ivars: np.ndarray, cmp: Any, value: Any,
+               status: Sequence[int] | None, vector: bool) -> tuple[np.ndarray, Any]:
+    f = cmp_function(cmp)
+    flat, _addr, _n = _flat(ivars, name)
+    active = _active(status, flat.size)
+    if vector:
+        value = _values(value, flat)
+    return _hits(flat, f, value, active), active
+
+
+def test(ivar: np.ndarray, cmp: Any, value: Any) -> bool:
+    """Whether local ``ivar`` (one element) satisfies ``ivar cmp value`` now."""
+    hits, _ = _test_hits("test", ivar, cmp, value, None, False)
+    if hits.size != 1:
+        raise InvalidArgumentError(f"test takes one element, got {hits.size}")
+    return bool(hits[0])
+
+
+def test_all(ivars: np.ndarray, cmp: Any, value: Any,
+             status: Sequence[int] | None = None) -> bool:
+    """Whether every element not excluded by ``status`` satisfies the condition now."""
+    return _all_done(*_test_hits("test_all", ivars, cmp, value, status, False))
+
+
+def test_any(ivars: np.ndarray, cmp: Any, value: Any,
+             status: Sequence[int] | None = None) -> int | None:
+    """Index of an element that satisfies the condition now, or None."""
+    idx = np.flatnonzero(_test_hits("test_any", ivars, cmp, value, status, False)[0])
+    return int(idx[0]) if idx.size else None
+
+
+def test_some(ivars: np.ndarray, cmp: Any, value: Any,
+              status: Sequence[int] | None = None) -> list[int]:
+    """Indices of every element that satisfies the condition now."""
+    return [int(i) for i in np.flatnonzero(
+        _test_hits("test_some", ivars, cmp, value, status, False)[0])]
+
+
+def test_all_vector(ivars: np.ndarray, cmp: Any, values: Sequence[Any],
+                    status: Sequence[int] | None = None) -> bool:
+    """As ``test_all`` with one comparison value per element."""
+    return _all_done(*_test_hits("test_all_vector", ivars, cmp, values, status, True))
+
+
+def test_any_vector(ivars: np.ndarray, cmp: Any, values: Sequence[Any],
+                    status: Sequence[int] | None = None) -> int | None:
+    """As ``test_any`` with one comparison value per element."""
+    idx = np.flatnonzero(_test_hits("test_any_vector", ivars, cmp, values, status, True)[0])
+    return int(idx[0]) if idx.size else None
+
+
+def test_some_vector(ivars: np.ndarray, cmp: Any, values: Sequence[Any],
+                     status: Sequence[int] | None = None) -> list[int]:
+    """As ``test_some`` with one comparison value per element."""
+    return [int(i) for i in np.flatnonzero(
+        _test_hits("test_some_vector", ivars, cmp, values, status, True)[0])]

@@ -1,0 +1,54 @@
+"""``vkshmem info``: version, the config registry with current values, the plugins found, and
+(by starting a small job) the route each PE takes to each peer."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from . import __version__
+from .core.config import load
+from .core.errors import VkshmemError
+from .core.plugins import load_plugins
+
+
+def main(args: argparse.Namespace) -> int:
+    """Print everything a bug report needs; returns the exit code."""
+    print(f"vkshmem {__version__} (OpenSHMEM 1.5 API), Python {platform.python_version()} "
+          f"on {platform.machine()}")
+    try:
+        cfg = load()
+    except VkshmemError as exc:
+        print(f"configuration error: {exc}")
+        return 2
+    print("\nConfiguration (VKSHMEM_* variables; * = set in the environment):")
+    for var, value in cfg.items():
+        mark = "*" if (var.name in os.environ or (var.kind == "rail" and value)) else " "
+        print(f" {mark} {var.name:26s} = {value or '(unset)':14s} [{var.kind}, default "
+              f"{var.default or 'unset'}]")
+        for line in textwrap.wrap(var.doc, 72):
+            print(f"      {line}")
+    reg = load_plugins(cfg)
+    print("\nPlugins (entry points):")
+    for p in reg.plugins:
+        provides = f" -> {', '.join(p.provides)}" if p.provides else ""
+        print(f"   {p.group:20s} {p.name:12s} from {p.distribution} {p.version}: "
+              f"{p.status}{provides}")
+    print("\nTransports (priority order; 'shm' is the core's same-node path):")
+    print(f"   {'shm':12s} priority 1000  core   same-node load/store "
+          f"({'on' if cfg.shm else 'off: VKSHMEM_SHM=0'})")
+    for spec in sorted(reg.transports.values(), key=lambda s: -s.priority):
+        reach = "+".join(sorted(spec.reach))
+        print(f"   {spec.name:12s} priority {spec.priority:<5d} {reg.origin[spec.name]:10s} "
+              f"reach {reach}; {spec.description}")
+    print(f"\nRoutes of a {args.npes}-PE job on this node (vkshmem run -n {args.npes}):")
+    sys.stdout.flush()
+    script = Path(__file__).with_name("_routes.py")
+    cmd = [sys.executable, "-m", "vkshmem", "run", "-n", str(args.npes), "--timeout", "120",
+           str(script)]
+    return subprocess.run(cmd, timeout=180).returncode

@@ -1,0 +1,1 @@
+"""vkshmem core: config, errors, bootstrap, heap, transports, plugins, runtime."""

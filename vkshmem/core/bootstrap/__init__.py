@@ -1,0 +1,1 @@
+"""Bootstrap: how PEs find each other (hook family ``vkshmem.bootstraps``)."""

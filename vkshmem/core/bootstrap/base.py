@@ -1,0 +1,63 @@
+"""The bootstrap contract: how the PEs of a job find each other and exchange start-up blobs.
+
+A bootstrap plugin registers :class:`BootstrapSpec` records (see ``hookspecs``). The core asks
+each spec's ``detect(environ)`` when ``VKSHMEM_BOOTSTRAP=auto`` (highest priority first) and
+calls ``factory(environ, timeout)`` for the chosen one. Every exchange is collective: all PEs
+call it in the same order.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+__all__ = ["Bootstrap", "BootstrapSpec"]
+
+
+class Bootstrap(ABC):
+    """An open bootstrap: rank, size, and collective blob exchange."""
+
+    name: str
+    rank: int
+    size: int
+
+    @abstractmethod
+    def allgather(self, blob: bytes) -> list[bytes]:
+        """Collective: every PE contributes ``blob``; all get the list indexed by rank."""
+
+    def barrier(self) -> None:
+        """Collective: return when every PE has called it."""
+        self.allgather(b"")
+
+    def host_address(self) -> str:
+        """An address of this host that the other PEs can reach (for socket transports)."""
+        return "127.0.0.1"
+
+    def report_failure(self, message: str) -> None:  # noqa: B027 - optional
+        """Tell the job's launcher that this PE is failing and why (best effort)."""
+
+    def abort(self, status: int) -> None:
+        """End the whole job with ``status`` (``global_exit``). Default: end this process."""
+        import os
+
+        os._exit(status)
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release sockets/communicators; safe to call twice."""
+
+
+@dataclass(frozen=True)
+class BootstrapSpec:
+    """A bootstrap a plugin offers.
+
+    ``detect(environ)`` returns True when this bootstrap should be used under ``auto``;
+    the highest ``priority`` among the detected ones wins.
+    """
+
+    name: str
+    factory: Callable[[Mapping[str, str], float], Bootstrap]
+    detect: Callable[[Mapping[str, str]], bool]
+    priority: int = 0
+    description: str = ""

@@ -1,0 +1,208 @@
+"""The registry of every ``VKSHMEM_*`` variable: name, type, default and documentation.
+
+Variables are read once, when :func:`load` builds a :class:`Config`; nothing on a hot path reads
+the environment. A bad value raises :class:`~vkshmem.core.errors.ConfigError` naming the variable.
+``vkshmem info`` prints the registry with the current values; the README lists it too.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import ConfigError
+
+__all__ = ["RAIL_PATTERN", "Config", "RailSpec", "Var", "load", "parse_size", "registry"]
+
+_SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*$", re.IGNORECASE)
+_TRUE = {"1", "true", "yes", "on", "y"}
+_FALSE = {"0", "false", "no", "off", "n", ""}
+
+
+def parse_size(text: str) -> int:
+    """Parse a byte count such as ``4096``, ``512M``, ``4G`` or ``1.5GiB``."""
+    m = _SIZE_RE.match(text)
+    if not m:
+        raise ValueError(f"not a size: {text!r} (use a number with an optional K, M, G or T)")
+    return int(float(m.group(1)) * _SIZE_UNITS[m.group(2).upper()])
+
+
+def _parse_bool(text: str) -> bool:
+    low = text.strip().lower()
+    if low in _TRUE:
+        return True
+    if low in _FALSE:
+        return False
+    raise ValueError(f"not a boolean: {text!r} (use 1/0, true/false, yes/no, on/off)")
+
+
+def _parse_list(text: str) -> tuple[str, ...]:
+    return tuple(p.strip() for p in text.split(",") if p.strip())
+
+
+def _parse_seconds(text: str) -> float:
+    value = float(text)
+    if value < 0:
+        raise ValueError("must be >= 0 (0 means no limit)")
+    return value
+
+
+def _parse_choice(*choices: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        low = text.strip().lower()
+        if low not in choices:
+            raise ValueError(f"{text!r} is not one of {', '.join(choices)}")
+        return low
+
+    return parse
+
+
+@dataclass(frozen=True)
+class Var:
+    """One registered variable."""
+
+    name: str
+    parse: Callable[[str], Any]
+    default: str
+    doc: str
+    kind: str
+
+
+registry: dict[str, Var] = {}
+
+
+def _var(name: str, kind: str, default: str, doc: str, parse: Callable[[str], Any]) -> None:
+    registry[name] = Var(name, parse, default, doc, kind)
+
+
+_var("VKSHMEM_SYMMETRIC_SIZE", "size", "512M",
+     "Size of each PE's symmetric host heap (units K, M, G, T).", parse_size)
+_var("VKSHMEM_HOST_PIN", "bool", "0",
+     "Lock the host heap in RAM (mlock) so NICs can register it without page faults.",
+     _parse_bool)
+_var("VKSHMEM_BOOTSTRAP", "str", "auto",
+     "How PEs find each other: auto, local (vkshmem run), env (RANK/WORLD_SIZE/MASTER_ADDR/"
+     "MASTER_PORT or SLURM_PROCID/SLURM_NTASKS), mpi (mpi4py), single, or a plugin's name.",
+     lambda s: s.strip().lower() or "auto")
+_var("VKSHMEM_BOOTSTRAP_TIMEOUT", "seconds", "60",
+     "Seconds to wait for the other PEs during start-up and bootstrap exchanges.",
+     _parse_seconds)
+_var("VKSHMEM_TRANSPORTS", "list", "",
+     "Ordered, comma-separated list of transports allowed (default: every installed one, by "
+     "priority). Naming one that cannot load or reach a peer is an error.", _parse_list)
+_var("VKSHMEM_SHM", "bool", "1",
+     "Same-node peers load/store each other's heaps directly. 0 forces all traffic, even to "
+     "this PE itself, through the chosen transport.", _parse_bool)
+_var("VKSHMEM_PLUGINS_ALLOW", "list", "",
+     "If set, only plugins (entry point or distribution names) in this list are loaded.",
+     _parse_list)
+_var("VKSHMEM_PLUGINS_DENY", "list", "",
+     "Plugins (entry point or distribution names) never to load.", _parse_list)
+_var("VKSHMEM_PLUGINS_STRICT", "bool", "0",
+     "A plugin that fails to load is an error instead of a warning.", _parse_bool)
+_var("VKSHMEM_WAIT_TIMEOUT", "seconds", "0",
+     "Seconds after which wait_until, barriers and other waits raise WaitTimeoutError "
+     "(0: wait for ever; Ctrl-C always interrupts).", _parse_seconds)
+_var("VKSHMEM_LOG_LEVEL", "str", "warning",
+     "Logging level of the 'vkshmem' logger: debug, info, warning, error.",
+     _parse_choice("debug", "info", "warning", "error"))
+_var("VKSHMEM_AUTO_INIT", "bool", "1",
+     "Importing vkshmem.shmem initialises the runtime (as shmem4py does); 0 waits for init().",
+     _parse_bool)
+
+RAIL_PATTERN = re.compile(r"^VKSHMEM_RAIL(\d+)$")
+registry["VKSHMEM_RAIL<n>"] = Var(
+    "VKSHMEM_RAIL<n>", str, "",
+    "Rail n (0, 1, ...): 'transport[:key=value:...]', e.g. VKSHMEM_RAIL0=hostproxy:addr=10.0.0.1."
+    " Rails must be numbered from 0 without gaps.", "rail",
+)
+
+
+@dataclass(frozen=True)
+class RailSpec:
+    """A rail as configured: the transport that carries it and its options."""
+
+    index: int
+    transport: str
+    options: Mapping[str, str]
+
+    @classmethod
+    def parse(cls, index: int, text: str) -> RailSpec:
+        variable = f"VKSHMEM_RAIL{index}"
+        name, *parts = text.strip().split(":")
+        if not name:
+            raise ConfigError(variable, f"{text!r} names no transport (use 'transport[:k=v...]')")
+        options: dict[str, str] = {}
+        for part in parts:
+            key, eq, value = part.partition("=")
+            if not eq or not key:
+                raise ConfigError(variable, f"option {part!r} is not key=value")
+            options[key.strip()] = value.strip()
+        return cls(index, name.strip(), options)
+
+
+class Config:
+    """The values of every registered variable, read once from an environment mapping."""
+
+    symmetric_size: int
+    host_pin: bool
+    bootstrap: str
+    bootstrap_timeout: float
+    transports: tuple[str, ...]
+    shm: bool
+    plugins_allow: tuple[str, ...]
+    plugins_deny: tuple[str, ...]
+    plugins_strict: bool
+    wait_timeout: float
+    log_level: str
+    auto_init: bool
+    rails: tuple[RailSpec, ...]
+
+    def __init__(self, environ: Mapping[str, str]) -> None:
+        self.raw: dict[str, str] = {}
+        for var in registry.values():
+            if var.kind == "rail":
+                continue
+            text = environ.get(var.name)
+            source = var.default if text is None else text
+            try:
+                value = var.parse(source)
+            except ValueError as exc:
+                raise ConfigError(var.name, f"bad value {source!r}: {exc}") from None
+            self.raw[var.name] = source
+            setattr(self, var.name[len("VKSHMEM_"):].lower(), value)
+        self.rails = self._rails(environ)
+
+    def _rails(self, environ: Mapping[str, str]) -> tuple[RailSpec, ...]:
+        found: dict[int, str] = {}
+        for key, value in environ.items():
+            m = RAIL_PATTERN.match(key)
+            if m:
+                found[int(m.group(1))] = value
+                self.raw[key] = value
+        if sorted(found) != list(range(len(found))):
+            raise ConfigError(
+                "VKSHMEM_RAIL<n>",
+                f"rails must be numbered 0..n-1 without gaps, got {sorted(found)}",
+            )
+        return tuple(RailSpec.parse(i, found[i]) for i in range(len(found)))
+
+    def items(self) -> list[tuple[Var, str]]:
+        """Every registered variable with its current value, for ``vkshmem info``."""
+        out = []
+        for var in registry.values():
+            if var.kind == "rail":
+                rails = [f"{k}={v}" for k, v in self.raw.items() if RAIL_PATTERN.match(k)]
+                out.append((var, " ".join(sorted(rails))))
+            else:
+                out.append((var, self.raw[var.name]))
+        return out
+
+
+def load(environ: Mapping[str, str] | None = None) -> Config:
+    """Read every registered variable from ``environ`` (default: ``os.environ``)."""
+    return Config(os.environ if environ is None else environ)

@@ -1,0 +1,75 @@
+"""The exceptions vkshmem raises.
+
+Every error is a :class:`VkshmemError`; the subclasses say which part failed and carry what a
+user needs to fix it (the variable to change, the transport and its native status, ...).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BootstrapError",
+    "ConfigError",
+    "FeatureNotAvailableError",
+    "HeapExhaustedError",
+    "InvalidArgumentError",
+    "PluginError",
+    "TransportError",
+    "VkshmemError",
+    "WaitTimeoutError",
+]
+
+
+class VkshmemError(RuntimeError):
+    """Base class of every error raised by vkshmem."""
+
+
+class ConfigError(VkshmemError, ValueError):
+    """A ``VKSHMEM_*`` variable (or a launcher option) has a value that cannot be used."""
+
+    def __init__(self, variable: str, message: str) -> None:
+        self.variable = variable
+        super().__init__(f"{variable}: {message}")
+
+
+class BootstrapError(VkshmemError):
+    """PEs could not find each other or exchange their start-up information."""
+
+
+class PluginError(VkshmemError):
+    """A plugin could not be loaded, or broke its contract."""
+
+
+class TransportError(VkshmemError):
+    """A transport failed; carries the transport's name and its native status, if any."""
+
+    def __init__(self, transport: str, message: str, status: object = None) -> None:
+        self.transport = transport
+        self.status = status
+        suffix = f" (native status: {status})" if status is not None else ""
+        super().__init__(f"transport {transport!r}: {message}{suffix}")
+
+
+class HeapExhaustedError(VkshmemError, MemoryError):
+    """A symmetric allocation did not fit in the heap of its memory domain."""
+
+    def __init__(self, domain: str, requested: int, available: int, variable: str) -> None:
+        self.domain = domain
+        self.requested = requested
+        self.available = available
+        self.variable = variable
+        super().__init__(
+            f"symmetric {domain} heap exhausted: asked for {requested} bytes, the largest free "
+            f"block is {available} bytes; raise {variable} (e.g. {variable}=2G)"
+        )
+
+
+class InvalidArgumentError(VkshmemError, ValueError):
+    """A call got a bad PE, an address outside the symmetric heap, mismatched dtypes or sizes."""
+
+
+class FeatureNotAvailableError(VkshmemError, NotImplementedError):
+    """An optional part (a plugin, a driver, a library) that this call needs is not present."""
+
+
+class WaitTimeoutError(VkshmemError, TimeoutError):
+    """A wait (wait_until, barrier, bootstrap exchange) ran past its time limit."""

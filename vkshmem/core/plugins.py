@@ -1,0 +1,113 @@
+"""Plugin discovery and load policy.
+
+Plugins come only from entry points (groups :data:`GROUPS`), exactly as a third party's would.
+``VKSHMEM_PLUGINS_ALLOW``/``VKSHMEM_PLUGINS_DENY`` filter them by entry point or distribution
+name; a plugin that breaks is skipped with a warning unless ``VKSHMEM_PLUGINS_STRICT=1``.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from dataclasses import dataclass, field
+from importlib import metadata
+
+import pluggy
+
+from . import hookspecs
+from .bootstrap.base import BootstrapSpec
+from .config import Config
+from .errors import PluginError
+from .transport import API_VERSION, TransportSpec
+
+__all__ = ["GROUPS", "LoadedPlugin", "Registry", "load_plugins"]
+
+GROUPS = ("vkshmem.bootstraps", "vkshmem.transports")
+log = logging.getLogger("vkshmem")
+
+
+@dataclass
+class LoadedPlugin:
+    """One entry point and what became of it."""
+
+    group: str
+    name: str
+    distribution: str
+    version: str
+    status: str  # "loaded", "denied", "not allowed", "failed: ..."
+    provides: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Registry:
+    """Everything the plugins registered."""
+
+    transports: dict[str, TransportSpec]
+    bootstraps: dict[str, BootstrapSpec]
+    plugins: list[LoadedPlugin]
+    origin: dict[str, str]  # spec name -> distribution
+
+
+def _fail(strict: bool, message: str) -> None:
+    if strict:
+        raise PluginError(message + " (VKSHMEM_PLUGINS_STRICT=1 makes this an error)")
+    warnings.warn(message + "; skipped (set VKSHMEM_PLUGINS_STRICT=1 to fail instead)",
+                  RuntimeWarning, stacklevel=3)
+
+
+def load_plugins(config: Config) -> Registry:
+    """Discover, filter and load every plugin; collect the specs they register."""
+    reg = Registry({}, {}, [], {})
+    for group in GROUPS:
+        for ep in metadata.entry_points(group=group):
+            dist = ep.dist.name if ep.dist is not None else "?"
+            version = ep.dist.version if ep.dist is not None else "?"
+            rec = LoadedPlugin(group, ep.name, dist, version, "loaded")
+            reg.plugins.append(rec)
+            names = {ep.name, dist}
+            if names & set(config.plugins_deny):
+                rec.status = "denied (VKSHMEM_PLUGINS_DENY)"
+                continue
+            if config.plugins_allow and not names & set(config.plugins_allow):
+                rec.status = "not allowed (VKSHMEM_PLUGINS_ALLOW)"
+                continue
+            _load_one(config, ep, rec, reg)
+    return reg
+
+
+def _load_one(config: Config, ep: metadata.EntryPoint, rec: LoadedPlugin, reg: Registry) -> None:
+    pm = pluggy.PluginManager(hookspecs.PROJECT)
+    pm.add_hookspecs(hookspecs)
+    found: list[object] = []
+    try:
+        module = ep.load()
+        pm.register(module, name=f"{rec.distribution}:{ep.name}")
+        pm.hook.register_transports(register=found.append)
+        pm.hook.register_bootstraps(register=found.append)
+    except Exception as exc:  # a third party's bug must not take the job down
+        rec.status = f"failed: {type(exc).__name__}: {exc}"
+        _fail(config.plugins_strict, f"plugin {ep.name!r} from {rec.distribution} failed to load: "
+              f"{type(exc).__name__}: {exc}")
+        return
+    for spec in found:
+        if isinstance(spec, TransportSpec):
+            if spec.api_version != API_VERSION:
+                _fail(config.plugins_strict,
+                      f"transport {spec.name!r} from {rec.distribution} declares API version "
+                      f"{spec.api_version}, this vkshmem speaks {API_VERSION}")
+                continue
+            table: dict = reg.transports
+        elif isinstance(spec, BootstrapSpec):
+            table = reg.bootstraps
+        else:
+            _fail(config.plugins_strict, f"plugin {ep.name!r} from {rec.distribution} registered "
+                  f"{spec!r}, which is neither a TransportSpec nor a BootstrapSpec")
+            continue
+        if spec.name in table:
+            _fail(config.plugins_strict, f"{spec.name!r} from {rec.distribution} is already "
+                  f"provided by {reg.origin[spec.name]}")
+            continue
+        table[spec.name] = spec
+        reg.origin[spec.name] = rec.distribution
+        rec.provides.append(spec.name)
+        log.debug("plugin %s (%s) provides %s", ep.name, rec.distribution, spec.name)

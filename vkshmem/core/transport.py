@@ -1,0 +1,185 @@
+"""The transport contract: what a plugin declares (:class:`TransportSpec`) and implements.
+
+A transport moves bytes between symmetric segments of PEs. Its life:
+
+1. The core calls the spec's ``factory(context)`` to open it for one rail.
+2. ``register(segment)`` for each local symmetric segment returns a *remote key* blob.
+3. ``address()`` returns this PE's endpoint blob; the core all-gathers addresses and keys.
+4. ``connect(peers)`` receives every peer's :class:`PeerInfo`; ``reaches(peer)`` says which
+   peers it can carry traffic to (the core routes each peer to one transport per rail).
+5. Data path: ``put``/``get`` (blocking: the source buffer is reusable, or the destination
+   filled, on return), ``put_nbi``/``get_nbi`` (complete at ``quiet``), ``amo`` (every op of
+   :class:`AmoOp` on 4- and 8-byte words, operands passed as unsigned bit patterns),
+   ``fence`` (order operations to each PE), ``quiet`` (remote completion of everything issued).
+6. ``close()`` releases everything; it must not block for long.
+
+Addresses are ``(segment id, byte offset)``; transports never see numpy arrays, only
+``memoryview`` objects of contiguous bytes (writable for gets).
+"""
+
+from __future__ import annotations
+
+import enum
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+__all__ = [
+    "API_VERSION",
+    "AmoOp",
+    "PeerInfo",
+    "SegmentInfo",
+    "Transport",
+    "TransportContext",
+    "TransportSpec",
+]
+
+#: Version of this contract. A spec declaring another major version is refused at load time.
+API_VERSION = 1
+
+
+class AmoOp(enum.IntEnum):
+    """Atomic memory operations; codes are shared with the native helpers (``_native.h``)."""
+
+    FETCH = 0
+    SET = 1
+    SWAP = 2
+    CSWAP = 3
+    ADD = 4
+    AND = 5
+    OR = 6
+    XOR = 7
+
+    @property
+    def fetching_only(self) -> bool:
+        """Ops that only make sense with a result (fetch, swap, compare-swap)."""
+        return self in (AmoOp.FETCH, AmoOp.SWAP, AmoOp.CSWAP)
+
+
+ALL_AMO_OPS = frozenset(AmoOp)
+
+
+@dataclass(frozen=True)
+class SegmentInfo:
+    """A local symmetric segment as a transport sees it when registering it.
+
+    ``kind`` is the memory kind: ``"host"`` (a memfd-backed mapping at ``address``, with
+    ``fd`` open), later ``"opaque_fd"``/``"dmabuf"`` for GPU memory.
+    """
+
+    seg_id: int
+    kind: str
+    address: int
+    size: int
+    fd: int
+    buffer: memoryview = field(repr=False)
+
+
+@dataclass(frozen=True)
+class PeerInfo:
+    """What the core knows about another PE when connecting a transport to it."""
+
+    pe: int
+    node_id: str
+    same_node: bool
+    address: bytes | None
+    rkeys: Mapping[int, bytes]
+
+
+@dataclass
+class TransportContext:
+    """Handed to a transport's factory: who we are and how this rail is configured."""
+
+    my_pe: int
+    n_pes: int
+    rail: int
+    options: Mapping[str, str]
+    node_id: str
+    host_address: str
+    """An address of this host that peers can reach (from the bootstrap's connection)."""
+    amo_function: int
+    """Address of the core's native ``vk_amo`` function (see ``_native.h``), so native
+    transport code can apply AMOs with the same hardware atomics as every other path."""
+
+
+@dataclass(frozen=True)
+class TransportSpec:
+    """What a plugin declares about one transport.
+
+    ``memory_kinds`` lists what it can register (``host``, ``opaque_fd``, ``dmabuf``);
+    ``reach`` is ``{"intra"}``, ``{"inter"}`` or both; ``amo_ops``/``amo_widths`` what it does
+    natively (the core never asks for more); ``native_fence`` is False when fence = quiet.
+    """
+
+    name: str
+    factory: Callable[[TransportContext], Transport]
+    priority: int = 0
+    api_version: int = API_VERSION
+    memory_kinds: frozenset[str] = frozenset({"host"})
+    reach: frozenset[str] = frozenset({"intra", "inter"})
+    amo_ops: frozenset[AmoOp] = ALL_AMO_OPS
+    amo_widths: frozenset[int] = frozenset({4, 8})
+    native_fence: bool = True
+    put_signal: bool = False
+    description: str = ""
+
+
+class Transport(ABC):
+    """An open transport on one rail of one PE. See the module docstring for the contract."""
+
+    spec: TransportSpec
+
+    @abstractmethod
+    def register(self, segment: SegmentInfo) -> bytes:
+        """Make ``segment`` reachable by peers; return its remote key blob."""
+
+    @abstractmethod
+    def address(self) -> bytes:
+        """This PE's endpoint blob for this transport."""
+
+    @abstractmethod
+    def connect(self, peers: Mapping[int, PeerInfo]) -> None:
+        """Learn every peer's address and keys (peers that did not open it have ``None``)."""
+
+    def reaches(self, peer: PeerInfo) -> bool:
+        """Whether this transport can carry traffic to ``peer`` (default: it published one)."""
+        return peer.address is not None
+
+    @abstractmethod
+    def put(self, pe: int, seg: int, offset: int, src: memoryview) -> None:
+        """Copy ``src`` to ``(seg, offset)`` of ``pe``; ``src`` is reusable on return."""
+
+    def put_nbi(self, pe: int, seg: int, offset: int, src: memoryview) -> None:
+        """Start a put; ``src`` must stay unchanged until ``quiet``. Default: blocking put."""
+        self.put(pe, seg, offset, src)
+
+    @abstractmethod
+    def get(self, pe: int, seg: int, offset: int, dst: memoryview) -> None:
+        """Fill ``dst`` from ``(seg, offset)`` of ``pe``; complete on return."""
+
+    def get_nbi(self, pe: int, seg: int, offset: int, dst: memoryview) -> None:
+        """Start a get; ``dst`` is filled by ``quiet``. Default: blocking get."""
+        self.get(pe, seg, offset, dst)
+
+    @abstractmethod
+    def amo(
+        self, pe: int, seg: int, offset: int, op: AmoOp, width: int,
+        operand: int, compare: int, fetch: bool,
+    ) -> int:
+        """Apply ``op`` atomically to the ``width``-byte word; return the old value if ``fetch``
+        (else anything). Operands are unsigned bit patterns; ``compare`` is used by CSWAP."""
+
+    @abstractmethod
+    def fence(self) -> None:
+        """Order every operation issued so far before later ones, per target PE."""
+
+    @abstractmethod
+    def quiet(self) -> None:
+        """Return when every operation issued so far is complete at its target."""
+
+    def progress(self) -> None:  # noqa: B027 - optional hook, empty by default
+        """Advance outstanding work (transports with their own progress thread do nothing)."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release every resource; safe to call twice."""
