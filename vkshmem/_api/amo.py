@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core._native import ffi, lib
 from ..core.errors import InvalidArgumentError
 from ..core.transport import AmoOp
 from . import state
@@ -60,6 +61,8 @@ class _Kind:
             self.decode = lambda u: pf.unpack(pu.pack(u))[0]
 
 
+_CSWAP = AmoOp.CSWAP
+_SENTINEL = lib.VK_SENTINEL
 _KINDS: dict[np.dtype, _Kind] = {}
 for _c in "iIlLqQfd":
     _dt = np.dtype(_c)
@@ -88,11 +91,24 @@ def _word(target: np.ndarray, ints_only: bool, what: str) -> tuple[_Kind, int, i
 
 def _amo(target: np.ndarray, pe: int, op: AmoOp, value: Any, cond: Any, fetch: bool,
          ints_only: bool, what: str) -> Any:
-    kind, seg, off = _word(target, ints_only, what)
+    rt = state.rt
+    try:
+        kind = _KINDS[target.dtype]
+    except (KeyError, AttributeError, TypeError):
+        kind = None
+    if kind is None or target.size != 1 or (ints_only and not kind.is_int):
+        _word(target, ints_only, what)  # raises the precise error
     pe = check_pe(pe)
     enc = kind.encode
-    u = state.rt.route_transport[pe].amo(pe, seg, off, op, kind.width, enc(value),
-                                         enc(cond) if op == AmoOp.CSWAP else 0, fetch)
+    operand = enc(value)
+    compare = enc(cond) if op == _CSWAP else 0
+    t = rt.route_transport[pe]
+    if t is rt.shm:  # the shm fast path: resolve and apply in one native call
+        u = lib.vk_direct_amo(ffi.from_buffer(target), pe, op, kind.width, operand, compare)
+        if u != _SENTINEL or lib.vk_last_error() == 0:
+            return kind.decode(u) if fetch else None
+    _k, seg, off = _word(target, ints_only, what)
+    u = t.amo(pe, seg, off, op, kind.width, operand, compare, fetch)
     return kind.decode(u) if fetch else None
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core._native import ffi, lib
 from ..core.errors import InvalidArgumentError
 from . import state
 from .args import check_pe, contiguous, count_of, element_count, locate, same_dtype
@@ -49,9 +50,13 @@ def put(target: np.ndarray, source: np.ndarray, pe: int, size: int | None = None
     dt = same_dtype(target, source)
     n = count_of(target, source, size)
     nbytes = n * dt.itemsize
-    seg, off = _sym(target, nbytes, "put target")
     pe = check_pe(pe)
-    rt.route_transport[pe].put(pe, seg, off, _src_bytes(source, n, nbytes))
+    t = rt.route_transport[pe]
+    if t is rt.shm and target.flags.c_contiguous and source.flags.c_contiguous and \
+            lib.vk_direct_put(ffi.from_buffer(target), ffi.from_buffer(source), nbytes, pe) == 0:
+        return  # the shm fast path: one native call
+    seg, off = _sym(target, nbytes, "put target")
+    t.put(pe, seg, off, _src_bytes(source, n, nbytes))
 
 
 def put_nbi(target: np.ndarray, source: np.ndarray, pe: int, size: int | None = None,
@@ -73,11 +78,17 @@ def get(target: np.ndarray, source: np.ndarray, pe: int, size: int | None = None
     dt = same_dtype(target, source)
     n = count_of(target, source, size)
     nbytes = n * dt.itemsize
-    seg, off = _sym(source, nbytes, "get source")
     pe = check_pe(pe)
+    t = rt.route_transport[pe]
+    flags = target.flags
+    if t is rt.shm and flags.c_contiguous and flags.writeable and source.flags.c_contiguous \
+            and lib.vk_direct_get(ffi.from_buffer(target, require_writable=True),
+                                  ffi.from_buffer(source), nbytes, pe) == 0:
+        return  # the shm fast path: one native call
+    seg, off = _sym(source, nbytes, "get source")
     dst = _dst_bytes(target, nbytes)
     if dst is not None:
-        rt.route_transport[pe].get(pe, seg, off, dst)
+        t.get(pe, seg, off, dst)
         return
     tmp = np.empty(n, dt)
     rt.route_transport[pe].get(pe, seg, off, memoryview(tmp).cast("B"))

@@ -7,6 +7,9 @@
  */
 #include <stdint.h>
 
+#define VK_OFF_MASK ((1ull << 48) - 1)
+#define VK_SENTINEL 0xA5A5A5A5A5A5A5A5ull
+
 enum { VK_FETCH = 0, VK_SET, VK_SWAP, VK_CSWAP, VK_ADD, VK_AND, VK_OR, VK_XOR };
 
 typedef uint64_t (*vk_amo_fn)(uintptr_t addr, int op, int width, uint64_t operand,

@@ -20,6 +20,12 @@ uint64_t vk_shm_amo(int seg, int pe, uint64_t off, int op, int width,
 uintptr_t vk_peer_base(int seg, int pe);
 int vk_spin_change(const void *addr, const void *snapshot, uint64_t n, uint64_t max_ns);
 uintptr_t vk_amo_address(void);
+int vk_direct_put(const void *target, const void *src, uint64_t n, int pe);
+int vk_direct_get(void *dst, const void *source, uint64_t n, int pe);
+uint64_t vk_direct_amo(const void *target, int pe, int op, int width, uint64_t operand,
+                       uint64_t compare);
+int vk_last_error(void);
+#define VK_SENTINEL ...
 """
 
 SOURCE = r"""
@@ -126,6 +132,41 @@ int vk_shm_get(int seg, int pe, uint64_t off, void *dst, uint64_t n) {
 
 uint64_t vk_shm_amo(int seg, int pe, uint64_t off, int op, int width, uint64_t a, uint64_t b) {
     return vk_amo(g_peer[seg * g_npes + pe] + off, op, width, a, b);
+}
+
+/* Fused shm fast paths: resolve the symmetric address, find the peer mapping, move the data,
+ * all in one call. Return 0, or the vk_locate error (-1, -2), or -3 when pe is not mapped. */
+int vk_direct_put(const void *target, const void *src, uint64_t n, int pe) {
+    int64_t r = vk_locate(target, n);
+    if (r < 0) return (int)r;
+    uintptr_t base = g_peer[(r >> 48) * g_npes + pe];
+    if (!base) return -3;
+    memcpy((void *)(base + (uint64_t)(r & VK_OFF_MASK)), src, n);
+    return 0;
+}
+
+int vk_direct_get(void *dst, const void *source, uint64_t n, int pe) {
+    int64_t r = vk_locate(source, n);
+    if (r < 0) return (int)r;
+    uintptr_t base = g_peer[(r >> 48) * g_npes + pe];
+    if (!base) return -3;
+    memcpy(dst, (const void *)(base + (uint64_t)(r & VK_OFF_MASK)), n);
+    return 0;
+}
+
+static __thread int g_err;
+
+int vk_last_error(void) { int e = g_err; g_err = 0; return e; }
+
+/* Returns the old value; on error returns VK_SENTINEL and records the error for
+ * vk_last_error() (a genuine VK_SENTINEL value reads a 0 error). */
+uint64_t vk_direct_amo(const void *target, int pe, int op, int width, uint64_t a, uint64_t b) {
+    int64_t r = vk_locate(target, (uint64_t)width);
+    if (r < 0) { g_err = (int)r; return VK_SENTINEL; }
+    uintptr_t base = g_peer[(r >> 48) * g_npes + pe];
+    if (!base) { g_err = -3; return VK_SENTINEL; }
+    if (r & (width - 1)) { g_err = -4; return VK_SENTINEL; }
+    return vk_amo(base + (uint64_t)(r & VK_OFF_MASK), op, width, a, b);
 }
 
 static uint64_t now_ns(void) {
