@@ -13,6 +13,15 @@ A transport moves bytes between symmetric segments of PEs. Its life:
    ``fence`` (order operations to each PE), ``quiet`` (remote completion of everything issued).
 6. ``close()`` releases everything; it must not block for long.
 
+Lifetimes: the core closes every transport before it unmaps the segments, so a progress thread
+may touch segment memory until ``close()`` returns; a transport must not keep exports of
+``SegmentInfo.buffer`` (memoryview slices) past ``close()``. ``fence`` orders operations within
+one transport; the core turns it into ``quiet`` where an operation could take another rail.
+Native code applies AMOs through ``TransportContext.amo_function`` (C type ``vk_amo_fn`` in
+``_native.h``, found with :func:`vkshmem.core.get_include`); op codes are :class:`AmoOp`.
+The core never asks a non-fetching op (SET, ADD, AND, OR, XOR with ``fetch=False``) for a
+result, nor SET to fetch (it asks SWAP).
+
 Addresses are ``(segment id, byte offset)``; transports never see numpy arrays, only
 ``memoryview`` objects of contiguous bytes (writable for gets).
 """

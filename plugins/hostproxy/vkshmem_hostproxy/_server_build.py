@@ -1,0 +1,79 @@
+"""cffi (API mode) build of the hostproxy server thread, ``vkshmem_hostproxy._server``.
+
+The C source lives in ``csrc/hp_server.c``. It needs the core's ``_native.h`` (the
+``vk_amo_fn`` type and AMO op codes): found next to an importable ``vkshmem`` package, or in the
+vkshmem source tree this plugin sits in (``plugins/hostproxy`` of the vkshmem repository), which
+is what an isolated ``pip install`` of the in-tree plugin sees.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+from cffi import FFI
+
+HERE = Path(__file__).resolve().parent
+CSRC = HERE / "csrc"
+
+CDEF = """
+#define HP_REQ_SIZE ...
+#define HP_REP_SIZE ...
+#define HP_MAX_SEGS ...
+#define HP_ERRLEN ...
+#define HP_VERSION ...
+#define HP_MAGIC ...
+#define HP_OP_HELLO ...
+#define HP_OP_PUT ...
+#define HP_OP_GET ...
+#define HP_OP_AMO ...
+#define HP_OP_AMO_FETCH ...
+#define HP_OP_FLUSH ...
+#define HP_OP_CLOSE ...
+#define HP_OK ...
+#define HP_EPROTO ...
+#define HP_ESEG ...
+#define HP_EBOUNDS ...
+#define HP_EALIGN ...
+#define HP_EAMO ...
+#define HP_EHELLO ...
+
+typedef struct hp_server hp_server;
+hp_server *hp_create(int listen_fd, int32_t my_pe, uintptr_t amo_fn, uint32_t spin_us, char *err,
+                     size_t errlen);
+int hp_register(hp_server *s, uint32_t seg, uintptr_t base, uint64_t size);
+void hp_stats(hp_server *s, uint64_t *out);
+uint64_t hp_last_error(hp_server *s, char *buf, size_t buflen);
+void hp_destroy(hp_server *s);
+"""
+
+
+def core_include_dir() -> str:
+    """The directory holding vkshmem's ``_native.h``."""
+    candidates = []
+    spec = importlib.util.find_spec("vkshmem")
+    if spec is not None and spec.submodule_search_locations:
+        candidates += [Path(p) / "core" for p in spec.submodule_search_locations]
+    candidates.append(HERE.parents[2] / "vkshmem" / "core")  # the vkshmem source tree
+    for path in candidates:
+        if (path / "_native.h").is_file():
+            return str(path)
+    raise RuntimeError(
+        "vkshmem-hostproxy: cannot find vkshmem's _native.h (looked in "
+        + ", ".join(map(str, candidates))
+        + "); install vkshmem first and build with --no-build-isolation"
+    )
+
+
+ffibuilder = FFI()
+ffibuilder.cdef(CDEF)
+ffibuilder.set_source(
+    "vkshmem_hostproxy._server",
+    (CSRC / "hp_server.c").read_text(),
+    include_dirs=[str(CSRC), core_include_dir()],
+    extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter"],
+    libraries=["pthread"],
+)
+
+if __name__ == "__main__":
+    ffibuilder.compile(verbose=True)

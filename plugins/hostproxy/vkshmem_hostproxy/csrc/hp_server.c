@@ -1,0 +1,548 @@
+/* vkshmem-hostproxy server: one pthread per open transport serving RMA and AMO requests from
+ * peers over TCP, so a PE's memory is served without that PE calling into Python.
+ *
+ * Design: a single epoll loop over the listening socket, an eventfd (shutdown) and every peer
+ * connection. Sockets are non-blocking; each connection is a small state machine
+ * (header -> payload -> header ..., or "reply pending" while the kernel send buffer is full),
+ * so no peer, slow or dead, can stall the thread, and shutdown is always immediate. Small
+ * requests are read in batches through a per-connection buffer; large PUT payloads are received
+ * straight into the segment and GET data is sent straight from it. While a reply is pending the
+ * connection's later requests wait, which keeps the per-connection order strict.
+ *
+ * Every access to a segment is bounds-checked against the registered size first; a bad request
+ * is answered with an error reply, recorded (hp_last_error) and the connection dropped.
+ * AMOs go through the core's vk_amo (passed in as a function pointer) so they are the same
+ * hardware atomics as every other path. All state lives in struct hp_server: several servers
+ * (rails) coexist in one process.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <endian.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "_native.h"
+#include "hp_server.h"
+
+#define HP_RXBUF (64 * 1024)          /* per-connection request buffer */
+#define HP_DIRECT_MIN (16 * 1024)     /* payload left >= this: recv straight into the segment */
+#define HP_IO_MAX ((size_t)1 << 30)   /* largest single recv/send */
+#define HP_READ_BUDGET 32             /* recv calls per connection per wake-up (fairness) */
+#define HP_EVENTS 64
+
+enum { ST_HDR, ST_PAYLOAD, ST_TX };
+
+typedef struct hp_seg {
+    uintptr_t base;
+    uint64_t size;
+    int valid; /* published last, with release order */
+} hp_seg;
+
+typedef struct hp_conn {
+    int fd;
+    int state;
+    int32_t peer_pe; /* -1 until HELLO */
+    unsigned char *rx;
+    size_t rx_pos, rx_len; /* unconsumed bytes are rx[rx_pos, rx_len) */
+    unsigned char *pay_dst;
+    uint64_t pay_left;
+    unsigned char tx_hdr[HP_REP_SIZE];
+    size_t tx_hdr_off; /* bytes of tx_hdr already sent */
+    const unsigned char *tx_data;
+    uint64_t tx_data_left;
+    struct hp_conn *prev, *next;
+} hp_conn;
+
+struct hp_server {
+    int listen_fd, wake_fd, ep_fd;
+    int32_t my_pe;
+    uint64_t spin_ns; /* poll this long after the last request before sleeping */
+    vk_amo_fn amo;
+    pthread_t thread;
+    char listen_tag, wake_tag; /* addresses used as epoll tags */
+    hp_seg segs[HP_MAX_SEGS];
+    hp_conn *conns;
+    pthread_mutex_t err_lock;
+    char last_error[HP_ERRLEN];
+    uint64_t n_accepted, n_open, n_requests, n_errors;
+};
+
+/* Counters have one writer (the server thread); Python reads them while it runs. */
+#define COUNT(field, delta) \
+    __atomic_store_n(&(field), (field) + (uint64_t)(delta), __ATOMIC_RELAXED)
+
+static uint32_t rd32(const unsigned char *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return le32toh(v);
+}
+
+static uint64_t rd64(const unsigned char *p) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return le64toh(v);
+}
+
+static void wr32(unsigned char *p, uint32_t v) {
+    v = htole32(v);
+    memcpy(p, &v, 4);
+}
+
+static void wr64(unsigned char *p, uint64_t v) {
+    v = htole64(v);
+    memcpy(p, &v, 8);
+}
+
+static void hp_error(hp_server *s, const char *fmt, ...) {
+    va_list ap;
+    pthread_mutex_lock(&s->err_lock);
+    va_start(ap, fmt);
+    vsnprintf(s->last_error, sizeof s->last_error, fmt, ap);
+    va_end(ap);
+    pthread_mutex_unlock(&s->err_lock);
+    __atomic_add_fetch(&s->n_errors, 1, __ATOMIC_RELAXED);
+}
+
+static const char *errstr(int e, char *buf, size_t n) {
+    return strerror_r(e, buf, n); /* GNU variant: returns the message */
+}
+
+static int set_events(hp_server *s, hp_conn *c, uint32_t events) {
+    struct epoll_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.events = events;
+    ev.data.ptr = c;
+    return epoll_ctl(s->ep_fd, EPOLL_CTL_MOD, c->fd, &ev);
+}
+
+static void conn_close(hp_server *s, hp_conn *c) {
+    epoll_ctl(s->ep_fd, EPOLL_CTL_DEL, c->fd, NULL);
+    close(c->fd);
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        s->conns = c->next;
+    if (c->next) c->next->prev = c->prev;
+    free(c->rx);
+    free(c);
+    COUNT(s->n_open, -1);
+}
+
+/* Send what is left of the pending reply. 0: all sent; 1: rest pending (ST_TX); -1: dead. */
+static int conn_flush_tx(hp_server *s, hp_conn *c) {
+    while (c->tx_hdr_off < HP_REP_SIZE || c->tx_data_left) {
+        struct iovec iov[2];
+        struct msghdr m;
+        int k = 0;
+        if (c->tx_hdr_off < HP_REP_SIZE) {
+            iov[k].iov_base = c->tx_hdr + c->tx_hdr_off;
+            iov[k].iov_len = HP_REP_SIZE - c->tx_hdr_off;
+            k++;
+        }
+        if (c->tx_data_left) {
+            iov[k].iov_base = (void *)c->tx_data;
+            iov[k].iov_len = c->tx_data_left < HP_IO_MAX ? (size_t)c->tx_data_left : HP_IO_MAX;
+            k++;
+        }
+        memset(&m, 0, sizeof m);
+        m.msg_iov = iov;
+        m.msg_iovlen = (size_t)k;
+        ssize_t r = sendmsg(c->fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                if (c->state != ST_TX) {
+                    c->state = ST_TX;
+                    if (set_events(s, c, EPOLLOUT) < 0) return -1;
+                }
+                return 1;
+            }
+            if (c->peer_pe >= 0) {
+                char eb[96];
+                hp_error(s, "PE %d: sending a reply failed: %s", c->peer_pe,
+                         errstr(errno, eb, sizeof eb));
+            }
+            return -1;
+        }
+        size_t done = (size_t)r;
+        if (c->tx_hdr_off < HP_REP_SIZE) {
+            size_t h = HP_REP_SIZE - c->tx_hdr_off;
+            if (done < h) {
+                c->tx_hdr_off += done;
+                continue;
+            }
+            c->tx_hdr_off = HP_REP_SIZE;
+            done -= h;
+        }
+        c->tx_data += done;
+        c->tx_data_left -= done;
+    }
+    c->tx_data = NULL;
+    if (c->state == ST_TX) {
+        c->state = ST_HDR;
+        if (set_events(s, c, EPOLLIN) < 0) return -1;
+    }
+    return 0;
+}
+
+static int conn_reply(hp_server *s, hp_conn *c, int32_t status, uint32_t op, uint64_t value,
+                      const unsigned char *data, uint64_t n) {
+    wr32(c->tx_hdr, (uint32_t)status);
+    wr32(c->tx_hdr + 4, op);
+    wr64(c->tx_hdr + 8, value);
+    c->tx_hdr_off = 0;
+    c->tx_data = data;
+    c->tx_data_left = n;
+    return conn_flush_tx(s, c) < 0 ? -1 : 0;
+}
+
+/* Reject a request: record why, tell the client (best effort), and drop the connection. */
+static int conn_fail(hp_server *s, hp_conn *c, int32_t status, const unsigned char *h,
+                     const char *why) {
+    hp_error(s, "rejected a request from PE %d: %s (op %u, seg %u, offset %llu, arg %llu)",
+             c->peer_pe, why, (unsigned)h[0], rd32(h + 4), (unsigned long long)rd64(h + 8),
+             (unsigned long long)rd64(h + 16));
+    unsigned char rep[HP_REP_SIZE];
+    wr32(rep, (uint32_t)status);
+    wr32(rep + 4, h[0]);
+    wr64(rep + 8, rd64(h + 8));
+    ssize_t r;
+    do {
+        r = send(c->fd, rep, sizeof rep, MSG_NOSIGNAL | MSG_DONTWAIT);
+    } while (r < 0 && errno == EINTR);
+    shutdown(c->fd, SHUT_WR);
+    return -1;
+}
+
+/* Address of [off, off + n) in segment seg, or NULL (status in *st) when outside it. */
+static unsigned char *seg_addr(hp_server *s, uint32_t seg, uint64_t off, uint64_t n,
+                               int32_t *st) {
+    if (seg >= HP_MAX_SEGS || !__atomic_load_n(&s->segs[seg].valid, __ATOMIC_ACQUIRE)) {
+        *st = HP_ESEG;
+        return NULL;
+    }
+    uint64_t size = s->segs[seg].size;
+    if (off > size || n > size - off) {
+        *st = HP_EBOUNDS;
+        return NULL;
+    }
+    return (unsigned char *)(s->segs[seg].base + (uintptr_t)off);
+}
+
+static const char *seg_why(int32_t st) {
+    return st == HP_ESEG ? "segment not registered" : "outside the registered segment";
+}
+
+/* Apply one request. 0: go on; -1: drop the connection. */
+static int conn_request(hp_server *s, hp_conn *c, const unsigned char *h) {
+    unsigned op = h[0], aop = h[1], width = h[2];
+    uint32_t seg = rd32(h + 4);
+    uint64_t off = rd64(h + 8), arg = rd64(h + 16), cmp = rd64(h + 24);
+    unsigned char *p;
+    int32_t st = HP_OK;
+
+    if (c->peer_pe < 0 && op != HP_OP_HELLO)
+        return conn_fail(s, c, HP_EPROTO, h, "request before HELLO");
+    switch (op) {
+    case HP_OP_HELLO:
+        if (c->peer_pe >= 0 || off != HP_MAGIC || arg != HP_VERSION || seg > INT32_MAX)
+            return conn_fail(s, c, HP_EHELLO, h,
+                             "bad HELLO (not a vkshmem-hostproxy client of protocol version 1)");
+        c->peer_pe = (int32_t)seg;
+        COUNT(s->n_requests, 1);
+        return conn_reply(s, c, HP_OK, op, (uint64_t)(uint32_t)s->my_pe, NULL, 0);
+    case HP_OP_PUT:
+        if (!(p = seg_addr(s, seg, off, arg, &st))) return conn_fail(s, c, st, h, seg_why(st));
+        if (arg == 0) {
+            COUNT(s->n_requests, 1);
+            return 0;
+        }
+        c->pay_dst = p;
+        c->pay_left = arg;
+        c->state = ST_PAYLOAD;
+        return 0;
+    case HP_OP_GET:
+        if (!(p = seg_addr(s, seg, off, arg, &st))) return conn_fail(s, c, st, h, seg_why(st));
+        COUNT(s->n_requests, 1);
+        return conn_reply(s, c, HP_OK, op, 0, p, arg);
+    case HP_OP_AMO:
+    case HP_OP_AMO_FETCH: {
+        if ((width != 4 && width != 8) || aop > VK_XOR)
+            return conn_fail(s, c, HP_EAMO, h, "unsupported AMO op or width");
+        if (!(p = seg_addr(s, seg, off, width, &st))) return conn_fail(s, c, st, h, seg_why(st));
+        if ((uintptr_t)p % width) return conn_fail(s, c, HP_EALIGN, h, "misaligned AMO");
+        uint64_t old = s->amo((uintptr_t)p, (int)aop, (int)width, arg, cmp);
+        COUNT(s->n_requests, 1);
+        if (op == HP_OP_AMO) return 0;
+        return conn_reply(s, c, HP_OK, op, old, NULL, 0);
+    }
+    case HP_OP_FLUSH:
+        /* Everything earlier on this connection has been applied (in-order service). */
+        __atomic_thread_fence(__ATOMIC_SEQ_CST);
+        COUNT(s->n_requests, 1);
+        return conn_reply(s, c, HP_OK, op, 0, NULL, 0);
+    case HP_OP_CLOSE:
+        return -1;
+    default:
+        return conn_fail(s, c, HP_EPROTO, h, "unknown op");
+    }
+}
+
+/* recv() result handling shared by the reads below. 1: retry; 0: wait for more; -1: drop. */
+static int read_result(hp_server *s, hp_conn *c, ssize_t r) {
+    if (r == 0) {
+        int mid = c->state == ST_PAYLOAD || c->rx_len > c->rx_pos;
+        if (mid)
+            hp_error(s, "PE %d closed its connection in the middle of a request", c->peer_pe);
+        return -1;
+    }
+    if (errno == EINTR) return 1;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
+    if (c->state == ST_PAYLOAD || c->rx_len > c->rx_pos) {
+        char eb[96];
+        hp_error(s, "PE %d: connection failed in the middle of a request: %s", c->peer_pe,
+                 errstr(errno, eb, sizeof eb));
+    }
+    return -1;
+}
+
+/* Serve what the connection has sent. 0: wait for the next event; -1: drop it. */
+static int conn_service(hp_server *s, hp_conn *c) {
+    int reads = 0;
+    for (;;) {
+        if (c->state == ST_TX) return 0;
+        size_t avail = c->rx_len - c->rx_pos;
+        if (c->state == ST_PAYLOAD) {
+            if (avail) {
+                size_t k = avail < c->pay_left ? avail : (size_t)c->pay_left;
+                memcpy(c->pay_dst, c->rx + c->rx_pos, k);
+                c->rx_pos += k;
+                c->pay_dst += k;
+                c->pay_left -= k;
+            }
+            if (c->pay_left == 0) {
+                c->state = ST_HDR;
+                COUNT(s->n_requests, 1);
+                continue;
+            }
+            c->rx_pos = c->rx_len = 0; /* the buffer is empty here */
+            if (reads++ >= HP_READ_BUDGET) return 0;
+            if (c->pay_left >= HP_DIRECT_MIN) {
+                size_t want = c->pay_left < HP_IO_MAX ? (size_t)c->pay_left : HP_IO_MAX;
+                ssize_t r = recv(c->fd, c->pay_dst, want, 0);
+                if (r > 0) {
+                    c->pay_dst += r;
+                    c->pay_left -= (uint64_t)r;
+                    continue;
+                }
+                int rc = read_result(s, c, r);
+                if (rc <= 0) return rc;
+                continue;
+            }
+        } else {
+            if (avail >= HP_REQ_SIZE) {
+                const unsigned char *h = c->rx + c->rx_pos;
+                c->rx_pos += HP_REQ_SIZE;
+                if (conn_request(s, c, h) < 0) return -1;
+                continue;
+            }
+            if (reads++ >= HP_READ_BUDGET) return 0;
+            if (c->rx_pos) {
+                memmove(c->rx, c->rx + c->rx_pos, avail);
+                c->rx_pos = 0;
+                c->rx_len = avail;
+            }
+        }
+        ssize_t r = recv(c->fd, c->rx + c->rx_len, HP_RXBUF - c->rx_len, 0);
+        if (r > 0) {
+            c->rx_len += (size_t)r;
+            continue;
+        }
+        int rc = read_result(s, c, r);
+        if (rc <= 0) return rc;
+    }
+}
+
+static void server_accept(hp_server *s) {
+    for (;;) {
+        int fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EINTR || errno == ECONNABORTED || errno == EPROTO) continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+            char eb[96];
+            hp_error(s, "accept failed: %s", errstr(errno, eb, sizeof eb));
+            usleep(10000); /* out of fds or memory: do not spin on the listening socket */
+            return;
+        }
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        hp_conn *c = calloc(1, sizeof *c);
+        unsigned char *rx = malloc(HP_RXBUF);
+        struct epoll_event ev;
+        memset(&ev, 0, sizeof ev);
+        ev.events = EPOLLIN;
+        ev.data.ptr = c;
+        if (!c || !rx || epoll_ctl(s->ep_fd, EPOLL_CTL_ADD, fd, &ev) < 0) {
+            hp_error(s, "cannot accept a connection: out of memory");
+            free(c);
+            free(rx);
+            close(fd);
+            continue;
+        }
+        c->fd = fd;
+        c->rx = rx;
+        c->peer_pe = -1;
+        c->state = ST_HDR;
+        c->next = s->conns;
+        if (s->conns) s->conns->prev = c;
+        s->conns = c;
+        COUNT(s->n_accepted, 1);
+        COUNT(s->n_open, 1);
+    }
+}
+
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void *server_main(void *arg) {
+    hp_server *s = arg;
+    struct epoll_event ev[HP_EVENTS];
+    uint64_t busy_at = 0; /* when the last request was served (spin mode) */
+    for (;;) {
+        int timeout = -1;
+        if (s->spin_ns && now_ns() - busy_at < s->spin_ns) timeout = 0;
+        int n = epoll_wait(s->ep_fd, ev, HP_EVENTS, timeout);
+        if (n == 0) continue;
+        if (s->spin_ns) busy_at = now_ns();
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            char eb[96];
+            hp_error(s, "epoll_wait failed, server stopped: %s", errstr(errno, eb, sizeof eb));
+            return NULL;
+        }
+        for (int i = 0; i < n; i++) {
+            void *tag = ev[i].data.ptr;
+            if (tag == &s->wake_tag) return NULL;
+            if (tag == &s->listen_tag) {
+                server_accept(s);
+                continue;
+            }
+            hp_conn *c = tag;
+            int rc = 0;
+            if (c->state == ST_TX) rc = conn_flush_tx(s, c);
+            if (rc == 0) rc = conn_service(s, c);
+            if (rc < 0) conn_close(s, c);
+        }
+    }
+}
+
+static int add_tag(int ep, int fd, void *tag) {
+    struct epoll_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.events = EPOLLIN;
+    ev.data.ptr = tag;
+    return epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
+}
+
+hp_server *hp_create(int listen_fd, int32_t my_pe, uintptr_t amo_fn, uint32_t spin_us, char *err,
+                     size_t errlen) {
+    char eb[96];
+    if (!amo_fn) {
+        snprintf(err, errlen, "no vk_amo function given");
+        return NULL;
+    }
+    hp_server *s = calloc(1, sizeof *s);
+    if (!s) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    s->listen_fd = listen_fd;
+    s->my_pe = my_pe;
+    s->spin_ns = (uint64_t)spin_us * 1000u;
+    s->amo = (vk_amo_fn)amo_fn;
+    s->wake_fd = s->ep_fd = -1;
+    pthread_mutex_init(&s->err_lock, NULL);
+    int fl = fcntl(listen_fd, F_GETFL);
+    if (fl < 0 || fcntl(listen_fd, F_SETFL, fl | O_NONBLOCK) < 0) goto fail;
+    if ((s->ep_fd = epoll_create1(EPOLL_CLOEXEC)) < 0) goto fail;
+    if ((s->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0) goto fail;
+    if (add_tag(s->ep_fd, listen_fd, &s->listen_tag) < 0) goto fail;
+    if (add_tag(s->ep_fd, s->wake_fd, &s->wake_tag) < 0) goto fail;
+    /* The thread blocks every signal: they belong to the Python main thread. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = pthread_create(&s->thread, NULL, server_main, s);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) {
+        errno = rc;
+        goto fail;
+    }
+    return s;
+fail:
+    snprintf(err, errlen, "cannot start the server: %s", errstr(errno, eb, sizeof eb));
+    if (s->wake_fd >= 0) close(s->wake_fd);
+    if (s->ep_fd >= 0) close(s->ep_fd);
+    pthread_mutex_destroy(&s->err_lock);
+    free(s);
+    return NULL;
+}
+
+int hp_register(hp_server *s, uint32_t seg, uintptr_t base, uint64_t size) {
+    if (seg >= HP_MAX_SEGS) return -1;
+    hp_seg *g = &s->segs[seg];
+    if (__atomic_load_n(&g->valid, __ATOMIC_ACQUIRE))
+        return g->base == base && g->size == size ? 0 : -2;
+    g->base = base;
+    g->size = size;
+    __atomic_store_n(&g->valid, 1, __ATOMIC_RELEASE);
+    return 0;
+}
+
+void hp_stats(hp_server *s, uint64_t *out) {
+    out[0] = __atomic_load_n(&s->n_accepted, __ATOMIC_RELAXED);
+    out[1] = __atomic_load_n(&s->n_open, __ATOMIC_RELAXED);
+    out[2] = __atomic_load_n(&s->n_requests, __ATOMIC_RELAXED);
+    out[3] = __atomic_load_n(&s->n_errors, __ATOMIC_RELAXED);
+}
+
+uint64_t hp_last_error(hp_server *s, char *buf, size_t buflen) {
+    pthread_mutex_lock(&s->err_lock);
+    if (buflen) snprintf(buf, buflen, "%s", s->last_error);
+    pthread_mutex_unlock(&s->err_lock);
+    return __atomic_load_n(&s->n_errors, __ATOMIC_RELAXED);
+}
+
+void hp_destroy(hp_server *s) {
+    uint64_t one = 1;
+    ssize_t r;
+    do {
+        r = write(s->wake_fd, &one, sizeof one);
+    } while (r < 0 && errno == EINTR);
+    pthread_join(s->thread, NULL);
+    while (s->conns) conn_close(s, s->conns);
+    close(s->listen_fd);
+    close(s->wake_fd);
+    close(s->ep_fd);
+    pthread_mutex_destroy(&s->err_lock);
+    free(s);
+}

@@ -1,0 +1,70 @@
+/* vkshmem-hostproxy: the per-PE proxy server (a native thread serving peers over TCP).
+ *
+ * Wire protocol (all integers little-endian). Every request starts with a 32-byte header:
+ *
+ *   offset 0  u8   op        HP_OP_*
+ *   offset 1  u8   amo_op    AmoOp code (vkshmem.core.transport.AmoOp / _native.h), AMOs only
+ *   offset 2  u8   width     4 or 8, AMOs only
+ *   offset 3  u8   reserved  0
+ *   offset 4  u32  seg       segment id (HELLO: the client's PE)
+ *   offset 8  u64  offset    byte offset in the segment (HELLO: HP_MAGIC)
+ *   offset 16 u64  arg       PUT/GET: byte count; AMO: operand; HELLO: HP_VERSION
+ *   offset 24 u64  compare   AMO CSWAP: compare value
+ *
+ * PUT is followed by `arg` payload bytes. Replies are a 16-byte header
+ *
+ *   offset 0  i32  status    HP_OK or a negative HP_E* code
+ *   offset 4  u32  op        the op answered
+ *   offset 8  u64  value     AMO_FETCH: old value; HELLO: the server's PE
+ *
+ * followed, for a successful GET, by the `arg` requested bytes. Replies are sent for HELLO, GET,
+ * AMO_FETCH and FLUSH only. A bad request gets an error reply (whatever its op) and the
+ * connection is then dropped, so a client learns about a rejected PUT at its next reply.
+ * Requests on one connection are applied strictly in order.
+ */
+#ifndef VKSHMEM_HP_SERVER_H
+#define VKSHMEM_HP_SERVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define HP_REQ_SIZE 32
+#define HP_REP_SIZE 16
+#define HP_MAX_SEGS 256
+#define HP_ERRLEN 256
+#define HP_VERSION 1
+#define HP_MAGIC 0x316d656d68736b76ULL /* "vkshmem1" read as a little-endian u64 */
+
+#define HP_OP_HELLO 1
+#define HP_OP_PUT 2
+#define HP_OP_GET 3
+#define HP_OP_AMO 4
+#define HP_OP_AMO_FETCH 5
+#define HP_OP_FLUSH 6
+#define HP_OP_CLOSE 7
+
+#define HP_OK 0
+#define HP_EPROTO (-1)  /* unknown op, request before HELLO */
+#define HP_ESEG (-2)    /* segment id not registered */
+#define HP_EBOUNDS (-3) /* offset + length outside the segment */
+#define HP_EALIGN (-4)  /* AMO target not aligned to its width */
+#define HP_EAMO (-5)    /* AMO op or width not supported */
+#define HP_EHELLO (-6)  /* bad magic or protocol version */
+
+typedef struct hp_server hp_server;
+
+/* Start a server on an already listening socket (ownership passes on success only). After
+ * serving a request the thread polls for spin_us microseconds before sleeping (0: never
+ * polls). Returns NULL and writes a message to err on failure. */
+hp_server *hp_create(int listen_fd, int32_t my_pe, uintptr_t amo_fn, uint32_t spin_us, char *err,
+                     size_t errlen);
+/* Make segment seg reachable: 0, -1 (seg id out of range), -2 (registered differently). */
+int hp_register(hp_server *s, uint32_t seg, uintptr_t base, uint64_t size);
+/* Counters: [0] connections accepted, [1] open, [2] requests served, [3] errors recorded. */
+void hp_stats(hp_server *s, uint64_t *out);
+/* Copy the last recorded error message; returns the number of errors recorded so far. */
+uint64_t hp_last_error(hp_server *s, char *buf, size_t buflen);
+/* Stop the thread, join it, close every socket, free everything. */
+void hp_destroy(hp_server *s);
+
+#endif

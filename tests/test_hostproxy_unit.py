@@ -1,0 +1,670 @@
+"""Unit tests of the hostproxy transport, in one process over real loopback sockets.
+
+Two (or four) transports are opened by hand as the PEs of a small job, each registering
+memfd-backed segments, and exchange their address/rkey blobs through :class:`PeerInfo` as the
+core would. No mocks: every request crosses a TCP connection to a native server thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import mmap
+import os
+import random
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from vkshmem.core._native import lib as native
+
+from vkshmem.core.config import Config
+from vkshmem.core.errors import ConfigError, InvalidArgumentError, TransportError
+from vkshmem.core.plugins import load_plugins
+from vkshmem.core.transport import AmoOp, PeerInfo, SegmentInfo, TransportContext
+
+hostproxy = pytest.importorskip("vkshmem_hostproxy")
+from vkshmem_hostproxy import HostProxyTransport  # noqa: E402
+from vkshmem_hostproxy._server import lib as hp  # noqa: E402
+
+pytestmark = pytest.mark.timeout(120)
+
+SEG_SIZES = {0: 1 << 20, 1: 64 * 1024}
+REQ = struct.Struct("<BBBxIQQQ")
+REP = struct.Struct("<iIQ")
+
+
+class Segment:
+    """A memfd-backed shared mapping, as the core's host domain makes them."""
+
+    def __init__(self, seg_id: int, size: int) -> None:
+        self.fd = os.memfd_create(f"vkshmem-test-{seg_id}")
+        os.ftruncate(self.fd, size)
+        self.map = mmap.mmap(self.fd, size)
+        probe = ctypes.c_char.from_buffer(self.map)
+        self.address = ctypes.addressof(probe)
+        del probe
+        self.view = memoryview(self.map)
+        self.info = SegmentInfo(seg_id, "host", self.address, size, self.fd, self.view)
+
+    def close(self) -> None:
+        self.view.release()
+        self.map.close()
+        os.close(self.fd)
+
+
+class Job:
+    """``n`` PEs of one node, each with one hostproxy transport per rail."""
+
+    def __init__(self, n: int = 2, rails: int = 1, options: dict[str, str] | None = None,
+                 sizes: dict[int, int] | None = None) -> None:
+        self.sizes = SEG_SIZES if sizes is None else sizes
+        self.segs = [{s: Segment(s, size) for s, size in self.sizes.items()} for _ in range(n)]
+        self.t: list[list[HostProxyTransport]] = []  # [rail][pe]
+        opts = {"addr": "127.0.0.1"} if options is None else options
+        for rail in range(rails):
+            row = [HostProxyTransport(context(pe, n, rail, opts)) for pe in range(n)]
+            self.t.append(row)
+            peers = {}
+            for pe, tr in enumerate(row):
+                keys = {s: tr.register(seg.info) for s, seg in self.segs[pe].items()}
+                peers[pe] = PeerInfo(pe, "node0", True, tr.address(), keys)
+            for tr in row:
+                tr.connect(peers)
+
+    def mem(self, pe: int, seg: int = 0) -> mmap.mmap:
+        return self.segs[pe][seg].map
+
+    def close(self) -> None:
+        for row in self.t:
+            for tr in row:
+                tr.close()
+        for segs in self.segs:
+            for seg in segs.values():
+                seg.close()
+
+
+def context(pe: int, n: int, rail: int = 0, options: dict[str, str] | None = None,
+            ) -> TransportContext:
+    return TransportContext(
+        my_pe=pe, n_pes=n, rail=rail, options=dict(options or {}), node_id="node0",
+        host_address="127.0.0.1", amo_function=native.vk_amo_address(),
+    )
+
+
+@pytest.fixture
+def job() -> Iterator[Job]:
+    j = Job()
+    yield j
+    j.close()
+
+
+def amo_model(op: AmoOp, width: int, old: int, operand: int, compare: int) -> int:
+    mask = (1 << (8 * width)) - 1
+    if op is AmoOp.FETCH:
+        return old
+    if op in (AmoOp.SET, AmoOp.SWAP):
+        return operand & mask
+    if op is AmoOp.CSWAP:
+        return operand & mask if old == compare & mask else old
+    if op is AmoOp.ADD:
+        return (old + operand) & mask
+    if op is AmoOp.AND:
+        return old & operand
+    if op is AmoOp.OR:
+        return old | operand
+    return old ^ operand
+
+
+def word(m: mmap.mmap, offset: int, width: int) -> int:
+    return int.from_bytes(m[offset:offset + width], "little")
+
+
+def set_word(m: mmap.mmap, offset: int, width: int, value: int) -> None:
+    m[offset:offset + width] = value.to_bytes(width, "little")
+
+
+def fd_count() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def thread_count() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+# -- discovery -----------------------------------------------------------------------------
+
+
+def test_spec_is_registered_through_the_entry_point() -> None:
+    reg = load_plugins(Config({}))
+    spec = reg.transports["hostproxy"]
+    assert reg.origin["hostproxy"] == "vkshmem-hostproxy"
+    assert spec.factory is HostProxyTransport
+    assert spec.priority == 10
+    assert spec.reach == {"intra", "inter"}
+    assert spec.memory_kinds == {"host"}
+    assert spec.amo_ops == set(AmoOp)
+    assert spec.amo_widths == {4, 8}
+    assert spec.native_fence
+
+
+# -- RMA -----------------------------------------------------------------------------------
+
+
+def test_put_get_random(job: Job) -> None:
+    rng = random.Random(1234)
+    for _ in range(300):
+        src_pe, pe, seg = rng.randrange(2), rng.randrange(2), rng.choice(list(SEG_SIZES))
+        n = rng.choice([0, 1, 7, 8, rng.randrange(1, 5000), rng.randrange(1, 300_000)])
+        n = min(n, SEG_SIZES[seg])
+        offset = rng.randrange(0, SEG_SIZES[seg] - n + 1)
+        data = rng.randbytes(n)
+        tr = job.t[0][src_pe]
+        if rng.random() < 0.5:
+            tr.put(pe, seg, offset, memoryview(data))
+        else:
+            tr.put_nbi(pe, seg, offset, memoryview(data))
+        tr.quiet()
+        assert job.mem(pe, seg)[offset:offset + n] == data
+        out = bytearray(n)
+        tr.get(pe, seg, offset, memoryview(out))
+        assert out == data
+
+
+def test_put_source_reusable_and_get_sees_earlier_put_without_quiet(job: Job) -> None:
+    tr = job.t[0][0]
+    buf = bytearray(b"A" * 4096)
+    tr.put(1, 0, 100, memoryview(buf))
+    buf[:] = b"B" * 4096  # reusing the source must not change what was put
+    out = bytearray(4096)
+    tr.get(1, 0, 100, memoryview(out))  # same ordered stream: sees the put
+    assert out == b"A" * 4096
+
+
+def test_put_and_get_typed_memoryviews(job: Job) -> None:
+    tr = job.t[0][0]
+    src = memoryview(struct.pack("<4d", 1.0, 2.0, 3.0, 4.0)).cast("d")
+    tr.put(1, 0, 64, src)
+    dst = memoryview(bytearray(32)).cast("d")
+    tr.get(1, 0, 64, dst)
+    assert dst.tolist() == [1.0, 2.0, 3.0, 4.0]
+
+
+def test_large_transfers(job: Job) -> None:
+    tr = job.t[0][0]
+    data = random.Random(5).randbytes(SEG_SIZES[0])
+    tr.put(1, 0, 0, memoryview(data))
+    out = bytearray(len(data))
+    tr.get(1, 0, 0, memoryview(out))
+    assert out == data
+
+
+def test_concurrent_large_transfers_between_three_pes() -> None:
+    """Transfers far larger than socket buffers, from every PE to every PE at once."""
+    size = 48 << 20
+    j = Job(n=3, sizes={0: size})
+    try:
+        chunk = size // 9  # each (src, dst) pair owns one region of dst's segment
+        failures: list[BaseException] = []
+
+        def work(src: int) -> None:
+            try:
+                rng = random.Random(src)
+                for _ in range(2):
+                    for dst in range(3):
+                        data = rng.randbytes(chunk)
+                        off = chunk * (3 * src + dst)
+                        j.t[0][src].put(dst, 0, off, memoryview(data))
+                        out = bytearray(chunk)
+                        j.t[0][src].get(dst, 0, off, memoryview(out))
+                        assert out == data
+            except BaseException as exc:  # reported below
+                failures.append(exc)
+
+        threads = [threading.Thread(target=work, args=(pe,)) for pe in range(3)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        assert not failures, failures
+        assert all(tr.server_stats()["errors"] == 0 for tr in j.t[0])
+    finally:
+        j.close()
+
+
+def test_quiet_after_many_put_nbi(job: Job) -> None:
+    tr = job.t[0][0]
+    n = 20_000
+    for i in range(n):
+        tr.put_nbi(1, 0, 8 * i, memoryview(struct.pack("<Q", i + 1)))
+    tr.quiet()  # no get in between: only the FLUSH proves completion
+    mem = job.mem(1)
+    assert all(struct.unpack_from("<Q", mem, 8 * i)[0] == i + 1 for i in range(n))
+    assert job.t[0][1].server_stats()["errors"] == 0
+
+
+def test_quiet_with_nothing_outstanding(job: Job) -> None:
+    job.t[0][0].quiet()
+    job.t[0][0].fence()
+
+
+# -- AMOs ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("width", [4, 8])
+@pytest.mark.parametrize("op", list(AmoOp))
+def test_amo_fetching(job: Job, op: AmoOp, width: int) -> None:
+    rng = random.Random(op * 10 + width)
+    mask = (1 << (8 * width)) - 1
+    mem = job.mem(1)
+    for pe_from in (0, 1):  # remote and through the own server
+        tr = job.t[0][pe_from]
+        for _ in range(20):
+            offset = width * rng.randrange(0, 1000)
+            old = rng.getrandbits(8 * width)
+            operand = rng.getrandbits(8 * width)
+            compare = rng.choice([old, rng.getrandbits(8 * width)])
+            set_word(mem, offset, width, old)
+            got = tr.amo(1, 0, offset, op, width, operand, compare, True)
+            if op is not AmoOp.SET:  # SET returns nothing
+                assert got == old
+            assert word(mem, offset, width) == amo_model(op, width, old, operand, compare) & mask
+
+
+@pytest.mark.parametrize("width", [4, 8])
+@pytest.mark.parametrize("op", [op for op in AmoOp if not op.fetching_only])
+def test_amo_non_fetching(job: Job, op: AmoOp, width: int) -> None:
+    rng = random.Random(op * 100 + width)
+    mem = job.mem(1)
+    tr = job.t[0][0]
+    cases = []
+    for i in range(50):
+        old, operand = rng.getrandbits(8 * width), rng.getrandbits(8 * width)
+        set_word(mem, width * i, width, old)
+        cases.append((old, operand))
+    for i, (_, operand) in enumerate(cases):
+        assert tr.amo(1, 0, width * i, op, width, operand, 0, False) == 0
+    tr.quiet()
+    for i, (old, operand) in enumerate(cases):
+        assert word(mem, width * i, width) == amo_model(op, width, old, operand, 0)
+
+
+@pytest.mark.parametrize("width", [4, 8])
+def test_compare_swap_success_and_failure(job: Job, width: int) -> None:
+    tr, mem = job.t[0][0], job.mem(1)
+    set_word(mem, 256, width, 41)
+    assert tr.amo(1, 0, 256, AmoOp.CSWAP, width, 99, 40, True) == 41  # fails
+    assert word(mem, 256, width) == 41
+    assert tr.amo(1, 0, 256, AmoOp.CSWAP, width, 99, 41, True) == 41  # succeeds
+    assert word(mem, 256, width) == 99
+
+
+def test_amo_operands_are_masked_to_the_width(job: Job) -> None:
+    tr, mem = job.t[0][0], job.mem(1)
+    set_word(mem, 0, 8, 0)
+    tr.amo(1, 0, 0, AmoOp.ADD, 4, (1 << 40) + 5, 0, True)
+    assert word(mem, 0, 8) == 5  # the upper word is untouched
+
+
+def test_concurrent_fetch_add_from_threads_and_lazy_connect(job: Job) -> None:
+    tr, mem = job.t[0][0], job.mem(1)
+    set_word(mem, 512, 8, 0)
+    barrier = threading.Barrier(8)
+    seen: list[int] = []
+
+    def work() -> None:
+        barrier.wait()  # all race to open the first connection
+        seen.extend(tr.amo(1, 0, 512, AmoOp.ADD, 8, 1, 0, True) for _ in range(500))
+
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert word(mem, 512, 8) == 4000
+    assert sorted(seen) == list(range(4000))
+    assert job.t[0][1].server_stats()["accepted"] == 1  # one connection despite the race
+
+
+def test_two_rails_coexist_and_amos_are_atomic_across_them() -> None:
+    j = Job(n=2, rails=2)
+    try:
+        mem = j.mem(1)
+        set_word(mem, 64, 8, 0)
+
+        def work(rail: int, pe: int) -> None:
+            for _ in range(1000):
+                j.t[rail][pe].amo(1, 0, 64, AmoOp.ADD, 8, 1, 0, bool(rail))
+            j.t[rail][pe].quiet()
+
+        threads = [threading.Thread(target=work, args=(r, p)) for r in (0, 1) for p in (0, 1)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        assert word(mem, 64, 8) == 4000
+        assert j.t[0][1].listen_address != j.t[1][1].listen_address
+    finally:
+        j.close()
+
+
+# -- bad requests --------------------------------------------------------------------------
+
+
+def test_client_rejects_out_of_bounds_before_sending(job: Job) -> None:
+    tr, mem = job.t[0][0], job.mem(1)
+    size = SEG_SIZES[0]
+    mem[size - 16:] = b"\x5a" * 16
+    with pytest.raises(InvalidArgumentError, match="outside segment 0 of PE 1"):
+        tr.put(1, 0, size - 4, memoryview(b"12345678"))
+    with pytest.raises(InvalidArgumentError):
+        tr.get(1, 0, size, memoryview(bytearray(1)))
+    with pytest.raises(InvalidArgumentError):
+        tr.put(1, 0, -1, memoryview(b"x"))
+    with pytest.raises(InvalidArgumentError, match="no segment 7"):
+        tr.put(1, 7, 0, memoryview(b"x"))
+    with pytest.raises(InvalidArgumentError):
+        tr.amo(1, 0, size, AmoOp.ADD, 8, 1, 0, True)
+    with pytest.raises(InvalidArgumentError, match="aligned"):
+        tr.amo(1, 0, 6, AmoOp.ADD, 8, 1, 0, True)
+    with pytest.raises(InvalidArgumentError, match="width"):
+        tr.amo(1, 0, 0, AmoOp.ADD, 2, 1, 0, True)
+    tr.quiet()
+    assert mem[size - 16:] == b"\x5a" * 16
+    tr.put(1, 0, 0, memoryview(b"still ok"))  # the connection is still usable
+    tr.quiet()
+    assert mem[:8] == b"still ok"
+
+
+def raw_connect(tr: HostProxyTransport, hello: bool = True) -> socket.socket:
+    sock = socket.create_connection(tr.listen_address, timeout=10)
+    if hello:
+        sock.sendall(REQ.pack(hp.HP_OP_HELLO, 0, 0, 0, hp.HP_MAGIC, hp.HP_VERSION, 0))
+        status, _, value = REP.unpack(recv_exact(sock, REP.size))
+        assert (status, value) == (0, 1)
+    return sock
+
+
+def recv_exact(sock: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+BAD_REQUESTS = [
+    ("put past the end", REQ.pack(hp.HP_OP_PUT, 0, 0, 0, SEG_SIZES[0] - 4, 8, 0) + b"X" * 8,
+     hp.HP_EBOUNDS),
+    ("put with wrapping offset", REQ.pack(hp.HP_OP_PUT, 0, 0, 0, 2**64 - 8, 16, 0) + b"X" * 16,
+     hp.HP_EBOUNDS),
+    ("put of a huge length", REQ.pack(hp.HP_OP_PUT, 0, 0, 0, 8, 2**64 - 1, 0) + b"X" * 64,
+     hp.HP_EBOUNDS),
+    ("put to an unknown segment", REQ.pack(hp.HP_OP_PUT, 0, 0, 9, 0, 8, 0) + b"X" * 8,
+     hp.HP_ESEG),
+    ("put to a huge segment id", REQ.pack(hp.HP_OP_PUT, 0, 0, 2**32 - 1, 0, 8, 0) + b"X" * 8,
+     hp.HP_ESEG),
+    ("get past the end", REQ.pack(hp.HP_OP_GET, 0, 0, 1, SEG_SIZES[1], 1, 0), hp.HP_EBOUNDS),
+    ("amo past the end", REQ.pack(hp.HP_OP_AMO, AmoOp.SET, 8, 0, SEG_SIZES[0], 1, 0),
+     hp.HP_EBOUNDS),
+    ("misaligned amo", REQ.pack(hp.HP_OP_AMO_FETCH, AmoOp.ADD, 8, 0, 4, 1, 0), hp.HP_EALIGN),
+    ("amo of width 2", REQ.pack(hp.HP_OP_AMO, AmoOp.SET, 2, 0, 0, 1, 0), hp.HP_EAMO),
+    ("unknown amo op", REQ.pack(hp.HP_OP_AMO, 99, 8, 0, 0, 1, 0), hp.HP_EAMO),
+    ("unknown op", REQ.pack(200, 0, 0, 0, 0, 0, 0), hp.HP_EPROTO),
+]
+
+
+@pytest.mark.parametrize("what,request_bytes,status", BAD_REQUESTS,
+                         ids=[b[0] for b in BAD_REQUESTS])
+def test_server_rejects_bad_requests_without_touching_memory(
+    job: Job, what: str, request_bytes: bytes, status: int,
+) -> None:
+    target = job.t[0][1]
+    for seg in job.segs[1].values():
+        seg.map[:] = b"\xa5" * len(seg.map)
+    errors_before = target.server_stats()["errors"]
+    with contextlib.closing(raw_connect(target)) as sock:
+        sock.sendall(request_bytes)
+        reply = recv_exact(sock, REP.size)
+        assert REP.unpack(reply)[0] == status
+        assert recv_exact(sock, 1) == b""  # and the connection is dropped
+    for seg in job.segs[1].values():
+        assert seg.map[:] == b"\xa5" * len(seg.map)
+    stats = target.server_stats()
+    assert stats["errors"] == errors_before + 1
+    assert "rejected a request from PE 0" in stats["last_error"]
+    # the server still serves well-behaved peers
+    job.t[0][0].put(1, 0, 0, memoryview(b"fine"))
+    job.t[0][0].quiet()
+    assert job.mem(1)[:4] == b"fine"
+
+
+def test_server_rejects_requests_before_hello_and_bad_hello(job: Job) -> None:
+    target = job.t[0][1]
+    with contextlib.closing(raw_connect(target, hello=False)) as sock:
+        sock.sendall(REQ.pack(hp.HP_OP_GET, 0, 0, 0, 0, 8, 0))
+        assert REP.unpack(recv_exact(sock, REP.size))[0] == hp.HP_EPROTO
+    with contextlib.closing(raw_connect(target, hello=False)) as sock:
+        sock.sendall(REQ.pack(hp.HP_OP_HELLO, 0, 0, 0, 12345, hp.HP_VERSION, 0))
+        assert REP.unpack(recv_exact(sock, REP.size))[0] == hp.HP_EHELLO
+    assert target.server_stats()["errors"] == 2
+
+
+def test_rejected_put_is_reported_at_the_next_quiet(job: Job) -> None:
+    # A client that believes PE 1's segment is larger than it is (a corrupted rkey).
+    real = SEG_SIZES[1]
+    tr = HostProxyTransport(context(0, 2, options={"addr": "127.0.0.1"}))
+    try:
+        liar = PeerInfo(1, "node0", True, job.t[0][1].address(),
+                        {1: struct.pack("<IQ", 1, 2 * real)})
+        tr.connect({1: liar})
+        job.mem(1, 1)[:] = b"\x00" * real
+        tr.put(1, 1, real - 2, memoryview(b"overflow"))  # the server must refuse it
+        with pytest.raises(TransportError, match=r"PE 1 at 127\.0\.0\.1:\d+.*outside the "
+                                                 r"registered segment"):
+            tr.quiet()
+        assert job.mem(1, 1)[:] == b"\x00" * real
+        with pytest.raises(TransportError, match="PE 1"):  # the connection stays broken
+            tr.get(1, 1, 0, memoryview(bytearray(8)))
+    finally:
+        tr.close()
+
+
+# -- progress without the target -----------------------------------------------------------
+
+BUSY_TARGET = """
+import ctypes, json, mmap, os, sys, time
+from vkshmem.core._native import lib
+from vkshmem.core.transport import SegmentInfo, TransportContext
+from vkshmem_hostproxy import HostProxyTransport
+
+fd = os.memfd_create("busy")
+os.ftruncate(fd, 4096)
+m = mmap.mmap(fd, 4096)
+probe = ctypes.c_char.from_buffer(m)
+address = ctypes.addressof(probe)
+del probe
+t = HostProxyTransport(TransportContext(1, 2, 0, {"addr": "127.0.0.1"}, "node0", "127.0.0.1",
+                                        lib.vk_amo_address()))
+key = t.register(SegmentInfo(0, "host", address, 4096, fd, memoryview(m)))
+print(json.dumps({"address": t.address().decode(), "key": key.hex()}), flush=True)
+stop, deadline, spins = sys.argv[1], time.monotonic() + 60, 0
+while not os.path.exists(stop) and time.monotonic() < deadline:
+    for _ in range(10000):  # pure Python holding the GIL, never calling the transport
+        spins += 1
+print(m[:16].hex(), flush=True)
+t.close()
+"""
+
+
+def test_serves_a_busy_target_process(tmp_path: Path) -> None:
+    """The target PE spins in pure Python (holding its GIL); its server still answers."""
+    stop = tmp_path / "stop"
+    child = subprocess.Popen([sys.executable, "-c", BUSY_TARGET, str(stop)],
+                             stdout=subprocess.PIPE, text=True)
+    tr = HostProxyTransport(context(0, 2, options={"addr": "127.0.0.1"}))
+    try:
+        assert child.stdout is not None
+        info = json.loads(child.stdout.readline())
+        tr.connect({1: PeerInfo(1, "node0", True, info["address"].encode(),
+                                {0: bytes.fromhex(info["key"])})})
+        tr.put(1, 0, 0, memoryview(b"busy PE"))
+        start = time.perf_counter()
+        for _ in range(200):
+            tr.amo(1, 0, 8, AmoOp.ADD, 8, 1, 0, True)
+        per_op = (time.perf_counter() - start) / 200
+        out = bytearray(7)
+        tr.get(1, 0, 0, memoryview(out))
+        assert out == b"busy PE"
+        # Needing the target's GIL would cost about a 5 ms switch interval per operation.
+        assert per_op < 0.002, f"{per_op * 1e3:.2f} ms per fetch-add"
+    finally:
+        tr.close()
+        stop.touch()
+        final = child.communicate(timeout=60)[0].split()
+    assert child.returncode == 0
+    assert bytes.fromhex(final[-1]) == b"busy PE\0" + (200).to_bytes(8, "little")
+
+
+# -- failures and lifetime -----------------------------------------------------------------
+
+
+def test_dead_peer_raises_naming_it(job: Job) -> None:
+    tr = job.t[0][0]
+    tr.get(1, 0, 0, memoryview(bytearray(8)))  # connection open
+    host, port = job.t[0][1].listen_address
+    job.t[0][1].close()
+    old = signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # writing to the dead peer must not kill
+    try:
+        with pytest.raises(TransportError, match=rf"PE 1 at {host}:{port}") as info:
+            for _ in range(100):  # the first puts may still fit in the socket buffer
+                tr.put(1, 0, 0, memoryview(b"x" * 4096))
+            tr.quiet()
+    finally:
+        signal.signal(signal.SIGPIPE, old)
+    assert info.value.transport == "hostproxy"
+    with pytest.raises(TransportError, match="PE 1"):
+        tr.get(1, 0, 0, memoryview(bytearray(8)))
+
+
+def test_unresponsive_peer_times_out() -> None:
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)  # accepts (in the kernel) but never answers
+    tr = HostProxyTransport(context(0, 2, options={"addr": "127.0.0.1", "timeout": "0.3"}))
+    try:
+        port = listener.getsockname()[1]
+        blob = json.dumps({"host": "127.0.0.1", "port": port}).encode()
+        tr.connect({1: PeerInfo(1, "node0", True, blob, {0: struct.pack("<IQ", 0, 4096)})})
+        start = time.monotonic()
+        with pytest.raises(TransportError, match=r"no progress for 0\.3 s"):
+            tr.get(1, 0, 0, memoryview(bytearray(8)))
+        assert time.monotonic() - start < 5
+    finally:
+        tr.close()
+        listener.close()
+
+
+def test_unreachable_pe(job: Job) -> None:
+    with pytest.raises(TransportError, match="PE 5 is not reachable"):
+        job.t[0][0].put(5, 0, 0, memoryview(b"x"))
+
+
+def test_close_twice_no_leaked_threads_or_fds() -> None:
+    fds, threads = fd_count(), thread_count()
+    j = Job(n=3)
+    for src in range(3):
+        for dst in range(3):
+            j.t[0][src].put(dst, 0, 0, memoryview(b"abc"))
+            j.t[0][src].get(dst, 0, 0, memoryview(bytearray(3)))
+        j.t[0][src].quiet()
+    assert thread_count() == threads + 3
+    j.close()
+    for tr in j.t[0]:
+        tr.close()  # second close is a no-op
+        with pytest.raises(TransportError):
+            tr.put(1, 0, 0, memoryview(b"x"))
+    assert fd_count() == fds
+    assert thread_count() == threads
+
+
+def test_close_after_failed_peer_releases_everything() -> None:
+    fds, threads = fd_count(), thread_count()
+    j = Job(n=2)
+    j.t[0][0].get(1, 0, 0, memoryview(bytearray(8)))
+    j.t[0][1].close()
+    with contextlib.suppress(TransportError):
+        j.t[0][0].get(1, 0, 0, memoryview(bytearray(8)))
+    j.close()
+    assert (fd_count(), thread_count()) == (fds, threads)
+
+
+# -- options -------------------------------------------------------------------------------
+
+
+def test_options_are_validated() -> None:
+    with pytest.raises(ConfigError, match=r"VKSHMEM_RAIL3.*unknown option"):
+        HostProxyTransport(context(0, 1, rail=3, options={"bogus": "1"}))
+    with pytest.raises(ConfigError, match="port="):
+        HostProxyTransport(context(0, 1, options={"port": "70000"}))
+    with pytest.raises(ConfigError, match="timeout="):
+        HostProxyTransport(context(0, 1, options={"timeout": "-1"}))
+    with pytest.raises(ConfigError, match="spin="):
+        HostProxyTransport(context(0, 1, options={"spin": "x"}))
+
+
+def test_fixed_port_and_wildcard_address() -> None:
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+    tr = HostProxyTransport(context(0, 1, options={"addr": "127.0.0.1", "port": str(port)}))
+    try:
+        assert json.loads(tr.address()) == {"host": "127.0.0.1", "port": port}
+    finally:
+        tr.close()
+    tr = HostProxyTransport(context(0, 1, options={"addr": "0.0.0.0"}))
+    try:  # a wildcard bind advertises the host address the core gave
+        assert json.loads(tr.address())["host"] == "127.0.0.1"
+    finally:
+        tr.close()
+
+
+def test_spin_option_serves_requests() -> None:
+    j = Job(options={"addr": "127.0.0.1", "spin": "50"})
+    try:
+        j.t[0][0].put(1, 0, 0, memoryview(b"spin"))
+        assert j.t[0][0].amo(1, 0, 0, AmoOp.FETCH, 4, 0, 0, True) == int.from_bytes(
+            b"spin", "little")
+    finally:
+        j.close()
+
+
+def test_only_host_memory_can_be_registered() -> None:
+    tr = HostProxyTransport(context(0, 1, options={"addr": "127.0.0.1"}))
+    try:
+        seg = Segment(0, 4096)
+        try:
+            gpu = SegmentInfo(0, "opaque_fd", seg.address, 4096, seg.fd, seg.view)
+            with pytest.raises(TransportError, match="host memory only"):
+                tr.register(gpu)
+            with pytest.raises(TransportError, match="out of range"):
+                tr.register(SegmentInfo(hp.HP_MAX_SEGS, "host", seg.address, 4096, seg.fd,
+                                        seg.view))
+            tr.register(seg.info)
+            tr.register(seg.info)  # the same memory again is fine
+        finally:
+            tr.close()
+            seg.close()
+    finally:
+        tr.close()
