@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 
@@ -23,7 +24,7 @@ def test_offsets_are_aligned_and_disjoint() -> None:
         assert off % MIN_ALIGN == 0
         blocks.append((off, a.block_size(off)))
     blocks.sort()
-    for (o1, s1), (o2, _) in zip(blocks, blocks[1:]):
+    for (o1, s1), (o2, _) in itertools.pairwise(blocks):
         assert o1 + s1 <= o2
 
 

@@ -72,7 +72,7 @@ def test_two_hosts_over_hostproxy(two_hosts: tuple[str, str], script: str) -> No
             for q in procs:
                 q.kill()
             pytest.fail(f"{script} on two hosts timed out")
-    for p, out in zip(procs, outs):
+    for p, out in zip(procs, outs, strict=True):
         assert p.returncode == 0, out
         assert f"{script} ok" in out, out
         # different nodes: the peer is reached through hostproxy, only the PE itself through shm
