@@ -13,6 +13,7 @@ import mmap
 import os
 import random
 import struct
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,8 +25,9 @@ from vkshmem.core.errors import ConfigError, InvalidArgumentError, TransportErro
 from vkshmem.core.plugins import load_plugins
 from vkshmem.core.transport import AmoOp, PeerInfo, SegmentInfo, TransportContext
 
-example = pytest.importorskip("vkshmem_example_transport")
-from vkshmem_example_transport import ExampleTransport  # noqa: E402
+# Pure Python: its unit tests import it from its folder (test_plugins.py pip-installs it).
+sys.path.insert(0, str(Path(__file__).parent.parent / "examples" / "example-transport"))
+from vkshmem_example_transport import ExampleTransport
 
 pytestmark = pytest.mark.timeout(60)
 

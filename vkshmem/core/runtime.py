@@ -180,19 +180,21 @@ class Runtime:
 
     def _open_rails(self) -> None:
         cfg = self.config
+        specs = self.registry.transports
+        candidates = self._candidates()  # validates VKSHMEM_TRANSPORTS
+        for rs in cfg.rails:
+            if rs.transport not in specs:
+                raise ConfigError(f"VKSHMEM_RAIL{rs.index}",
+                                  f"no installed plugin provides transport {rs.transport!r} "
+                                  f"(installed: {', '.join(sorted(specs)) or 'none'})")
+            if cfg.transports and rs.transport not in cfg.transports:
+                raise ConfigError(f"VKSHMEM_RAIL{rs.index}",
+                                  f"{rs.transport!r} is not in VKSHMEM_TRANSPORTS")
         needed = not cfg.shm or len(self.node_pes) < self.n_pes
         if not needed:
             return  # every peer is reached by the shm path (decided alike on every PE)
         if cfg.rails:
-            specs = self.registry.transports
             for rs in cfg.rails:
-                if rs.transport not in specs:
-                    raise ConfigError(f"VKSHMEM_RAIL{rs.index}",
-                                      f"no installed plugin provides transport {rs.transport!r} "
-                                      f"(installed: {', '.join(sorted(specs)) or 'none'})")
-                if cfg.transports and rs.transport not in cfg.transports:
-                    raise ConfigError(f"VKSHMEM_RAIL{rs.index}",
-                                      f"{rs.transport!r} is not in VKSHMEM_TRANSPORTS")
                 rail = _Rail(rs.index, rs)
                 t = self._open(specs[rs.transport], rs.index, dict(rs.options), named=True)
                 rail.transports.append(t)  # type: ignore[arg-type]
@@ -200,7 +202,7 @@ class Runtime:
         else:
             rail = _Rail(0, None)
             named = bool(cfg.transports)
-            for spec in self._candidates():
+            for spec in candidates:
                 t = self._open(spec, 0, {}, named)
                 if t is not None:
                     rail.transports.append(t)
