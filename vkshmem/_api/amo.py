@@ -16,7 +16,7 @@ from ..core._native import ffi, lib
 from ..core.errors import InvalidArgumentError
 from ..core.transport import AmoOp
 from . import state
-from .args import check_pe, locate
+from .args import locate, resolve
 
 __all__ = [
     "atomic_add", "atomic_and", "atomic_compare_swap", "atomic_fetch", "atomic_fetch_add",
@@ -90,7 +90,7 @@ def _word(target: np.ndarray, ints_only: bool, what: str) -> tuple[_Kind, int, i
 
 
 def _amo(target: np.ndarray, pe: int, op: AmoOp, value: Any, cond: Any, fetch: bool,
-         ints_only: bool, what: str) -> Any:
+         ints_only: bool, what: str, ctx: Any) -> Any:
     rt = state.rt
     try:
         kind = _KINDS[target.dtype]
@@ -98,11 +98,10 @@ def _amo(target: np.ndarray, pe: int, op: AmoOp, value: Any, cond: Any, fetch: b
         kind = None
     if kind is None or target.size != 1 or (ints_only and not kind.is_int):
         _word(target, ints_only, what)  # raises the precise error
-    pe = check_pe(pe)
     enc = kind.encode
     operand = enc(value)
     compare = enc(cond) if op == _CSWAP else 0
-    t = rt.route_transport[pe]
+    pe, t = resolve(ctx, pe)
     if t is rt.shm:  # the shm fast path: resolve and apply in one native call
         u = lib.vk_direct_amo(ffi.from_buffer(target), pe, op, kind.width, operand, compare)
         if u != _SENTINEL or lib.vk_last_error() == 0:
@@ -114,73 +113,73 @@ def _amo(target: np.ndarray, pe: int, op: AmoOp, value: Any, cond: Any, fetch: b
 
 def atomic_fetch(source: np.ndarray, pe: int, ctx: Any = None) -> Any:
     """Return the value of one-element ``source`` on ``pe``, read atomically."""
-    return _amo(source, pe, AmoOp.FETCH, 0, 0, True, False, "atomic_fetch")
+    return _amo(source, pe, AmoOp.FETCH, 0, 0, True, False, "atomic_fetch", ctx)
 
 
 def atomic_set(target: np.ndarray, value: Any, pe: int, ctx: Any = None) -> None:
     """Atomically write ``value`` into ``target`` on ``pe``."""
-    _amo(target, pe, AmoOp.SET, value, 0, False, False, "atomic_set")
+    _amo(target, pe, AmoOp.SET, value, 0, False, False, "atomic_set", ctx)
 
 
 def atomic_swap(target: np.ndarray, value: Any, pe: int, ctx: Any = None) -> Any:
     """Write ``value`` into ``target`` on ``pe``; return the prior value."""
-    return _amo(target, pe, AmoOp.SWAP, value, 0, True, False, "atomic_swap")
+    return _amo(target, pe, AmoOp.SWAP, value, 0, True, False, "atomic_swap", ctx)
 
 
 def atomic_compare_swap(target: np.ndarray, cond: Any, value: Any, pe: int,
                         ctx: Any = None) -> Any:
     """Write ``value`` into ``target`` on ``pe`` if it equals ``cond``; return the prior value."""
-    return _amo(target, pe, AmoOp.CSWAP, value, cond, True, True, "atomic_compare_swap")
+    return _amo(target, pe, AmoOp.CSWAP, value, cond, True, True, "atomic_compare_swap", ctx)
 
 
 def atomic_inc(target: np.ndarray, pe: int, ctx: Any = None) -> None:
     """Atomically add 1 to ``target`` on ``pe``."""
-    _amo(target, pe, AmoOp.ADD, 1, 0, False, True, "atomic_inc")
+    _amo(target, pe, AmoOp.ADD, 1, 0, False, True, "atomic_inc", ctx)
 
 
 def atomic_fetch_inc(target: np.ndarray, pe: int, ctx: Any = None) -> Any:
     """Atomically add 1 to ``target`` on ``pe``; return the prior value."""
-    return _amo(target, pe, AmoOp.ADD, 1, 0, True, True, "atomic_fetch_inc")
+    return _amo(target, pe, AmoOp.ADD, 1, 0, True, True, "atomic_fetch_inc", ctx)
 
 
 def atomic_add(target: np.ndarray, value: Any, pe: int, ctx: Any = None) -> None:
     """Atomically add ``value`` to ``target`` on ``pe``."""
-    _amo(target, pe, AmoOp.ADD, value, 0, False, True, "atomic_add")
+    _amo(target, pe, AmoOp.ADD, value, 0, False, True, "atomic_add", ctx)
 
 
 def atomic_fetch_add(target: np.ndarray, value: Any, pe: int, ctx: Any = None) -> Any:
     """Atomically add ``value`` to ``target`` on ``pe``; return the prior value."""
-    return _amo(target, pe, AmoOp.ADD, value, 0, True, True, "atomic_fetch_add")
+    return _amo(target, pe, AmoOp.ADD, value, 0, True, True, "atomic_fetch_add", ctx)
 
 
 def atomic_and(target: np.ndarray, value: Any, pe: int, ctx: Any = None) -> None:
     """Atomic bitwise AND of ``target`` on ``pe`` with ``value``."""
-    _amo(target, pe, AmoOp.AND, value, 0, False, True, "atomic_and")
+    _amo(target, pe, AmoOp.AND, value, 0, False, True, "atomic_and", ctx)
 
 
 def atomic_fetch_and(target: np.ndarray, value: Any, pe: int, ctx: Any = None) -> Any:
     """Atomic bitwise AND; return the prior value."""
-    return _amo(target, pe, AmoOp.AND, value, 0, True, True, "atomic_fetch_and")
+    return _amo(target, pe, AmoOp.AND, value, 0, True, True, "atomic_fetch_and", ctx)
 
 
 def atomic_or(target: np.ndarray, value: Any, pe: int, ctx: Any = None) -> None:
     """Atomic bitwise OR of ``target`` on ``pe`` with ``value``."""
-    _amo(target, pe, AmoOp.OR, value, 0, False, True, "atomic_or")
+    _amo(target, pe, AmoOp.OR, value, 0, False, True, "atomic_or", ctx)
 
 
 def atomic_fetch_or(target: np.ndarray, value: Any, pe: int, ctx: Any = None) -> Any:
     """Atomic bitwise OR; return the prior value."""
-    return _amo(target, pe, AmoOp.OR, value, 0, True, True, "atomic_fetch_or")
+    return _amo(target, pe, AmoOp.OR, value, 0, True, True, "atomic_fetch_or", ctx)
 
 
 def atomic_xor(target: np.ndarray, value: Any, pe: int, ctx: Any = None) -> None:
     """Atomic bitwise XOR of ``target`` on ``pe`` with ``value``."""
-    _amo(target, pe, AmoOp.XOR, value, 0, False, True, "atomic_xor")
+    _amo(target, pe, AmoOp.XOR, value, 0, False, True, "atomic_xor", ctx)
 
 
 def atomic_fetch_xor(target: np.ndarray, value: Any, pe: int, ctx: Any = None) -> Any:
     """Atomic bitwise XOR; return the prior value."""
-    return _amo(target, pe, AmoOp.XOR, value, 0, True, True, "atomic_fetch_xor")
+    return _amo(target, pe, AmoOp.XOR, value, 0, True, True, "atomic_fetch_xor", ctx)
 
 
 _OPS = {"set": AmoOp.SET, "inc": AmoOp.ADD, "add": AmoOp.ADD, "and": AmoOp.AND,
@@ -199,7 +198,7 @@ def _op(op: Any) -> tuple[AmoOp, bool]:
 def atomic_op(target: np.ndarray, value: Any, op: Any, pe: int, ctx: Any = None) -> None:
     """Apply AMO ``op`` (``AMO`` member or its name) with ``value`` to ``target`` on ``pe``."""
     code, inc = _op(op)
-    _amo(target, pe, code, 1 if inc else value, 0, False, code != AmoOp.SET, "atomic_op")
+    _amo(target, pe, code, 1 if inc else value, 0, False, code != AmoOp.SET, "atomic_op", ctx)
 
 
 def atomic_fetch_op(target: np.ndarray, value: Any, op: Any, pe: int, ctx: Any = None) -> Any:
@@ -208,4 +207,4 @@ def atomic_fetch_op(target: np.ndarray, value: Any, op: Any, pe: int, ctx: Any =
     if code == AmoOp.SET:
         code = AmoOp.SWAP
     return _amo(target, pe, code, 1 if inc else value, 0, True, code != AmoOp.SWAP,
-                "atomic_fetch_op")
+                "atomic_fetch_op", ctx)

@@ -14,7 +14,8 @@ from ..core._native import ffi, lib
 from ..core.errors import InvalidArgumentError
 from . import state
 
-__all__ = ["check_pe", "contiguous", "count_of", "element_count", "locate", "same_dtype"]
+__all__ = ["check_pe", "contiguous", "count_of", "element_count", "locate", "resolve",
+           "same_dtype"]
 
 _MASK48 = (1 << 48) - 1
 
@@ -100,3 +101,16 @@ def element_count(size: Any, *limits: int) -> int:
         if n > limit:
             raise InvalidArgumentError(f"size {n} is larger than a buffer of {limit} elements")
     return n
+
+
+
+def resolve(ctx: Any, pe: Any) -> tuple[int, Any]:
+    """``(world PE, transport)`` for operation on ``pe`` in context ``ctx``.
+
+    ``ctx=None`` is the default context (``pe`` is a world PE). A context made from a team
+    takes team-relative PE numbers and carries its own endpoints (``Ctx.target``).
+    """
+    if ctx is None:
+        pe = check_pe(pe)
+        return pe, state.rt.route_transport[pe]
+    return ctx.target(pe)

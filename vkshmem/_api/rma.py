@@ -14,7 +14,7 @@ import numpy as np
 from ..core._native import ffi, lib
 from ..core.errors import InvalidArgumentError
 from . import state
-from .args import check_pe, contiguous, count_of, element_count, locate, same_dtype
+from .args import contiguous, count_of, element_count, locate, resolve, same_dtype
 
 __all__ = ["get", "get_nbi", "iget", "iput", "put", "put_nbi"]
 
@@ -50,8 +50,7 @@ def put(target: np.ndarray, source: np.ndarray, pe: int, size: int | None = None
     dt = same_dtype(target, source)
     n = count_of(target, source, size)
     nbytes = n * dt.itemsize
-    pe = check_pe(pe)
-    t = rt.route_transport[pe]
+    pe, t = resolve(ctx, pe)
     if t is rt.shm and target.flags.c_contiguous and source.flags.c_contiguous and \
             lib.vk_direct_put(ffi.from_buffer(target), ffi.from_buffer(source), nbytes, pe) == 0:
         return  # the shm fast path: one native call
@@ -62,13 +61,12 @@ def put(target: np.ndarray, source: np.ndarray, pe: int, size: int | None = None
 def put_nbi(target: np.ndarray, source: np.ndarray, pe: int, size: int | None = None,
             ctx: Any = None) -> None:
     """Start a put; ``source`` must not change before the next ``quiet``."""
-    rt = state.rt
     dt = same_dtype(target, source)
     n = count_of(target, source, size)
     nbytes = n * dt.itemsize
     seg, off = _sym(target, nbytes, "put_nbi target")
-    pe = check_pe(pe)
-    rt.route_transport[pe].put_nbi(pe, seg, off, _src_bytes(source, n, nbytes))
+    pe, t = resolve(ctx, pe)
+    t.put_nbi(pe, seg, off, _src_bytes(source, n, nbytes))
 
 
 def get(target: np.ndarray, source: np.ndarray, pe: int, size: int | None = None,
@@ -78,8 +76,7 @@ def get(target: np.ndarray, source: np.ndarray, pe: int, size: int | None = None
     dt = same_dtype(target, source)
     n = count_of(target, source, size)
     nbytes = n * dt.itemsize
-    pe = check_pe(pe)
-    t = rt.route_transport[pe]
+    pe, t = resolve(ctx, pe)
     flags = target.flags
     if t is rt.shm and flags.c_contiguous and flags.writeable and source.flags.c_contiguous \
             and lib.vk_direct_get(ffi.from_buffer(target, require_writable=True),
@@ -91,7 +88,7 @@ def get(target: np.ndarray, source: np.ndarray, pe: int, size: int | None = None
         t.get(pe, seg, off, dst)
         return
     tmp = np.empty(n, dt)
-    rt.route_transport[pe].get(pe, seg, off, memoryview(tmp).cast("B"))
+    t.get(pe, seg, off, memoryview(tmp).cast("B"))
     target.flat[:n] = tmp
 
 
@@ -99,17 +96,16 @@ def get_nbi(target: np.ndarray, source: np.ndarray, pe: int, size: int | None = 
             ctx: Any = None) -> None:
     """Start a get; ``target`` is filled by the next ``quiet`` (a non-contiguous ``target``
     is filled before this returns)."""
-    rt = state.rt
     dt = same_dtype(target, source)
     n = count_of(target, source, size)
     nbytes = n * dt.itemsize
     seg, off = _sym(source, nbytes, "get_nbi source")
-    pe = check_pe(pe)
+    pe, t = resolve(ctx, pe)
     dst = _dst_bytes(target, nbytes)
     if dst is None:
-        get(target, source, pe, n)
+        get(target, source, pe, n)  # pe is a world PE now
         return
-    rt.route_transport[pe].get_nbi(pe, seg, off, dst)
+    t.get_nbi(pe, seg, off, dst)
 
 
 def _strided_count(target: np.ndarray, source: np.ndarray, tst: int, sst: int,
@@ -137,16 +133,15 @@ def iput(target: np.ndarray, source: np.ndarray, pe: int, tst: int = 1, sst: int
     isz = dt.itemsize
     span = (n - 1) * tst + 1
     seg, off = _sym(target, span * isz, "iput target")
-    pe = check_pe(pe)
+    pe, t = resolve(ctx, pe)
     src = np.ascontiguousarray(source.reshape(-1)[::sst][:n])
     if tst == 1:
-        rt.route_transport[pe].put(pe, seg, off, memoryview(src).cast("B"))
+        t.put(pe, seg, off, memoryview(src).cast("B"))
         return
-    peer = rt.peer_buffer(pe, seg)
+    peer = rt.peer_buffer(pe, seg) if t is rt.shm else None
     if peer is not None:
         np.ndarray((n,), dt, buffer=peer, offset=off, strides=(tst * isz,))[...] = src
         return
-    t = rt.route_transport[pe]
     mv = memoryview(src).cast("B")
     for i in range(n):
         t.put(pe, seg, off + i * tst * isz, mv[i * isz:(i + 1) * isz])
@@ -156,7 +151,6 @@ def iget(target: np.ndarray, source: np.ndarray, pe: int, tst: int = 1, sst: int
          size: int | None = None, ctx: Any = None) -> None:
     """Strided get: element ``i*sst`` of symmetric ``source`` on ``pe`` goes to element
     ``i*tst`` of local ``target``, for ``size`` elements."""
-    rt = state.rt
     dt = same_dtype(target, source)
     n = _strided_count(target, source, tst, sst, size)
     if n == 0:
@@ -165,7 +159,7 @@ def iget(target: np.ndarray, source: np.ndarray, pe: int, tst: int = 1, sst: int
         raise InvalidArgumentError("iget target is read-only")
     span = (n - 1) * sst + 1
     seg, off = _sym(source, span * dt.itemsize, "iget source")
-    pe = check_pe(pe)
+    pe, t = resolve(ctx, pe)
     tmp = np.empty(span, dt)
-    rt.route_transport[pe].get(pe, seg, off, memoryview(tmp).cast("B"))
+    t.get(pe, seg, off, memoryview(tmp).cast("B"))
     target.flat[0:(n - 1) * tst + 1:tst] = tmp[::sst]
