@@ -30,13 +30,20 @@ __all__ = [
 
 
 def fence(ctx: Any = None) -> None:
-    """Operations to each PE issued before ``fence`` are delivered before later ones."""
-    state.rt.fence()
+    """Operations to each PE issued (on ``ctx``) before ``fence`` are delivered before later
+    ones."""
+    if ctx is None:
+        state.rt.fence()
+    else:
+        ctx.fence()
 
 
 def quiet(ctx: Any = None) -> None:
-    """Wait until every operation this PE issued is complete at its target."""
-    state.rt.quiet()
+    """Wait until every operation this PE issued (on ``ctx``) is complete at its target."""
+    if ctx is None:
+        state.rt.quiet()
+    else:
+        ctx.quiet()
 
 
 def barrier_all() -> None:

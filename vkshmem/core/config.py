@@ -107,6 +107,26 @@ _var("VKSHMEM_PLUGINS_STRICT", "bool", "0",
 _var("VKSHMEM_WAIT_TIMEOUT", "seconds", "0",
      "Seconds after which wait_until, barriers and other waits raise WaitTimeoutError "
      "(0: wait for ever; Ctrl-C always interrupts).", _parse_seconds)
+def _parse_teams(text: str) -> int:
+    value = int(text)
+    if not 2 <= value <= 64:
+        raise ValueError("must be between 2 and 64")
+    return value
+
+
+def _parse_scratch(text: str) -> int:
+    value = parse_size(text)
+    if value < 64 << 10:
+        raise ValueError("must be at least 64K")
+    return -(-value // 4096) * 4096
+
+
+_var("VKSHMEM_TEAMS_MAX", "int", "32",
+     "Teams that can exist at once on a PE (TEAM_WORLD and TEAM_SHARED included; 2..64).",
+     _parse_teams)
+_var("VKSHMEM_TEAM_SCRATCH", "size", "1M",
+     "Symmetric scratch per team for collectives (reserved sparse: untouched pages cost "
+     "nothing); larger collectives run in chunks of it.", _parse_scratch)
 _var("VKSHMEM_LOG_LEVEL", "str", "warning",
      "Logging level of the 'vkshmem' logger: debug, info, warning, error.",
      _parse_choice("debug", "info", "warning", "error"))
@@ -158,6 +178,8 @@ class Config:
     plugins_deny: tuple[str, ...]
     plugins_strict: bool
     wait_timeout: float
+    teams_max: int
+    team_scratch: int
     log_level: str
     auto_init: bool
     rails: tuple[RailSpec, ...]

@@ -36,7 +36,8 @@ from .fdshare import exchange_fds
 from .heap import Allocator, HostSegment
 from .plugins import Registry, load_plugins
 from .shm import ShmTransport
-from .transport import AmoOp, PeerInfo, Transport, TransportContext, TransportSpec
+from .teams import INTERNAL_SEG, TeamState
+from .transport import PeerInfo, Transport, TransportContext, TransportSpec
 from .wait import Waiter
 
 __all__ = ["HOST_SEG", "Route", "Runtime", "current", "start", "stop"]
@@ -44,8 +45,7 @@ __all__ = ["HOST_SEG", "Route", "Runtime", "current", "start", "stop"]
 log = logging.getLogger("vkshmem")
 
 HOST_SEG = 0
-_N_SEGS = 2  # host now; the GPU domain takes segment 1
-_BARRIER_ROUNDS = 32  # dissemination rounds: enough for 2**32 PEs
+_N_SEGS = 3  # 0 host heap, 1 the GPU domain (to come), 2 internal (team slots)
 _CHECK = struct.Struct("<QQQQ")  # seq, kind+nbytes, align, offset
 
 current: Runtime | None = None
@@ -122,26 +122,36 @@ class Runtime:
             raise MemoryError("cannot allocate the peer table")
         self.host = HostSegment(HOST_SEG, cfg.symmetric_size, f"vkshmem-heap-pe{self.my_pe}",
                                 cfg.host_pin)
-        lib.vk_set_local(HOST_SEG, self.host.address, self.host.size)
-        self.segments = [self.host]
+        self.teams_max = cfg.teams_max
+        self.slot_bytes = cfg.team_scratch
+        self.internal = HostSegment(INTERNAL_SEG, self.teams_max * self.slot_bytes,
+                                    f"vkshmem-internal-pe{self.my_pe}", cfg.host_pin)
+        self.segments = {HOST_SEG: self.host, INTERNAL_SEG: self.internal}
+        for seg in self.segments.values():
+            lib.vk_set_local(seg.seg_id, seg.address, seg.size)
         self.heap = Allocator(self.host.size, "host", "VKSHMEM_SYMMETRIC_SIZE")
 
         self.shm = ShmTransport(self.my_pe)
-        self.shm.register(self.host.info())
+        for seg in self.segments.values():
+            self.shm.register(seg.info())
         if cfg.shm:
             peers = [pe for pe in self.node_pes if pe != self.my_pe]
-            got = exchange_fds(self.token, self.my_pe, peers, [self.host.fd],
+            segs = list(self.segments.values())
+            got = exchange_fds(self.token, self.my_pe, peers, [s.fd for s in segs],
                                self.bootstrap.barrier, cfg.bootstrap_timeout)
-            for pe, (fd,) in got.items():
-                self.shm.attach(pe, HOST_SEG, fd, self.host.size)
+            for pe, fds in got.items():
+                for seg, fd in zip(segs, fds, strict=True):
+                    self.shm.attach(pe, seg.seg_id, fd, seg.size)
 
         self._open_rails()
         self._route()
         self.waiter = Waiter(cfg.wait_timeout, self.transports)
-        # The internal symmetric area: barrier counters and the allocation-check slots.
-        self._sys_off = self.heap.alloc(8 * _BARRIER_ROUNDS + 2 * _CHECK.size)
-        self._check_off = self._sys_off + 8 * _BARRIER_ROUNDS
-        self._barrier_epoch = 0
+        # TEAM_WORLD and TEAM_SHARED own slots 0 and 1 on every PE.
+        self.free_slots = ((1 << self.teams_max) - 1) & ~0b11
+        self.world = TeamState(self, range(self.n_pes), 0, None)
+        self.shared = TeamState(self, self.node_pes, 1, self.world)
+        self.world.reset_slot()
+        self.shared.reset_slot()
         self._alloc_seq = 0
         self._check_buf = bytearray(_CHECK.size)
         self.bootstrap.barrier()
@@ -212,7 +222,7 @@ class Runtime:
         """Exchange transport addresses and keys; choose one transport per peer."""
         mine: dict[str, dict[str, str]] = {}
         for t in self.transports:
-            rkeys = {str(s.seg_id): t.register(s.info()).hex() for s in self.segments}
+            rkeys = {str(s.seg_id): t.register(s.info()).hex() for s in self.segments.values()}
             key = f"{t.spec.name}@{self._rail_of(t)}"
             mine[key] = {"addr": t.address().hex(), **{f"rkey{k}": v for k, v in rkeys.items()}}
         blobs = self.bootstrap.allgather(json.dumps(mine).encode())
@@ -279,24 +289,8 @@ class Runtime:
                 t.quiet()
 
     def sync_all(self) -> None:
-        """Collective: dissemination barrier over the routes (no completion of earlier puts)."""
-        n = self.n_pes
-        if n == 1:
-            return
-        self._barrier_epoch += 1
-        epoch = self._barrier_epoch
-        me = self.my_pe
-        base = self.host.address + self._sys_off
-        dist, k = 1, 0
-        while dist < n:
-            to = (me + dist) % n
-            self.route_transport[to].amo(to, HOST_SEG, self._sys_off + 8 * k, AmoOp.ADD, 8,
-                                         1, 0, False)
-            addr = base + 8 * k
-            self.waiter.wait(lambda a=addr: lib.vk_amo(a, AmoOp.FETCH, 8, 0, 0) >= epoch,
-                             addr, 8, f"barrier round {k} (waiting for PE {(me - dist) % n})")
-            dist <<= 1
-            k += 1
+        """Collective: barrier over every PE (does not complete earlier puts)."""
+        self.world.sync()
 
     def barrier_all(self) -> None:
         """Collective: quiet, then sync_all."""
@@ -357,15 +351,15 @@ class Runtime:
         compares its call with its right neighbour's, so any difference is seen somewhere)."""
         self._alloc_seq += 1
         seq = self._alloc_seq
-        slot = self._check_off + (seq % 2) * _CHECK.size
+        slot = self.world.check_offset + (seq % 2) * _CHECK.size
         record = (seq, (kind << 56) | nbytes, align, off)
-        _CHECK.pack_into(self.host.buffer, slot, *record)
+        _CHECK.pack_into(self.internal.buffer, slot, *record)
         self.sync_all()
         if self.n_pes == 1:
             return
         right = (self.my_pe + 1) % self.n_pes
         view = memoryview(self._check_buf)
-        self.route_transport[right].get(right, HOST_SEG, slot, view)
+        self.route_transport[right].get(right, INTERNAL_SEG, slot, view)
         theirs = _CHECK.unpack(self._check_buf)
         if theirs != record:
             names = {1: "alloc", 2: "free", 3: "realloc"}
@@ -402,8 +396,8 @@ class Runtime:
                 log.warning("closing transport %s: %s", t.spec.name, exc)
         if hasattr(self, "shm"):
             self.shm.close()
-        if hasattr(self, "host"):
-            self.host.close()
+        for seg in getattr(self, "segments", {}).values():
+            seg.close()
         self.bootstrap.close()
 
 

@@ -178,6 +178,13 @@ class Transport(ABC):
         """Apply ``op`` atomically to the ``width``-byte word; return the old value if ``fetch``
         (else anything). Operands are unsigned bit patterns; ``compare`` is used by CSWAP."""
 
+    def create_context(self) -> Transport:
+        """An endpoint for a new communication context, with its own ordering and completion:
+        ``quiet`` on it waits only for its own operations. ``close()`` on it releases only the
+        endpoint. Default: ``self`` (correct, only less isolated: a context's quiet then also
+        completes the default context's operations)."""
+        return self
+
     @abstractmethod
     def fence(self) -> None:
         """Order every operation issued so far before later ones, per target PE."""

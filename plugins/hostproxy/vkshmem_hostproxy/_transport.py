@@ -200,7 +200,7 @@ class HostProxyTransport(Transport):
             raise TransportError(NAME, ffi.string(err).decode(errors="replace"))
         sock.detach()  # the server owns the listening socket now
         self._srv: Any = srv
-        self._finalizer = weakref.finalize(self, _destroy_server, srv)
+        self._finalizer: weakref.finalize | None = weakref.finalize(self, _destroy_server, srv)
         self._conns: dict[int, _Conn] = {}
         self._opened: list[_Conn] = []
         self._targets: dict[int, tuple[str, int, dict[int, int]]] = {}
@@ -470,6 +470,20 @@ class HostProxyTransport(Transport):
             conn.dirty = False
             return value
 
+    def create_context(self) -> HostProxyTransport:
+        """An endpoint for a new context: the same server and peers, its own connections, so
+        its quiet flushes (and its fence orders) only its own streams."""
+        if self._closed:
+            raise TransportError(NAME, "create_context() after close()")
+        ep = object.__new__(HostProxyTransport)
+        ep.__dict__.update(self.__dict__)
+        ep._conns = {}
+        ep._opened = []
+        ep._connect_lock = threading.Lock()
+        ep._closed = False
+        ep._finalizer = None  # the server belongs to the parent transport
+        return ep
+
     def fence(self) -> None:
         """Nothing to do: each target is one TCP stream served in order by one thread."""
 
@@ -539,7 +553,8 @@ class HostProxyTransport(Transport):
             finally:
                 if locked:
                     conn.lock.release()
-        self._finalizer()
+        if self._finalizer is not None:  # a context endpoint does not own the server
+            self._finalizer()
         self._srv = None
 
 

@@ -1,0 +1,176 @@
+"""Teams: ``Team`` objects, ``TEAM_WORLD``, ``TEAM_SHARED``, ``TEAM_INVALID`` (shmem4py names).
+
+Splitting is collective over the parent team; PEs left out of the new team get
+``TEAM_INVALID``. ``destroy`` is collective over the team. Team PE numbers are team-relative.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ..core.errors import InvalidArgumentError
+from ..core.teams import TeamState
+from . import state
+
+__all__ = ["TEAM_INVALID", "TEAM_SHARED", "TEAM_WORLD", "Team", "sync", "team_ptr"]
+
+
+class Team:
+    """A team of PEs. ``Team(other)`` is an alias of ``other`` (they compare equal)."""
+
+    _kind: str  # "world", "shared", "split" or "invalid"
+    _ts: TeamState | None
+    _config: dict[str, int]
+
+    def __new__(cls, team: Team | None = None) -> Team:
+        self = super().__new__(cls)
+        if isinstance(team, Team):
+            self._kind, self._ts, self._config = team._kind, team._ts, team._config
+        elif team is None:
+            self._kind, self._ts, self._config = "invalid", None, {}
+        else:
+            raise TypeError(f"Team() takes a Team, got {type(team).__name__}")
+        return self
+
+    @classmethod
+    def _make(cls, kind: str, ts: TeamState | None, config: Mapping[str, int]) -> Team:
+        self = super().__new__(cls)
+        self._kind, self._ts, self._config = kind, ts, dict(config)
+        return self
+
+    @property
+    def state(self) -> TeamState:
+        """The core's view of this team (raises for an invalid or destroyed team)."""
+        if self._kind == "world":
+            return state.rt.world
+        if self._kind == "shared":
+            return state.rt.shared
+        ts = self._ts
+        if ts is None or ts.destroyed:
+            raise InvalidArgumentError("this team is invalid or destroyed")
+        return ts
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Team):
+            return NotImplemented
+        if self._kind != "split" or other._kind != "split":
+            return self._kind == other._kind
+        return self._ts is other._ts
+
+    def __hash__(self) -> int:
+        return hash((self._kind, id(self._ts)))
+
+    def __bool__(self) -> bool:
+        return self._kind in ("world", "shared") or (
+            self._ts is not None and not self._ts.destroyed)
+
+    def __repr__(self) -> str:
+        if not self:
+            return "Team(TEAM_INVALID)"
+        ts = self.state
+        return f"Team({self._kind}, pes={list(ts.pes)}, slot={ts.slot})"
+
+    def __enter__(self) -> Team:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.destroy()
+
+    # -- queries -----------------------------------------------------------------------------
+
+    def my_pe(self) -> int:
+        """This PE's number within the team."""
+        return self.state.me
+
+    def n_pes(self) -> int:
+        """Number of PEs in the team."""
+        return self.state.size
+
+    def get_config(self) -> dict[str, int]:
+        """The configuration the team was created with (``num_contexts``)."""
+        return {"num_contexts": self._config.get("num_contexts", 0)}
+
+    def translate_pe(self, pe: int | None = None, team: Team | None = None) -> int:
+        """Team PE ``pe`` (default: this PE) as a PE of ``team`` (default: the world);
+        -1 when it is not a member of ``team``."""
+        src = self.state
+        dest = (team or TEAM_WORLD).state
+        if pe is None:
+            pe = src.me
+        if not 0 <= pe < src.size:
+            return -1
+        return src.translate(pe, dest)
+
+    # -- collective operations ------------------------------------------------------------
+
+    def sync(self) -> None:
+        """Collective over the team: wait until every member arrives."""
+        self.state.sync()
+
+    def split_strided(self, start: int = 0, stride: int = 1, size: int | None = None,
+                      config: Mapping[str, int] | None = None, **kwargs: int) -> Team:
+        """Collective over this team: a team of PEs ``start, start+stride, ...`` (``size`` of
+        them; default: as many as fit). PEs not in it get ``TEAM_INVALID``."""
+        ts = self.state
+        n = ts.size
+        if size is None:
+            if stride <= 0:
+                raise InvalidArgumentError("size is required when stride <= 0")
+            size = len(range(start, n, stride))
+        members = [start + i * stride for i in range(size)]
+        if size < 1 or any(not 0 <= m < n for m in members) or len(set(members)) != size:
+            raise InvalidArgumentError(
+                f"split_strided(start={start}, stride={stride}, size={size}) does not select "
+                f"{size} distinct PEs of a team of {n}")
+        conf = {**(config or {}), **kwargs}
+        (new,) = ts.split([[members]])
+        return Team._make("split", new, conf) if new is not None else TEAM_INVALID
+
+    def split_2d(self, xrange: int, xaxis_config: Mapping[str, int] | None = None,
+                 yaxis_config: Mapping[str, int] | None = None) -> tuple[Team, Team]:
+        """Collective over this team: a 2-D grid with ``xrange`` PEs per row; returns this
+        PE's (row team, column team)."""
+        ts = self.state
+        n = ts.size
+        if xrange < 1:
+            raise InvalidArgumentError(f"xrange must be >= 1, got {xrange}")
+        xrange = min(xrange, n)
+        rows = [list(range(r, min(r + xrange, n))) for r in range(0, n, xrange)]
+        cols = [list(range(c, n, xrange)) for c in range(xrange)]
+        x, y = ts.split([rows, cols])
+        return (Team._make("split", x, xaxis_config or {}) if x else TEAM_INVALID,
+                Team._make("split", y, yaxis_config or {}) if y else TEAM_INVALID)
+
+    def create_ctx(self, options: int = 0) -> Any:
+        """A communication context on this team (team-relative PE numbers)."""
+        from .ctx import Ctx
+
+        return Ctx.create(options, self)
+
+    def destroy(self) -> None:
+        """Collective over the team: release it (TEAM_WORLD/TEAM_SHARED are never released)."""
+        if self._kind == "split" and self._ts is not None:
+            self._ts.destroy()
+
+
+TEAM_WORLD = Team._make("world", None, {})
+TEAM_SHARED = Team._make("shared", None, {})
+TEAM_INVALID = Team._make("invalid", None, {})
+
+
+def sync(team: Team | None = None) -> None:
+    """Collective over ``team`` (default: every PE): wait until all members arrive."""
+    (team or TEAM_WORLD).state.sync()
+
+
+def team_ptr(team: Team, dest: np.ndarray, pe: int) -> np.ndarray | None:
+    """``ptr`` with ``pe`` numbered within ``team``."""
+    from ..shmem import ptr
+
+    ts = team.state
+    if not 0 <= pe < ts.size:
+        raise InvalidArgumentError(f"PE {pe} is not in this team of {ts.size} PEs")
+    return ptr(dest, ts.pes[pe])
