@@ -1,4 +1,4 @@
-"""Multi-PE tests: each script under tests/pe runs under ``vkshmem run`` at 1, 2 and 4 PEs,
+"""Multi-PE tests: each script under tests/pe runs under ``vkshmem run`` at 1, 2, 3 and 4 PEs,
 once over the shm path and once with it off and every byte (even to this PE) crossing the
 hostproxy transport. ``--timeout`` and the subprocess timeout bound every run."""
 
@@ -16,7 +16,7 @@ MODES = {
     "shm": {"VKSHMEM_SHM": "1"},
     "hostproxy": {"VKSHMEM_SHM": "0", "VKSHMEM_TRANSPORTS": "hostproxy"},
 }
-SCRIPTS = ["rma", "amo", "sync", "alloc", "errors"]
+SCRIPTS = ["rma", "amo", "sync", "alloc", "errors", "teams"]
 
 
 def launch(script: str, npes: int, env: dict[str, str],
@@ -31,7 +31,7 @@ def launch(script: str, npes: int, env: dict[str, str],
 
 
 @pytest.mark.parametrize("mode", list(MODES))
-@pytest.mark.parametrize("npes", [1, 2, 4])
+@pytest.mark.parametrize("npes", [1, 2, 3, 4])
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_script(script: str, npes: int, mode: str) -> None:
     r = launch(script, npes, MODES[mode])

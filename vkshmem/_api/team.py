@@ -113,15 +113,18 @@ class Team:
     def split_strided(self, start: int = 0, stride: int = 1, size: int | None = None,
                       config: Mapping[str, int] | None = None, **kwargs: int) -> Team:
         """Collective over this team: a team of PEs ``start, start+stride, ...`` (``size`` of
-        them; default: as many as fit). PEs not in it get ``TEAM_INVALID``."""
+        them; default: as many as fit). PEs not in it, and every PE when the selection is
+        empty, get ``TEAM_INVALID``."""
         ts = self.state
         n = ts.size
         if size is None:
             if stride <= 0:
                 raise InvalidArgumentError("size is required when stride <= 0")
             size = len(range(start, n, stride))
+        if size == 0:
+            return TEAM_INVALID  # an empty selection: every PE computes the same, no exchange
         members = [start + i * stride for i in range(size)]
-        if size < 1 or any(not 0 <= m < n for m in members) or len(set(members)) != size:
+        if size < 0 or any(not 0 <= m < n for m in members) or len(set(members)) != size:
             raise InvalidArgumentError(
                 f"split_strided(start={start}, stride={stride}, size={size}) does not select "
                 f"{size} distinct PEs of a team of {n}")
