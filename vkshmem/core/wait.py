@@ -24,11 +24,10 @@ class Waiter:
     def __init__(self, timeout: float, progress: Sequence[Transport] = ()) -> None:
         self.timeout = timeout
         self.progress = [t for t in progress if type(t).progress is not Transport.progress]
-        self._snap = ffi.new("char[]", 64)
 
     def wait(self, pred: Callable[[], object], address: int, nbytes: int, what: str) -> None:
         """Return once ``pred()`` is true; raise WaitTimeoutError after the configured time."""
-        snap = self._snap if nbytes <= 64 else ffi.new("char[]", nbytes)
+        snap = ffi.new("char[]", nbytes)  # per wait: threads may wait concurrently
         src = ffi.cast("void *", address)
         deadline = time.monotonic() + self.timeout if self.timeout else None
         while True:
