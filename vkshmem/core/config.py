@@ -91,6 +91,10 @@ _var("VKSHMEM_BOOTSTRAP", "str", "auto",
 _var("VKSHMEM_BOOTSTRAP_TIMEOUT", "seconds", "60",
      "Seconds to wait for the other PEs during start-up and bootstrap exchanges.",
      _parse_seconds)
+_var("VKSHMEM_BOOTSTRAP_PORT", "str", "",
+     "Port of the 'env' bootstrap's rendezvous (default MASTER_PORT, or MASTER_PORT+1 under "
+     "torchrun, whose agent owns MASTER_PORT; derived from SLURM_JOB_ID under Slurm).",
+     lambda s: s.strip())
 _var("VKSHMEM_TRANSPORTS", "list", "",
      "Ordered, comma-separated list of transports allowed (default: every installed one, by "
      "priority). Naming one that cannot load or reach a peer is an error.", _parse_list)
@@ -134,6 +138,12 @@ _var("VKSHMEM_AUTO_INIT", "bool", "1",
      "Importing vkshmem.shmem initialises the runtime (as shmem4py does); 0 waits for init().",
      _parse_bool)
 
+for _name, _doc in (("VKSHMEM_LAUNCHER", "Set by vkshmem run: host:port of its rendezvous."),
+                   ("VKSHMEM_PE", "Set by vkshmem run: this PE's number."),
+                   ("VKSHMEM_NPES", "Set by vkshmem run: the number of PEs."),
+                   ("VKSHMEM_JOB_ID", "Set by vkshmem run: an id unique to the job.")):
+    registry[_name] = Var(_name, str, "", _doc, "launcher")
+
 RAIL_PATTERN = re.compile(r"^VKSHMEM_RAIL(\d+)$")
 registry["VKSHMEM_RAIL<n>"] = Var(
     "VKSHMEM_RAIL<n>", str, "",
@@ -172,6 +182,7 @@ class Config:
     host_pin: bool
     bootstrap: str
     bootstrap_timeout: float
+    bootstrap_port: str
     transports: tuple[str, ...]
     shm: bool
     plugins_allow: tuple[str, ...]
@@ -187,7 +198,9 @@ class Config:
     def __init__(self, environ: Mapping[str, str]) -> None:
         self.raw: dict[str, str] = {}
         for var in registry.values():
-            if var.kind == "rail":
+            if var.kind in ("rail", "launcher"):
+                if var.kind == "launcher":
+                    self.raw[var.name] = environ.get(var.name, "")
                 continue
             text = environ.get(var.name)
             source = var.default if text is None else text

@@ -428,11 +428,11 @@ def _install_failure_hook(rt: Runtime) -> None:
 
     def hook(etype: type[BaseException], value: BaseException, tb: object) -> None:
         rt.failed = True
+        previous(etype, value, tb)  # type: ignore[arg-type]  # first: mpi's report aborts
         try:
             rt.bootstrap.report_failure(f"{etype.__name__}: {value}")
         except Exception:
             pass
-        previous(etype, value, tb)  # type: ignore[arg-type]
 
     sys.excepthook = hook
 

@@ -1,0 +1,90 @@
+"""Multi-PE helper for launcher tests: PE 1 (or every PE) misbehaves as ``sys.argv[1]`` says.
+
+Modes: ok, env, argv, leave-child, exit, raise, signal, report, report-hang, abort, sleep, stubborn.
+Sleeping PEs print ``ready <pid>`` first, so a test can wait for them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+
+RANK = int(os.environ.get("VKSHMEM_PE", "0"))
+SIZE = int(os.environ.get("VKSHMEM_NPES", "1"))
+
+
+def open_boot():  # type: ignore[no-untyped-def]
+    from vkshmem.core.bootstrap.select import open_bootstrap
+    from vkshmem.core.config import load as load_config
+    from vkshmem.core.plugins import load_plugins
+
+    cfg = load_config()
+    return open_bootstrap(cfg, load_plugins(cfg).bootstraps, os.environ)
+
+
+def sleep_forever() -> None:
+    print(f"ready {os.getpid()}", flush=True)
+    while True:
+        time.sleep(1000)
+
+
+def main() -> None:
+    mode = sys.argv[1]
+    if mode == "ok":
+        print(f"hello from {RANK} of {SIZE}")
+        print(f"err line from {RANK}", file=sys.stderr)
+        sys.stdout.write(f"no newline from {RANK}")
+        sys.exit(0)
+    if mode == "env":
+        keys = ("VKSHMEM_LAUNCHER", "VKSHMEM_PE", "VKSHMEM_NPES", "VKSHMEM_JOB_ID",
+                "PYTHONUNBUFFERED")
+        print(json.dumps({k: os.environ.get(k) for k in keys}))
+        sys.exit(0)
+    if mode == "argv":
+        print(json.dumps(sys.argv[2:]))
+        sys.exit(0)
+    if mode == "leave-child":  # exits 0, leaving a child process behind
+        import subprocess
+
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1000)"])
+        print(f"ready {child.pid}", flush=True)
+        sys.exit(0)
+    if mode == "exit":
+        code = int(sys.argv[2])
+        if RANK == SIZE - 1:
+            time.sleep(0.2)
+            sys.exit(code)
+        sys.exit(0)
+    if mode == "stubborn":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        sleep_forever()
+    if mode in ("report", "report-hang", "abort"):
+        boot = open_boot()
+        boot.barrier()
+        if boot.rank != 1:
+            sleep_forever()
+        if mode == "report":
+            print("PE 1 is about to fail", file=sys.stderr, flush=True)
+            boot.report_failure("RuntimeError: custom reason 42")
+            sys.exit(7)
+        if mode == "report-hang":
+            boot.report_failure("RuntimeError: reported, then hung")
+            sleep_forever()
+        boot.abort(5)
+    if mode == "sleep" or RANK != 1:
+        sleep_forever()
+    # PE 1 misbehaves:
+    if mode == "raise":
+        time.sleep(0.2)
+        raise ValueError("boom from pe 1")
+    if mode == "signal":
+        time.sleep(0.2)
+        os.kill(os.getpid(), signal.SIGKILL)
+    raise SystemExit(f"unknown mode {mode!r}")
+
+
+if __name__ == "__main__":
+    main()
