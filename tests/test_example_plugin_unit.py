@@ -7,9 +7,7 @@ is reached through ``/proc/<pid>/fd/<fd>`` like a peer process's would be.
 
 from __future__ import annotations
 
-import ctypes
 import json
-import mmap
 import os
 import random
 import struct
@@ -23,34 +21,16 @@ from vkshmem.core._native import lib as native
 from vkshmem.core.config import Config
 from vkshmem.core.errors import ConfigError, InvalidArgumentError, TransportError
 from vkshmem.core.plugins import load_plugins
-from vkshmem.core.transport import AmoOp, PeerInfo, SegmentInfo, TransportContext
+from vkshmem.core.transport import AmoOp, PeerInfo, TransportContext
 
 # Pure Python: its unit tests import it from its folder (test_plugins.py pip-installs it).
 sys.path.insert(0, str(Path(__file__).parent.parent / "examples" / "example-transport"))
+from segments import Segment
 from vkshmem_example_transport import ExampleTransport
 
 pytestmark = pytest.mark.timeout(60)
 
 SIZE = 256 * 1024
-
-
-class Segment:
-    """A memfd-backed shared mapping, as the core's host domain makes them."""
-
-    def __init__(self, seg_id: int, size: int) -> None:
-        self.fd = os.memfd_create(f"vkshmem-test-{seg_id}")
-        os.ftruncate(self.fd, size)
-        self.map = mmap.mmap(self.fd, size)
-        probe = ctypes.c_char.from_buffer(self.map)
-        self.address = ctypes.addressof(probe)
-        del probe
-        self.view = memoryview(self.map)
-        self.info = SegmentInfo(seg_id, "host", self.address, size, self.fd, self.view)
-
-    def close(self) -> None:
-        self.view.release()
-        self.map.close()
-        os.close(self.fd)
 
 
 def context(pe: int, n: int = 2, node: str = "node0",
@@ -65,7 +45,7 @@ class Pair:
     def __init__(self, options: dict[str, str] | None = None) -> None:
         self.segs = [Segment(0, SIZE), Segment(0, SIZE)]
         self.t = [ExampleTransport(context(pe, options=options)) for pe in (0, 1)]
-        peers = {pe: PeerInfo(pe, "node0", True, tr.address(), {0: tr.register(seg.info)})
+        peers = {pe: PeerInfo(pe, "node0", True, tr.address(), {0: tr.register(seg.info())})
                  for pe, (tr, seg) in enumerate(zip(self.t, self.segs, strict=True))}
         for tr in self.t:
             tr.connect(peers)

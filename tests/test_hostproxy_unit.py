@@ -8,7 +8,6 @@ core would. No mocks: every request crosses a TCP connection to a native server 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import mmap
 import os
@@ -32,6 +31,7 @@ from vkshmem.core.plugins import load_plugins
 from vkshmem.core.transport import AmoOp, PeerInfo, SegmentInfo, TransportContext
 
 hostproxy = pytest.importorskip("vkshmem_hostproxy")
+from segments import Segment  # noqa: E402
 from vkshmem_hostproxy import HostProxyTransport  # noqa: E402
 from vkshmem_hostproxy._server import lib as hp  # noqa: E402
 
@@ -40,25 +40,6 @@ pytestmark = pytest.mark.timeout(120)
 SEG_SIZES = {0: 1 << 20, 1: 64 * 1024}
 REQ = struct.Struct("<BBBxIQQQ")
 REP = struct.Struct("<iIQ")
-
-
-class Segment:
-    """A memfd-backed shared mapping, as the core's host domain makes them."""
-
-    def __init__(self, seg_id: int, size: int) -> None:
-        self.fd = os.memfd_create(f"vkshmem-test-{seg_id}")
-        os.ftruncate(self.fd, size)
-        self.map = mmap.mmap(self.fd, size)
-        probe = ctypes.c_char.from_buffer(self.map)
-        self.address = ctypes.addressof(probe)
-        del probe
-        self.view = memoryview(self.map)
-        self.info = SegmentInfo(seg_id, "host", self.address, size, self.fd, self.view)
-
-    def close(self) -> None:
-        self.view.release()
-        self.map.close()
-        os.close(self.fd)
 
 
 class Job:
@@ -75,7 +56,7 @@ class Job:
             self.t.append(row)
             peers = {}
             for pe, tr in enumerate(row):
-                keys = {s: tr.register(seg.info) for s, seg in self.segs[pe].items()}
+                keys = {s: tr.register(seg.info()) for s, seg in self.segs[pe].items()}
                 peers[pe] = PeerInfo(pe, "node0", True, tr.address(), keys)
             for tr in row:
                 tr.connect(peers)
@@ -661,8 +642,8 @@ def test_only_host_memory_can_be_registered() -> None:
             with pytest.raises(TransportError, match="out of range"):
                 tr.register(SegmentInfo(hp.HP_MAX_SEGS, "host", seg.address, 4096, seg.fd,
                                         seg.view))
-            tr.register(seg.info)
-            tr.register(seg.info)  # the same memory again is fine
+            tr.register(seg.info())
+            tr.register(seg.info())  # the same memory again is fine
         finally:
             tr.close()
             seg.close()
