@@ -18,9 +18,7 @@ from pathlib import Path
 import pytest
 from vkshmem.core._native import lib as native
 
-from vkshmem.core.config import Config
 from vkshmem.core.errors import ConfigError, InvalidArgumentError, TransportError
-from vkshmem.core.plugins import load_plugins
 from vkshmem.core.transport import AmoOp, PeerInfo, TransportContext
 
 # Pure Python: its unit tests import it from its folder (test_plugins.py pip-installs it).
@@ -62,15 +60,6 @@ def pair() -> Iterator[Pair]:
     p = Pair()
     yield p
     p.close()
-
-
-def test_discovered_through_its_entry_point() -> None:
-    reg = load_plugins(Config({}))
-    spec = reg.transports["example"]
-    assert reg.origin["example"] == "vkshmem-example-transport"
-    assert spec.factory is ExampleTransport
-    assert spec.reach == {"intra"}
-    assert spec.amo_ops == set(AmoOp)
 
 
 def test_put_get_random(pair: Pair) -> None:

@@ -45,6 +45,19 @@ def _run(args: list[str], env: dict[str, str], timeout: int = 120) -> subprocess
                           env={**os.environ, "VKSHMEM_SYMMETRIC_SIZE": "64M", **env})
 
 
+def test_discovered_through_its_entry_point(example_installed: None) -> None:
+    import importlib
+
+    from vkshmem.core.transport import AmoOp
+
+    importlib.invalidate_caches()
+    reg = plugins.load_plugins(load({}))
+    spec = reg.transports["example"]
+    assert reg.origin["example"] == "vkshmem-example-transport"
+    assert spec.factory.__name__ == "ExampleTransport"
+    assert spec.reach == {"intra"} and spec.amo_ops == set(AmoOp)
+
+
 def test_info_lists_the_installed_plugin(example_installed: None) -> None:
     r = _run(["info", "-n", "2"], {})
     assert r.returncode == 0, r.stderr
