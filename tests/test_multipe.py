@@ -48,3 +48,13 @@ def test_allocation_mismatch_is_reported() -> None:
     assert r.returncode != 0
     assert "symmetric allocation mismatch" in r.stdout + r.stderr
     assert "mismatch not detected" not in r.stdout
+
+
+@pytest.mark.parametrize("npes", [2, 3, 4])
+def test_two_rails_stripe(npes: int) -> None:
+    """Two hostproxy rails: transfers above VKSHMEM_STRIPE_THRESHOLD use both."""
+    env = {"VKSHMEM_SHM": "0", "VKSHMEM_RAIL0": "hostproxy", "VKSHMEM_RAIL1": "hostproxy",
+           "VKSHMEM_STRIPE_THRESHOLD": "64K"}
+    r = launch("stripe", npes, env)
+    assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout}\n{r.stderr}"
+    assert r.stdout.count("stripe ok") == npes, r.stdout

@@ -55,6 +55,9 @@ def put(target: np.ndarray, source: np.ndarray, pe: int, size: int | None = None
             lib.vk_direct_put(ffi.from_buffer(target), ffi.from_buffer(source), nbytes, pe) == 0:
         return  # the shm fast path: one native call
     seg, off = _sym(target, nbytes, "put target")
+    if nbytes >= rt.stripe_threshold and ctx is None and rt.stripes[pe] is not None:
+        rt.striped_put(pe, seg, off, _src_bytes(source, n, nbytes))
+        return
     t.put(pe, seg, off, _src_bytes(source, n, nbytes))
 
 
@@ -85,7 +88,10 @@ def get(target: np.ndarray, source: np.ndarray, pe: int, size: int | None = None
     seg, off = _sym(source, nbytes, "get source")
     dst = _dst_bytes(target, nbytes)
     if dst is not None:
-        t.get(pe, seg, off, dst)
+        if nbytes >= rt.stripe_threshold and ctx is None and rt.stripes[pe] is not None:
+            rt.striped_get(pe, seg, off, dst)
+        else:
+            t.get(pe, seg, off, dst)
         return
     tmp = np.empty(n, dt)
     t.get(pe, seg, off, memoryview(tmp).cast("B"))

@@ -101,6 +101,9 @@ _var("VKSHMEM_TRANSPORTS", "list", "",
 _var("VKSHMEM_SHM", "bool", "1",
      "Same-node peers load/store each other's heaps directly. 0 forces all traffic, even to "
      "this PE itself, through the chosen transport.", _parse_bool)
+_var("VKSHMEM_STRIPE_THRESHOLD", "size", "256K",
+     "With several rails, puts/gets of at least this many bytes are split across every rail "
+     "that reaches the target; smaller ones use one rail per target.", parse_size)
 _var("VKSHMEM_PLUGINS_ALLOW", "list", "",
      "If set, only plugins (entry point or distribution names) in this list are loaded.",
      _parse_list)
@@ -185,6 +188,7 @@ class Config:
     bootstrap_port: str
     transports: tuple[str, ...]
     shm: bool
+    stripe_threshold: int
     plugins_allow: tuple[str, ...]
     plugins_deny: tuple[str, ...]
     plugins_strict: bool

@@ -59,6 +59,7 @@ class Route:
     transport: Transport
     name: str
     rail: int | None  # None for the shm path
+    stripes: list[Transport] = field(default_factory=list)  # >1: large transfers split
 
 
 @dataclass
@@ -251,10 +252,27 @@ class Runtime:
                     "-", f"no transport on rail {rail.index} reaches PE {pe} "
                     f"(node {self.node_ids[pe]}; tried: {tried}). Check VKSHMEM_TRANSPORTS / "
                     f"VKSHMEM_RAIL{rail.index}, or VKSHMEM_SHM=1 for same-node peers")
-            self.routes.append(Route(pe, chosen, chosen.spec.name, rail.index))
+            self.routes.append(Route(pe, chosen, chosen.spec.name, rail.index,
+                                     self._stripes(pe, tables, my_node)))
         self.route_transport = [r.transport for r in self.routes]
+        #: per PE, the transports a large transfer is split over (None: no striping)
+        self.stripes = [r.stripes if len(r.stripes) > 1 else None for r in self.routes]
+        self.stripe_threshold = self.config.stripe_threshold
         log.info("PE %d routes: %s", self.my_pe,
                  ", ".join(f"{r.pe}:{r.name}" for r in self.routes))
+
+    def _stripes(self, pe: int, tables: list[dict], my_node: str) -> list[Transport]:
+        """One transport per configured rail that reaches ``pe`` (striping needs 2 or more)."""
+        if len(self.rails) < 2:
+            return []
+        out = []
+        for rail in self.rails:
+            for t in rail.transports:
+                if t.reaches(self._peer(pe, tables[pe].get(f"{t.spec.name}@{rail.index}"),
+                                        my_node)):
+                    out.append(t)
+                    break
+        return out
 
     def _rail_of(self, t: Transport) -> int:
         for rail in self.rails:
@@ -280,13 +298,44 @@ class Runtime:
             t.quiet()
 
     def fence(self) -> None:
-        """Order earlier operations to each PE before later ones."""
+        """Order earlier operations to each PE before later ones (quiet where an operation to
+        a PE may have taken another rail, or the transport has no native fence)."""
         lib.vk_fence()
+        several = len(self.rails) > 1
         for t in self.transports:
-            if t.spec.native_fence:
+            if t.spec.native_fence and not several:
                 t.fence()
             else:
                 t.quiet()
+
+    def striped_put(self, pe: int, seg: int, offset: int, src: memoryview) -> None:
+        """Put ``src`` split over every rail reaching ``pe``; returns remotely complete."""
+        self._striped(pe, seg, offset, src, put=True)
+
+    def striped_get(self, pe: int, seg: int, offset: int, dst: memoryview) -> None:
+        """Get into ``dst`` split over every rail reaching ``pe``."""
+        self._striped(pe, seg, offset, dst, put=False)
+
+    def _striped(self, pe: int, seg: int, offset: int, buf: memoryview, put: bool) -> None:
+        rails = self.stripes[pe]
+        assert rails is not None
+        n = buf.nbytes
+        k = len(rails)
+        share = -(-n // k)
+        step = -(-share // 64) * 64  # pieces of about n/k bytes, 64-byte aligned
+        used = []
+        for i, t in enumerate(rails):
+            lo = i * step
+            if lo >= n:
+                break
+            piece = buf[lo:min(n, lo + step)]
+            if put:
+                t.put_nbi(pe, seg, offset + lo, piece)
+            else:
+                t.get_nbi(pe, seg, offset + lo, piece)
+            used.append(t)
+        for t in used:
+            t.quiet()
 
     def sync_all(self) -> None:
         """Collective: barrier over every PE (does not complete earlier puts)."""
