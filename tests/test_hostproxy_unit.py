@@ -649,3 +649,29 @@ def test_only_host_memory_can_be_registered() -> None:
             seg.close()
     finally:
         tr.close()
+
+
+@pytest.mark.parametrize("kind", ["amo", "get"])
+def test_interrupted_request_retires_its_connection(job: Job, kind: str) -> None:
+    """Ctrl-C (or any exception from a signal handler) after a request went out must not leave
+    its reply to be read by the next request: the connection is retired and replaced."""
+    tr = job.t[0][0]
+    tr.amo(1, 0, 512, AmoOp.SET, 8, 101, 0, False)
+    tr.quiet()
+    conn = tr._conns[1]
+
+    def interrupted(*args: object, **kw: object) -> int:
+        raise KeyboardInterrupt
+
+    if kind == "amo":
+        conn.recv_into = interrupted
+        with pytest.raises(KeyboardInterrupt):
+            tr.amo(1, 0, 512, AmoOp.ADD, 8, 100, 0, True)  # applied; its reply is never read
+    else:
+        conn.recvmsg_into = interrupted
+        with pytest.raises(KeyboardInterrupt):
+            tr.get(1, 0, 512, memoryview(bytearray(8)))
+    assert conn.broken and tr._conns.get(1) is not conn
+    expect = 201 if kind == "amo" else 101
+    assert tr.amo(1, 0, 512, AmoOp.FETCH, 8, 0, 0, True) == expect  # not a stale reply
+    assert tr._conns[1] is not conn

@@ -404,6 +404,9 @@ class HostProxyTransport(Transport):
                     conn.sendall(src.cast("B")[sent - _REQ_SIZE:], _NOSIGNAL)
             except OSError as exc:
                 raise self._broken(conn, "sending a put", exc, True) from None
+            except BaseException:
+                self._interrupted(conn)
+                raise
 
     def get(self, pe: int, seg: int, offset: int, dst: memoryview) -> None:
         """Request the bytes and receive them straight into ``dst``."""
@@ -416,18 +419,22 @@ class HostProxyTransport(Transport):
             if conn.broken:
                 raise conn.error()
             try:
-                conn.sendall(hdr, _NOSIGNAL)
-            except OSError as exc:
-                raise self._broken(conn, "sending a get", exc, True) from None
-            try:
-                got = conn.recvmsg_into((conn.rep, dst), 0, _WAITALL)[0]
-            except OSError as exc:
-                raise self._broken(conn, "getting", exc) from None
-            if got != _REP_SIZE + n:
-                if got == 0:
-                    raise self._broken(conn, "getting", None)
-                self._check_reply(conn, got, "getting")
-                self._recv_rest(conn, dst.cast("B"), max(got - _REP_SIZE, 0), "getting")
+                try:
+                    conn.sendall(hdr, _NOSIGNAL)
+                except OSError as exc:
+                    raise self._broken(conn, "sending a get", exc, True) from None
+                try:
+                    got = conn.recvmsg_into((conn.rep, dst), 0, _WAITALL)[0]
+                except OSError as exc:
+                    raise self._broken(conn, "getting", exc) from None
+                if got != _REP_SIZE + n:
+                    if got == 0:
+                        raise self._broken(conn, "getting", None)
+                    self._check_reply(conn, got, "getting")
+                    self._recv_rest(conn, dst.cast("B"), max(got - _REP_SIZE, 0), "getting")
+            except BaseException:
+                self._interrupted(conn)
+                raise
             conn.dirty = False  # the reply proves every earlier request was applied
 
     def amo(
@@ -449,26 +456,43 @@ class HostProxyTransport(Transport):
         with conn.lock:
             if conn.broken:
                 raise conn.error()
-            if not fetch:
-                conn.dirty = True
+            try:
+                if not fetch:
+                    conn.dirty = True
+                    try:
+                        conn.sendall(hdr, _NOSIGNAL)
+                    except OSError as exc:
+                        raise self._broken(conn, "sending an AMO", exc, True) from None
+                    return 0
                 try:
                     conn.sendall(hdr, _NOSIGNAL)
                 except OSError as exc:
                     raise self._broken(conn, "sending an AMO", exc, True) from None
-                return 0
-            try:
-                conn.sendall(hdr, _NOSIGNAL)
-            except OSError as exc:
-                raise self._broken(conn, "sending an AMO", exc, True) from None
-            try:
-                got = conn.recv_into(conn.rep, _REP_SIZE, _WAITALL)
-            except OSError as exc:
-                raise self._broken(conn, "fetching an AMO", exc) from None
-            if got == 0:
-                raise self._broken(conn, "fetching an AMO", None)
-            value = self._check_reply(conn, got, "fetching an AMO")
+                try:
+                    got = conn.recv_into(conn.rep, _REP_SIZE, _WAITALL)
+                except OSError as exc:
+                    raise self._broken(conn, "fetching an AMO", exc) from None
+                if got == 0:
+                    raise self._broken(conn, "fetching an AMO", None)
+                value = self._check_reply(conn, got, "fetching an AMO")
+            except BaseException:
+                self._interrupted(conn)
+                raise
             conn.dirty = False
             return value
+
+    def _interrupted(self, conn: _Conn) -> None:
+        """A request on ``conn`` was cut short (Ctrl-C, an exception from a signal handler):
+        its stream is out of step with the server, so retire it; the next request to that PE
+        opens a fresh connection. Requests sent in full before it are still applied in order."""
+        if conn.broken:
+            return
+        conn.drop("a request on it was interrupted")
+        with self._connect_lock:
+            if self._conns.get(conn.pe) is conn:
+                del self._conns[conn.pe]
+            if conn in self._opened:
+                self._opened.remove(conn)
 
     def create_context(self) -> HostProxyTransport:
         """An endpoint for a new context: the same server and peers, its own connections, so
@@ -507,12 +531,16 @@ class HostProxyTransport(Transport):
                         flushed.append(conn)
                     except OSError as exc:
                         errors.append(self._broken(conn, "sending a flush", exc, True))
-            for conn in flushed:
+            for i, conn in enumerate(flushed):
                 try:
                     self._read_reply(conn, "waiting for a flush")
                     conn.dirty = False
                 except TransportError as exc:
                     errors.append(exc)
+                except BaseException:
+                    for late in flushed[i:]:  # their flush replies will never be read
+                        self._interrupted(late)
+                    raise
         finally:
             for conn in held:
                 conn.lock.release()
