@@ -85,3 +85,21 @@ def cmp_function(cmp: Any) -> Callable[[Any, Any], Any]:
         raise InvalidArgumentError(
             f"unknown comparison {cmp!r}: use shmem.CMP.EQ/NE/GT/LE/LT/GE, a string such as "
             "'eq' or '>=', or a function from the operator module") from None
+
+
+class OP(str, enum.Enum):
+    """Reduction operations for ``reduce`` (also accepted as their lower-case names)."""
+
+    AND = "and"
+    OR = "or"
+    XOR = "xor"
+    MAX = "max"
+    MIN = "min"
+    SUM = "sum"
+    PROD = "prod"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+__all__ += ["OP"]

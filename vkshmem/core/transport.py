@@ -24,6 +24,11 @@ result, nor SET to fetch (it asks SWAP).
 
 Addresses are ``(segment id, byte offset)``; transports never see numpy arrays, only
 ``memoryview`` objects of contiguous bytes (writable for gets).
+
+Optional collective offload: ``collective(name, team_pes)`` may return an implementation of a
+collective (see :class:`CollectiveArgs` for the names and what the call receives) for a team
+whose members all route through this transport object; the default returns None and the core
+runs its own algorithms over put/AMO.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from dataclasses import dataclass, field
 __all__ = [
     "API_VERSION",
     "AmoOp",
+    "CollectiveArgs",
     "PeerInfo",
     "SegmentInfo",
     "Transport",
@@ -133,6 +139,36 @@ class TransportSpec:
     description: str = ""
 
 
+@dataclass(frozen=True)
+class CollectiveArgs:
+    """One validated collective call, as an offloaded implementation receives it.
+
+    ``name`` is one of ``broadcast``, ``collect``, ``fcollect``, ``alltoall``, ``alltoalls``,
+    ``reduce``, ``sum_inscan``, ``sum_exscan``; ``team_pes`` the world PE numbers of the team
+    in team order, ``me`` this PE's index in it. ``target`` is the symmetric destination as
+    ``(segment id, byte offset)`` (same offset on every member) of ``target_nbytes`` bytes;
+    ``source`` this PE's contiguous input bytes. ``dtype`` is the numpy dtype string (e.g.
+    ``'<f8'``), ``nelems`` the element count (per PE block for collect/fcollect/alltoall(s);
+    collect's may differ per PE). ``root`` (broadcast, team-relative), ``op`` (reduce: ``and``,
+    ``or``, ``xor``, ``max``, ``min``, ``sum``, ``prod``), ``tst``/``sst`` (alltoalls strides,
+    in elements) are set where they apply. Every member calls the implementation in the same
+    order; it returns when this PE's part is done with the OpenSHMEM semantics of ``name``.
+    """
+
+    name: str
+    team_pes: tuple[int, ...]
+    me: int
+    target: tuple[int, int]
+    target_nbytes: int
+    source: memoryview
+    dtype: str
+    nelems: int
+    root: int | None = None
+    op: str | None = None
+    tst: int = 1
+    sst: int = 1
+
+
 class Transport(ABC):
     """An open transport on one rail of one PE. See the module docstring for the contract."""
 
@@ -192,6 +228,17 @@ class Transport(ABC):
     @abstractmethod
     def quiet(self) -> None:
         """Return when every operation issued so far is complete at its target."""
+
+    def collective(self, name: str,
+                   team_pes: tuple[int, ...]) -> Callable[[CollectiveArgs], None] | None:
+        """An offloaded implementation of collective ``name`` (a :class:`CollectiveArgs` name)
+        for the team of world PEs ``team_pes``, or None (the default) to let the core run its
+        own algorithm. The core asks only when every member of the team routes through this
+        same transport object, asks once per team and name, and uses a non-None answer for
+        every call of that collective on that team (so the answer must be the same on every
+        member). The implementation must not return before this PE's target is complete and
+        its source reusable."""
+        return None
 
     def progress(self) -> None:  # noqa: B027 - optional hook, empty by default
         """Advance outstanding work (transports with their own progress thread do nothing)."""

@@ -1,0 +1,23 @@
+"""Multi-PE tests of the OpenSHMEM 1.5/1.6 surface: signals, locks, non-blocking AMOs and the
+1.6 RMA additions. Each script under tests/pe runs under ``vkshmem run`` at 1, 2, 3 and 4 PEs,
+over the shm path and over hostproxy with the shm path off (the modes of test_multipe)."""
+
+from __future__ import annotations
+
+import pytest
+from test_multipe import MODES, launch
+
+SCRIPTS = ["signals", "lock", "amo_nbi"]
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize("npes", [1, 2, 3, 4])
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_spec_script(script: str, npes: int, mode: str) -> None:
+    r = launch(script, npes, MODES[mode])
+    assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout}\n{r.stderr}"
+    assert r.stdout.count(f"{script} ok") == npes, r.stdout
+    routes = [line for line in r.stdout.splitlines() if "routes:" in line]
+    assert len(routes) == npes, r.stdout
+    want = "shm" if mode == "shm" else "hostproxy"
+    assert all(f"routes: ['{want}']" in line for line in routes), routes
