@@ -97,7 +97,7 @@ class Team:
         """Team PE ``pe`` (default: this PE) as a PE of ``team`` (default: the world);
         -1 when it is not a member of ``team``."""
         src = self.state
-        dest = (team or TEAM_WORLD).state
+        dest = (TEAM_WORLD if team is None else team).state
         if pe is None:
             pe = src.me
         if not 0 <= pe < src.size:
@@ -166,7 +166,7 @@ TEAM_INVALID = Team._make("invalid", None, {})
 
 def sync(team: Team | None = None) -> None:
     """Collective over ``team`` (default: every PE): wait until all members arrive."""
-    (team or TEAM_WORLD).state.sync()
+    (TEAM_WORLD if team is None else team).state.sync()  # TEAM_INVALID raises
 
 
 def team_ptr(team: Team, dest: np.ndarray, pe: int) -> np.ndarray | None:
