@@ -59,8 +59,8 @@ c1 = shmem.Ctx.create(shmem.CTX_PRIVATE)
 c2 = shmem.Ctx.create()
 right = (me + 1) % n
 shmem.put_nbi(buf, np.arange(8, dtype=np.int64) * me, right, ctx=c1)
+shmem.quiet(c1)  # contexts are not ordered with each other: complete c1's put first
 shmem.atomic_inc(buf[:1], right, ctx=c2)
-shmem.quiet(c1)
 c2.quiet()
 shmem.quiet(shmem.CTX_DEFAULT)
 shmem.fence(c1)
