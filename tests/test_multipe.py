@@ -1,6 +1,7 @@
 """Multi-PE tests: each script under tests/pe runs under ``vkshmem run`` at 1, 2, 3 and 4 PEs,
 once over the shm path and once with it off and every byte (even to this PE) crossing the
-hostproxy transport. ``--timeout`` and the subprocess timeout bound every run."""
+hostproxy transport, or UCX (over its shared memory and over tcp). ``--timeout`` and the
+subprocess timeout bound every run."""
 
 from __future__ import annotations
 
@@ -15,7 +16,17 @@ PE_DIR = Path(__file__).parent / "pe"
 MODES = {
     "shm": {"VKSHMEM_SHM": "1"},
     "hostproxy": {"VKSHMEM_SHM": "0", "VKSHMEM_TRANSPORTS": "hostproxy"},
+    # UCX carries everything: once over its shared memory (posix + cma), once over tcp.
+    "ucx-sm": {"VKSHMEM_SHM": "0", "VKSHMEM_TRANSPORTS": "ucx", "UCX_TLS": "posix,cma,self"},
+    "ucx-tcp": {"VKSHMEM_SHM": "0", "VKSHMEM_TRANSPORTS": "ucx", "UCX_TLS": "tcp,self"},
 }
+
+
+def expected_route(mode: str) -> str:
+    """The one route every PE of a run in ``mode`` takes (what its scripts print)."""
+    return "shm" if mode == "shm" else MODES[mode]["VKSHMEM_TRANSPORTS"]
+
+
 SCRIPTS = ["rma", "amo", "sync", "alloc", "errors", "teams"]
 
 
@@ -39,7 +50,7 @@ def test_script(script: str, npes: int, mode: str) -> None:
     assert r.stdout.count(f"{script} ok") == npes, r.stdout
     routes = [line for line in r.stdout.splitlines() if "routes:" in line]
     assert len(routes) == npes, r.stdout
-    want = "shm" if mode == "shm" else "hostproxy"
+    want = expected_route(mode)
     assert all(f"routes: ['{want}']" in line for line in routes), routes
 
 

@@ -1,11 +1,11 @@
 """Multi-PE tests of the OpenSHMEM 1.5/1.6 surface: signals, locks, non-blocking AMOs and the
 1.6 RMA additions. Each script under tests/pe runs under ``vkshmem run`` at 1, 2, 3 and 4 PEs,
-over the shm path and over hostproxy with the shm path off (the modes of test_multipe)."""
+over the shm path and, with it off, over hostproxy and UCX (the modes of test_multipe)."""
 
 from __future__ import annotations
 
 import pytest
-from test_multipe import MODES, launch
+from test_multipe import MODES, expected_route, launch
 
 SCRIPTS = ["signals", "lock", "amo_nbi"]
 
@@ -19,5 +19,5 @@ def test_spec_script(script: str, npes: int, mode: str) -> None:
     assert r.stdout.count(f"{script} ok") == npes, r.stdout
     routes = [line for line in r.stdout.splitlines() if "routes:" in line]
     assert len(routes) == npes, r.stdout
-    want = "shm" if mode == "shm" else "hostproxy"
+    want = expected_route(mode)
     assert all(f"routes: ['{want}']" in line for line in routes), routes

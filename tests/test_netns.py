@@ -57,7 +57,8 @@ def test_two_hosts_over_hostproxy(two_hosts: tuple[str, str], script: str) -> No
     env = {**os.environ, "WORLD_SIZE": "2", "MASTER_ADDR": f"{SUBNET}.1",
            "MASTER_PORT": "29411", "VKSHMEM_BOOTSTRAP": "env",
            "VKSHMEM_SYMMETRIC_SIZE": "64M", "VKSHMEM_WAIT_TIMEOUT": "60",
-           "VKSHMEM_BOOTSTRAP_TIMEOUT": "30", "PYTHONPATH": str(PE_DIR)}
+           "VKSHMEM_BOOTSTRAP_TIMEOUT": "30", "VKSHMEM_TRANSPORTS": "hostproxy",
+           "PYTHONPATH": str(PE_DIR)}
     procs = []
     for rank, ns in enumerate(two_hosts):
         procs.append(subprocess.Popen(

@@ -1,0 +1,77 @@
+"""vkshmem-ucx: the ``ucx`` transport (UCP put/get/atomics, with a native progress thread).
+
+Registered through the entry point group ``vkshmem.transports``; the core opens it per rail,
+e.g. ``VKSHMEM_TRANSPORTS=ucx`` or ``VKSHMEM_RAIL0=ucx:tls=tcp,self:dev=eth0``. See
+``README.md`` for the options and the UCX variables that matter.
+
+Importing this package does not load UCX: the spec is always offered (so ``vkshmem info``
+lists it), and the native module is loaded when the transport is first opened. A UCX that
+cannot load then fails with a :class:`~vkshmem.core.errors.TransportError` that says what to
+install.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from vkshmem.core.errors import TransportError
+from vkshmem.core.hookspecs import hookimpl
+from vkshmem.core.transport import AmoOp, TransportContext, TransportSpec
+
+if TYPE_CHECKING:
+    from ._transport import UcxTransport
+
+__all__ = ["NAME", "OPTIONS", "SPEC", "load_native", "open_transport", "register_transports"]
+
+NAME = "ucx"
+#: Rail options this transport understands (plus ``UCX_<NAME>=value`` for any UCX variable).
+OPTIONS = ("tls", "dev", "atomic", "timeout", "spin", "wait_spin", "errmode", "selftest")
+
+
+def load_native() -> Any:
+    """The native module ``vkshmem_ucx._ucx`` (loading UCX), or a TransportError that says
+    what to install."""
+    try:
+        from . import _ucx
+    except ImportError as first:
+        try:  # a layout the rpath does not cover: let the wheel's loader find its libraries
+            import libucx
+
+            libucx.load_library()
+            from . import _ucx
+        except ImportError:
+            raise TransportError(
+                NAME, f"cannot load UCX ({first}). Install the UCX wheel (`pip install "
+                "libucx-cu12`), or Debian's UCX (`apt-get install libucx0`) if vkshmem-ucx was "
+                "built with VKSHMEM_UCX_PREFIX=/usr, then reinstall vkshmem-ucx") from None
+    return _ucx
+
+
+def open_transport(context: TransportContext) -> UcxTransport:
+    """The spec's factory: open the ucx transport for one rail (loads UCX on first use)."""
+    load_native()
+    from ._transport import UcxTransport
+
+    return UcxTransport(context)
+
+
+SPEC = TransportSpec(
+    name=NAME,
+    factory=open_transport,
+    priority=50,
+    memory_kinds=frozenset({"host"}),
+    reach=frozenset({"intra", "inter"}),
+    amo_ops=frozenset(AmoOp),
+    amo_widths=frozenset({4, 8}),
+    native_fence=True,
+    put_signal=False,
+    description="UCX (UCP) one-sided put/get/atomics over whatever UCX reaches (shared memory, "
+                "tcp, InfiniBand/RoCE with a verbs-enabled UCX); native progress thread",
+)
+
+
+@hookimpl
+def register_transports(register: Callable[[Any], None]) -> None:
+    """Offer the ``ucx`` transport."""
+    register(SPEC)

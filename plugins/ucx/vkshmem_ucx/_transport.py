@@ -1,0 +1,515 @@
+"""The ucx transport: UCP one-sided operations, driven by a native progress thread.
+
+Mapping of the core's contract onto UCP (``csrc/vku.c`` does the work, one cffi call per
+operation, with the GIL released):
+
+* ``register`` → ``ucp_mem_map`` of the segment's existing memory (nothing is allocated) and
+  ``ucp_rkey_pack``; the key blob is ``<IQQ`` (segment id, base address, size) + packed rkey.
+* ``address`` → the UCP worker address; ``connect`` stores peers' addresses and keys;
+  endpoints (``ucp_ep_create``) and rkeys (``ucp_ep_rkey_unpack``) are made on first use.
+* ``put``/``get`` → ``ucp_put_nbx``/``ucp_get_nbx``; the blocking forms wait for local
+  completion (source reusable) or for the data; ``put_nbi``/``get_nbi`` are completed by
+  ``quiet`` (their buffers are kept referenced until then).
+* ``amo`` → ``ucp_atomic_op_nbx``: ADD/AND/OR/XOR (fetching or not), SWAP, CSWAP natively;
+  FETCH is a fetching ADD of 0; SET is a SWAP whose result is dropped. AND/OR/XOR found broken
+  by the start-up self-test (UCX 1.13.1's self transport) are emulated by compare-and-swap.
+* ``fence`` → ``ucp_worker_fence``; ``quiet`` → ``ucp_worker_flush_nbx`` plus completion of
+  every tracked non-blocking request.
+* A get or fetching AMO to a PE with un-flushed writes from this context flushes that endpoint
+  first, so it observes them (as on the shm path and hostproxy).
+* ``create_context`` → a new UCP worker of the same UCP context: its quiet flushes only its
+  own operations; ``close`` on it destroys only that worker.
+
+A progress thread per transport (C, no GIL) serves peers' traffic that needs this PE while its
+Python code computes or sleeps. See ``README.md``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import threading
+import weakref
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from vkshmem.core.errors import ConfigError, InvalidArgumentError, TransportError
+from vkshmem.core.transport import (
+    AmoOp,
+    PeerInfo,
+    SegmentInfo,
+    Transport,
+    TransportContext,
+    TransportSpec,
+)
+
+from . import NAME, OPTIONS, SPEC
+from ._ucx import ffi, lib
+
+__all__ = ["DEFAULT_TIMEOUT", "UcxTransport", "ucx_version"]
+
+log = logging.getLogger("vkshmem.ucx")
+
+#: Seconds any wait (completion, flush) may last before the peer is declared stuck or dead.
+DEFAULT_TIMEOUT = 60.0
+#: Microseconds a caller polls for its operation's completion before it sleeps on the worker.
+DEFAULT_WAIT_SPIN_US = 20
+_KEY = struct.Struct("<IQQ")
+_M64 = (1 << 64) - 1
+_ATOMIC_MODES = ("cpu", "device", "guess")
+_BITWISE = (AmoOp.AND, AmoOp.OR, AmoOp.XOR)
+_TRUE = ("1", "yes", "on", "true")
+_FALSE = ("0", "no", "off", "false")
+
+if any(getattr(lib, f"VKU_{op.name}") != op.value for op in AmoOp):  # pragma: no cover
+    raise ImportError("vkshmem_ucx: the native AMO op codes disagree with vkshmem's AmoOp")
+
+_from_buffer = ffi.from_buffer
+_new = ffi.new
+_put = lib.vku_put
+_get = lib.vku_get
+_amo = lib.vku_amo
+_ERANGE = (lib.VKU_ESEG, lib.VKU_EBOUNDS, lib.VKU_EALIGN, lib.VKU_EAMO)
+
+
+def ucx_version() -> tuple[int, int, int]:
+    """The version of the UCX library loaded (``ucp_get_version``)."""
+    v = ffi.new("unsigned[3]")
+    lib.vku_version(v, v + 1, v + 2)
+    return v[0], v[1], v[2]
+
+
+def build_info() -> str:
+    """Which UCX this module was built against, with the UCP API version of its headers, and
+    the library file actually loaded."""
+    v = ffi.new("unsigned[2]")
+    lib.vku_build_version(v, v + 1)
+    return (f"built against {ffi.string(lib.vku_built_with()).decode()} (UCP API "
+            f"{v[0]}.{v[1]}), loaded {ffi.string(lib.vku_library_path()).decode()}")
+
+
+def _status(rc: int) -> str:
+    return ffi.string(lib.vku_status_string(rc)).decode(errors="replace")
+
+
+@dataclass(frozen=True)
+class _Options:
+    ucx: dict[str, str]  # UCX variables (without the UCX_ prefix) set for this rail
+    timeout: float
+    spin_us: int
+    wait_spin_us: int
+    err_peer: bool
+    selftest: str  # auto | on | off
+
+
+def _parse_options(context: TransportContext) -> _Options:
+    var = f"VKSHMEM_RAIL{context.rail}"
+
+    def bad(message: str) -> ConfigError:
+        return ConfigError(var, f"ucx: {message}")
+
+    ucx: dict[str, str] = {}
+    known: dict[str, str] = {}
+    for key, value in context.options.items():
+        if key.upper().startswith("UCX_") and len(key) > 4:
+            ucx[key[4:].upper()] = value
+        elif key in OPTIONS:
+            known[key] = value
+        else:
+            raise bad(f"unknown option {key!r} (known: {', '.join(OPTIONS)}, or UCX_<NAME> "
+                      "for any UCX variable)")
+    if "tls" in known:
+        ucx["TLS"] = known["tls"]
+    if "dev" in known:  # ':' separates rail options, so a port is written mlx5_0/1
+        ucx["NET_DEVICES"] = known["dev"].replace("/", ":")
+    if "atomic" in known:
+        if known["atomic"] not in _ATOMIC_MODES:
+            raise bad(f"atomic={known['atomic']!r} (use {', '.join(_ATOMIC_MODES)})")
+        ucx["ATOMIC_MODE"] = known["atomic"]
+    elif "ATOMIC_MODE" not in ucx and "UCX_ATOMIC_MODE" not in os.environ:
+        # CPU atomics (or UCX's software atomics, applied by the target's CPU) are atomic with
+        # the core's own CPU atomics on the same word (shm path, this PE); NIC atomics are not.
+        ucx["ATOMIC_MODE"] = "cpu"
+    try:
+        timeout = float(known.get("timeout", DEFAULT_TIMEOUT))
+        if not timeout > 0:
+            raise ValueError
+    except ValueError:
+        raise bad(f"timeout={known['timeout']!r} is not a positive number of seconds") from None
+    try:
+        spin = int(known.get("spin", "0"))
+        if not 0 <= spin <= 10_000_000:
+            raise ValueError
+    except ValueError:
+        raise bad(f"spin={known['spin']!r} is not a number of microseconds (0 to 10000000)"
+                  ) from None
+    try:
+        wait_spin = int(known.get("wait_spin", str(DEFAULT_WAIT_SPIN_US)))
+        if not 0 <= wait_spin <= 10_000_000:
+            raise ValueError
+    except ValueError:
+        raise bad(f"wait_spin={known['wait_spin']!r} is not a number of microseconds (0 to "
+                  "10000000)") from None
+    errmode = known.get("errmode", "none")
+    if errmode not in ("peer", "none"):
+        raise bad(f"errmode={errmode!r} (use peer or none)")
+    selftest = known.get("selftest", "auto").lower()
+    if selftest in _TRUE:
+        selftest = "on"
+    elif selftest in _FALSE:
+        selftest = "off"
+    elif selftest != "auto":
+        raise bad(f"selftest={known['selftest']!r} (use auto, on or off)")
+    return _Options(ucx, timeout, spin, wait_spin, errmode == "peer", selftest)
+
+
+def _destroy_ctx(ctx: Any) -> None:
+    lib.vku_ctx_destroy(ctx)
+
+
+def _destroy_worker(worker: Any) -> None:
+    lib.vku_worker_destroy(worker)
+
+
+class _Shared:
+    """What a transport and its context endpoints share: the UCP context (and its progress
+    thread), the peers' blobs, and the endpoints still open."""
+
+    def __init__(self, context: TransportContext, options: _Options) -> None:
+        self.context = context
+        self.options = options
+        self.ctx: Any = None
+        self.peers: dict[int, tuple[bytes, dict[int, tuple[int, int, bytes]]]] = {}
+        self.children: weakref.WeakSet[UcxTransport] = weakref.WeakSet()
+        self.lock = threading.Lock()
+        self.emulated: tuple[str, ...] = ()
+
+
+class UcxTransport(Transport):
+    """A ucx transport on one rail of one PE (or one context endpoint of it)."""
+
+    spec: TransportSpec = SPEC
+
+    def __init__(self, context: TransportContext) -> None:
+        self._w: Any = None
+        self._closed = False
+        self._held: list[Any] = []  # buffers of non-blocking operations, until quiet
+        self._graveyard: list[Any] = []  # buffers of operations that timed out (never freed)
+        self._root: UcxTransport | None = None  # set on context endpoints
+        self._worker_finalizer: weakref.finalize | None = None
+        self._ctx_finalizer: weakref.finalize | None = None
+        opts = _parse_options(context)
+        self._shared = sh = _Shared(context, opts)
+        names = [ffi.new("char[]", k.encode()) for k in opts.ucx]
+        values = [ffi.new("char[]", v.encode()) for v in opts.ucx.values()]
+        err = ffi.new("char[]", lib.VKU_ERRLEN)
+        ctx = lib.vku_ctx_create(ffi.new("char *[]", names), ffi.new("char *[]", values),
+                                 len(names), opts.spin_us, opts.wait_spin_us, opts.timeout,
+                                 int(opts.err_peer), err, lib.VKU_ERRLEN)
+        if ctx == ffi.NULL:
+            settings = " ".join(f"UCX_{k}={v}" for k, v in opts.ucx.items())
+            raise TransportError(NAME, f"cannot open UCX ({ffi.string(err).decode()}) with "
+                                 f"{settings or 'no rail settings'}")
+        sh.ctx = ctx
+        self._ctx_finalizer = weakref.finalize(self, _destroy_ctx, ctx)
+        try:
+            self._selftest(opts.selftest)
+            self._open_worker()
+        except BaseException:
+            self.close()
+            raise
+
+    # -- set-up ---------------------------------------------------------------------------
+
+    def _open_worker(self) -> None:
+        sh = self._shared
+        err = ffi.new("char[]", lib.VKU_ERRLEN)
+        w = lib.vku_worker_create(sh.ctx, sh.context.n_pes, err, lib.VKU_ERRLEN)
+        if w == ffi.NULL:
+            raise TransportError(NAME, f"cannot create a UCP worker: {ffi.string(err).decode()}")
+        self._w = w
+
+    def _selftest(self, mode: str) -> None:
+        """Detect (and work around) UCX releases whose AND/OR/XOR write wrong values."""
+        version = ucx_version()
+        if mode == "off" or (mode == "auto" and version >= (1, 14, 0)):
+            return
+        bad = ffi.new("uint32_t *")
+        err = ffi.new("char[]", lib.VKU_ERRLEN)
+        rc = lib.vku_selftest(self._shared.ctx, bad, err, lib.VKU_ERRLEN)
+        if rc:
+            raise TransportError(NAME, "the start-up atomics self-test could not run: "
+                                 f"{ffi.string(err).decode()}", status=_status(rc))
+        mask = bad[0]
+        if not mask:
+            log.info("ucx %d.%d.%d: atomics self-test passed", *version)
+            return
+        names = [("fetch_" if fetch else "") + op.name.lower()
+                 for fetch in (True, False) for op in _BITWISE
+                 if mask & (1 << (op + (0 if fetch else lib.VKU_EMU_NONFETCH)))]
+        lib.vku_set_emulation(self._shared.ctx, mask)
+        self._shared.emulated = tuple(names)
+        level = logging.WARNING if self._shared.context.my_pe == 0 else logging.INFO
+        log.log(level, "ucx %d.%d.%d writes wrong values for %s (a known bug of UCX < 1.14); "
+                "these atomics are emulated with compare-and-swap on this rail (rail option "
+                "selftest=off skips the check)", *version, ", ".join(names))
+
+    def address(self) -> bytes:
+        """This PE's UCP worker address."""
+        w = self._live()
+        buf = ffi.new("char[]", lib.VKU_RKEY_MAX)
+        size = ffi.new("size_t *", lib.VKU_RKEY_MAX)
+        rc = lib.vku_worker_address(w, buf, size)
+        if rc:
+            raise TransportError(NAME, "cannot query the worker address", status=_status(rc))
+        return bytes(ffi.buffer(buf, size[0]))
+
+    def register(self, segment: SegmentInfo) -> bytes:
+        """``ucp_mem_map`` the segment's memory (already mapped by the core) and return its key
+        blob: segment id, base address and size, then the packed rkey. The memory must stay
+        mapped until :meth:`close`."""
+        self._live()
+        if segment.kind != "host":
+            raise TransportError(NAME, f"cannot register memory of kind {segment.kind!r}; "
+                                 "the ucx transport registers host memory only")
+        if not 0 <= segment.seg_id < lib.VKU_MAX_SEGS:
+            raise TransportError(NAME, f"segment id {segment.seg_id} is out of range "
+                                 f"(0..{lib.VKU_MAX_SEGS - 1})")
+        buf = ffi.new("char[]", lib.VKU_RKEY_MAX)
+        size = ffi.new("size_t *", lib.VKU_RKEY_MAX)
+        rc = lib.vku_mem_map(self._shared.ctx, segment.address, segment.size, buf, size)
+        if rc:
+            raise TransportError(NAME, f"cannot register segment {segment.seg_id} "
+                                 f"({segment.size} bytes at {segment.address:#x})",
+                                 status=_status(rc))
+        return _KEY.pack(segment.seg_id, segment.address, segment.size) + \
+            bytes(ffi.buffer(buf, size[0]))
+
+    def connect(self, peers: Mapping[int, PeerInfo]) -> None:
+        """Record every peer's worker address and segment keys; endpoints open on first use.
+        May be called again (e.g. after new segments were registered)."""
+        w = self._live()
+        sh = self._shared
+        for pe, info in peers.items():
+            if info.address is None:
+                continue
+            segs: dict[int, tuple[int, int, bytes]] = {}
+            for seg_id, blob in info.rkeys.items():
+                if len(blob) <= _KEY.size:
+                    raise TransportError(NAME, f"PE {pe} published an unreadable key for "
+                                         f"segment {seg_id}")
+                sid, base, size = _KEY.unpack_from(blob)
+                if sid != seg_id:
+                    raise TransportError(NAME, f"PE {pe}'s key for segment {seg_id} names "
+                                         f"segment {sid}")
+                segs[sid] = (base, size, blob[_KEY.size:])
+            with sh.lock:
+                sh.peers[pe] = (bytes(info.address), segs)
+            self._feed(w, pe, bytes(info.address), segs)
+
+    def _feed(self, w: Any, pe: int, address: bytes,
+              segs: Mapping[int, tuple[int, int, bytes]]) -> None:
+        rc = lib.vku_peer_set(w, pe, address, len(address))
+        if rc:
+            raise TransportError(NAME, f"PE {pe}: unusable worker address", status=_status(rc))
+        for sid, (base, size, key) in segs.items():
+            rc = lib.vku_peer_seg(w, pe, sid, base, size, key, len(key))
+            if rc:
+                raise TransportError(NAME, f"PE {pe}: unusable key for segment {sid}",
+                                     status=_status(rc))
+
+    # -- errors ---------------------------------------------------------------------------
+
+    def _live(self) -> Any:
+        w = self._w
+        if w is None:
+            raise TransportError(NAME, "the transport is closed")
+        return w
+
+    def _error(self, rc: int, what: str, pe: int, seg: int, offset: int,
+               n: int) -> Exception:
+        """The exception for return code ``rc`` of ``what`` (e.g. 'put to') PE ``pe``."""
+        if rc == lib.VKU_ECLOSED:
+            return TransportError(NAME, "the transport is closed")
+        if rc == lib.VKU_EPEER:
+            return TransportError(NAME, f"PE {pe} is not reachable through ucx on rail "
+                                  f"{self._shared.context.rail} (it published no address)")
+        if rc in _ERANGE:
+            return self._range_error(rc, pe, seg, offset, n)
+        where = f"{what} PE {pe} (segment {seg}, offset {offset}, {n} bytes)"
+        if rc == lib.VKU_ETIMEDOUT:
+            return TransportError(
+                NAME, f"{where}: no completion within {self._shared.options.timeout:g} s (the "
+                "peer may be dead or stuck; the rail option timeout= sets this limit)",
+                status=_status(rc))
+        return TransportError(NAME, f"{where} failed", status=_status(rc))
+
+    def _range_error(self, rc: int, pe: int, seg: int, offset: int,
+                     n: int) -> InvalidArgumentError:
+        if rc == lib.VKU_EAMO:
+            return InvalidArgumentError(f"ucx: AMO width {n} (4 or 8 bytes only)")
+        if rc == lib.VKU_EALIGN:
+            return InvalidArgumentError(f"ucx: AMO at offset {offset} is not aligned to its "
+                                        f"width {n}")
+        segs = self._shared.peers.get(pe, (b"", {}))[1]
+        if seg not in segs:
+            return InvalidArgumentError(f"ucx: PE {pe} has no segment {seg} registered")
+        return InvalidArgumentError(f"ucx: {n} bytes at offset {offset} are outside segment "
+                                    f"{seg} of PE {pe} ({segs[seg][1]} bytes)")
+
+    # -- data path ------------------------------------------------------------------------
+
+    def put(self, pe: int, seg: int, offset: int, src: memoryview) -> None:
+        """``ucp_put_nbx``; returns once ``src`` is reusable (local completion)."""
+        w = self._w
+        if w is None or offset < 0:
+            raise self._error(lib.VKU_ECLOSED if w is None else lib.VKU_EBOUNDS, "put to", pe,
+                              seg, offset, src.nbytes)
+        buf = _from_buffer(src)
+        rc = _put(w, pe, seg, offset, buf, len(buf), 0)
+        if rc:
+            if rc == lib.VKU_ETIMEDOUT:
+                self._graveyard.append(buf)  # UCX may still read it
+            raise self._error(rc, "put to", pe, seg, offset, len(buf))
+
+    def put_nbi(self, pe: int, seg: int, offset: int, src: memoryview) -> None:
+        """Start a put; ``src`` is kept referenced (and must stay unchanged) until quiet."""
+        w = self._w
+        if w is None or offset < 0:
+            raise self._error(lib.VKU_ECLOSED if w is None else lib.VKU_EBOUNDS, "put to", pe,
+                              seg, offset, src.nbytes)
+        buf = _from_buffer(src)
+        rc = _put(w, pe, seg, offset, buf, len(buf), 1)
+        if rc:
+            raise self._error(rc, "put to", pe, seg, offset, len(buf))
+        self._held.append(buf)
+
+    def get(self, pe: int, seg: int, offset: int, dst: memoryview) -> None:
+        """``ucp_get_nbx``; returns with ``dst`` filled."""
+        w = self._w
+        if w is None or offset < 0:
+            raise self._error(lib.VKU_ECLOSED if w is None else lib.VKU_EBOUNDS, "get from",
+                              pe, seg, offset, dst.nbytes)
+        buf = _from_buffer(dst, require_writable=True)
+        rc = _get(w, pe, seg, offset, buf, len(buf), 0)
+        if rc:
+            if rc == lib.VKU_ETIMEDOUT:
+                self._graveyard.append(buf)  # UCX may still write into it
+            raise self._error(rc, "get from", pe, seg, offset, len(buf))
+
+    def get_nbi(self, pe: int, seg: int, offset: int, dst: memoryview) -> None:
+        """Start a get; ``dst`` is kept referenced and filled by quiet."""
+        w = self._w
+        if w is None or offset < 0:
+            raise self._error(lib.VKU_ECLOSED if w is None else lib.VKU_EBOUNDS, "get from",
+                              pe, seg, offset, dst.nbytes)
+        buf = _from_buffer(dst, require_writable=True)
+        rc = _get(w, pe, seg, offset, buf, len(buf), 1)
+        if rc:
+            raise self._error(rc, "get from", pe, seg, offset, len(buf))
+        self._held.append(buf)
+
+    def amo(
+        self, pe: int, seg: int, offset: int, op: AmoOp, width: int,
+        operand: int, compare: int, fetch: bool,
+    ) -> int:
+        """``ucp_atomic_op_nbx`` (see the module docstring for how each op maps)."""
+        w = self._w
+        if w is None or offset < 0:
+            raise self._error(lib.VKU_ECLOSED if w is None else lib.VKU_EBOUNDS, "AMO on",
+                              pe, seg, offset, width)
+        out = _new("uint64_t *")
+        rc = _amo(w, pe, seg, offset, op, width, operand & _M64, compare & _M64, fetch, out)
+        if rc:
+            raise self._error(rc, "AMO on", pe, seg, offset, width)
+        return out[0] if fetch else 0
+
+    def fence(self) -> None:
+        """``ucp_worker_fence``: operations issued before reach each PE before later ones."""
+        rc = lib.vku_fence(self._live())
+        if rc:
+            raise TransportError(NAME, "fence failed", status=_status(rc))
+
+    def quiet(self) -> None:
+        """Flush the worker: every operation issued so far is complete at its target (and
+        every non-blocking get has filled its buffer)."""
+        w = self._live()
+        held, self._held = self._held, []  # only operations issued before this point
+        rc = lib.vku_quiet(w)
+        if rc:
+            self._graveyard.extend(held)  # UCX may still read or write them
+            raise TransportError(NAME, "quiet: "
+                                 + ("no completion within "
+                                    f"{self._shared.options.timeout:g} s (a peer may be dead "
+                                    "or stuck; the rail option timeout= sets this limit)"
+                                    if rc == lib.VKU_ETIMEDOUT else "an operation failed"),
+                                 status=_status(rc))
+
+    # -- contexts, introspection, shutdown ------------------------------------------------
+
+    def create_context(self) -> UcxTransport:
+        """A new UCP worker of this transport's UCP context, connected to the same peers; its
+        quiet flushes only its own operations. ``close()`` on it destroys only that worker."""
+        self._live()
+        sh = self._shared
+        ep = object.__new__(UcxTransport)
+        ep._w = None
+        ep._closed = False
+        ep._held = []
+        ep._graveyard = []
+        ep._shared = sh
+        ep._root = self  # keeps the UCP context alive as long as this endpoint
+        ep._ctx_finalizer = None  # the UCP context belongs to the transport
+        ep._worker_finalizer = None
+        ep._open_worker()
+        ep._worker_finalizer = weakref.finalize(ep, _destroy_worker, ep._w)
+        try:
+            with sh.lock:
+                peers = dict(sh.peers)
+            for pe, (address, segs) in peers.items():
+                ep._feed(ep._w, pe, address, segs)
+        except BaseException:
+            ep.close()
+            raise
+        sh.children.add(ep)
+        return ep
+
+    @property
+    def emulated_atomics(self) -> tuple[str, ...]:
+        """The atomics this rail emulates with compare-and-swap (after the self-test)."""
+        return self._shared.emulated
+
+    def stats(self) -> dict[str, Any]:
+        """Progress-thread counters, the UCX version and what it was built against."""
+        out = ffi.new("uint64_t[5]")
+        if self._shared.ctx is not None:
+            lib.vku_stats(self._shared.ctx, out)
+        return {"wakeups": out[0], "idle_wakeups": out[1], "busy_rounds": out[2],
+                "caller_sleeps": out[3], "caller_sleep_timeouts": out[4],
+                "ucx_version": ".".join(map(str, ucx_version())), "built_with": build_info(),
+                "emulated": self._shared.emulated,
+                "settings": {f"UCX_{k}": v for k, v in self._shared.options.ucx.items()}}
+
+    def close(self) -> None:
+        """Destroy this endpoint's worker (closing its endpoints) and, for the transport
+        itself, every context endpoint, the progress thread, the memory registrations and the
+        UCP context. Safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._ctx_finalizer is not None:  # the transport: its contexts go first
+            for child in list(self._shared.children):
+                child.close()
+        w, self._w = self._w, None
+        if self._worker_finalizer is not None:
+            self._worker_finalizer.detach()
+            self._worker_finalizer = None
+        if w is not None:
+            lib.vku_worker_destroy(w)
+        self._held = []
+        if self._ctx_finalizer is not None:
+            self._ctx_finalizer()
+            self._ctx_finalizer = None
+            self._shared.ctx = None

@@ -1,0 +1,156 @@
+"""cffi (API mode) build of ``vkshmem_ucx._ucx``, the UCX binding and its progress thread.
+
+The C source lives in ``csrc/vku.c``. Which UCX it compiles and links against is chosen by the
+environment variable ``VKSHMEM_UCX_PREFIX`` at build time:
+
+* unset or ``wheel`` (the default): the UCX of the ``libucx-cu12`` wheel (a build requirement,
+  so an isolated ``pip install`` has it). The module gets an rpath to the wheel's ``lib``
+  directory where it will be installed (next to this package in site-packages, and the
+  environment's own site-packages), so it loads without ``LD_LIBRARY_PATH``; as a last resort
+  the package preloads the libraries through ``libucx.load_library()``.
+* a directory (``/usr`` for Debian's ``libucx-dev``, ``/opt/ucx`` for a site build with verbs):
+  ``<prefix>/include/ucp/api/ucp.h`` and ``libucp.so`` from ``<prefix>/lib/<multiarch>``,
+  ``<prefix>/lib64`` or ``<prefix>/lib`` (with an rpath unless it is a default library dir).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sysconfig
+from pathlib import Path
+
+from cffi import FFI
+
+HERE = Path(__file__).resolve().parent
+CSRC = HERE / "csrc"
+PREFIX_VAR = "VKSHMEM_UCX_PREFIX"
+_DEFAULT_LIB_DIRS = {"/lib", "/usr/lib", "/lib64", "/usr/lib64"}
+
+CDEF = """
+#define VKU_MAX_SEGS ...
+#define VKU_MAX_LOCAL ...
+#define VKU_RKEY_MAX ...
+#define VKU_ERRLEN ...
+#define VKU_EPEER ...
+#define VKU_ESEG ...
+#define VKU_EBOUNDS ...
+#define VKU_EALIGN ...
+#define VKU_EAMO ...
+#define VKU_ECLOSED ...
+#define VKU_ENOMEM ...
+#define VKU_ETOOBIG ...
+#define VKU_ETIMEDOUT ...
+#define VKU_FETCH ...
+#define VKU_SET ...
+#define VKU_SWAP ...
+#define VKU_CSWAP ...
+#define VKU_ADD ...
+#define VKU_AND ...
+#define VKU_OR ...
+#define VKU_XOR ...
+#define VKU_EMU_NONFETCH ...
+
+typedef struct vku_ctx vku_ctx;
+typedef struct vku_worker vku_worker;
+
+const char *vku_built_with(void);
+void vku_version(unsigned *major, unsigned *minor, unsigned *release);
+void vku_build_version(unsigned *major, unsigned *minor);
+const char *vku_library_path(void);
+const char *vku_status_string(int status);
+vku_ctx *vku_ctx_create(const char *const *names, const char *const *values, int n,
+                        uint32_t spin_us, uint32_t wait_spin_us, double timeout_s,
+                        int err_peer, char *err, size_t errlen);
+void vku_ctx_destroy(vku_ctx *c);
+void vku_set_emulation(vku_ctx *c, uint32_t mask);
+uint32_t vku_get_emulation(vku_ctx *c);
+void vku_stats(vku_ctx *c, uint64_t *out3);
+int vku_mem_map(vku_ctx *c, uintptr_t addr, uint64_t size, void *buf, size_t *len);
+vku_worker *vku_worker_create(vku_ctx *c, int32_t n_pes, char *err, size_t errlen);
+void vku_worker_destroy(vku_worker *w);
+int vku_worker_address(vku_worker *w, void *buf, size_t *len);
+int vku_peer_set(vku_worker *w, int32_t pe, const void *addr, size_t len);
+int vku_peer_seg(vku_worker *w, int32_t pe, uint32_t seg, uint64_t base, uint64_t size,
+                 const void *rkey, size_t len);
+int vku_put(vku_worker *w, int32_t pe, uint32_t seg, uint64_t off, const void *src, size_t n,
+            int nbi);
+int vku_get(vku_worker *w, int32_t pe, uint32_t seg, uint64_t off, void *dst, size_t n,
+            int nbi);
+int vku_amo(vku_worker *w, int32_t pe, uint32_t seg, uint64_t off, int op, int width,
+            uint64_t operand, uint64_t compare, int fetch, uint64_t *result);
+int vku_fence(vku_worker *w);
+int vku_quiet(vku_worker *w);
+int vku_progress(vku_worker *w);
+int vku_selftest(vku_ctx *c, uint32_t *bad_mask, char *err, size_t errlen);
+"""
+
+
+def _wheel_root() -> Path:
+    spec = importlib.util.find_spec("libucx")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError(
+            "vkshmem-ucx: the UCX wheel is not installed where the build runs: "
+            "`pip install libucx-cu12` (an isolated `pip install plugins/ucx` installs it by "
+            f"itself), or set {PREFIX_VAR}=/usr to build against Debian's UCX "
+            "(`apt-get install libucx-dev`) or {PREFIX_VAR}=<prefix> for a site build"
+        )
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def locate_ucx() -> tuple[Path, Path, list[str], str]:
+    """(include dir, library dir, rpaths, description) of the UCX to build against."""
+    choice = os.environ.get(PREFIX_VAR, "").strip() or "wheel"
+    if choice == "wheel":
+        root = _wheel_root()
+        include, lib = root / "include", root / "lib"
+        rpaths = ["$ORIGIN/../libucx/lib",  # installed next to this package in site-packages
+                  str(Path(sysconfig.get_paths()["purelib"]) / "libucx" / "lib")]
+        if "pip-build-env" not in str(lib):  # not a throw-away isolated build environment
+            rpaths.append(str(lib))
+        what = "the libucx-cu12 wheel"
+    else:
+        prefix = Path(choice).expanduser()
+        include = prefix / "include"
+        multiarch = sysconfig.get_config_var("MULTIARCH") or ""
+        dirs = [prefix / "lib" / multiarch] if multiarch else []
+        dirs += [prefix / "lib64", prefix / "lib"]
+        found = [d for d in dirs if (d / "libucp.so").exists()]
+        if not (include / "ucp" / "api" / "ucp.h").is_file() or not found:
+            raise RuntimeError(
+                f"vkshmem-ucx: {PREFIX_VAR}={choice} holds no UCX development files "
+                f"(need {include}/ucp/api/ucp.h and libucp.so in one of "
+                f"{', '.join(map(str, dirs))}); on Debian: apt-get install libucx-dev"
+            )
+        lib = found[0]
+        default = str(lib) in _DEFAULT_LIB_DIRS or (multiarch and lib.name == multiarch
+                                                    and str(lib.parent) in _DEFAULT_LIB_DIRS)
+        rpaths = [] if default else [str(lib)]
+        what = f"the UCX in {prefix}"
+    seen: list[str] = []
+    for r in rpaths:
+        if r not in seen:
+            seen.append(r)
+    return include, lib, seen, what
+
+
+INCLUDE, LIBDIR, RPATHS, BUILT_WITH = locate_ucx()
+
+ffibuilder = FFI()
+ffibuilder.cdef(CDEF)
+ffibuilder.set_source(
+    "vkshmem_ucx._ucx",
+    (CSRC / "vku.c").read_text()
+    + f'\nconst char *vku_built_with(void) {{ return "{BUILT_WITH}"; }}\n',
+    include_dirs=[str(CSRC), str(INCLUDE)],
+    library_dirs=[str(LIBDIR)],
+    libraries=["ucp", "ucs", "pthread"],
+    # -Wno-sign-compare: UCX's own headers (UCS_PTR_IS_ERR) trip it.
+    extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter",
+                        "-Wno-sign-compare"],
+    # DT_RPATH (not RUNPATH): the UCX built against wins over a stray LD_LIBRARY_PATH.
+    extra_link_args=["-Wl,--disable-new-dtags"] + [f"-Wl,-rpath,{r}" for r in RPATHS],
+)
+
+if __name__ == "__main__":
+    ffibuilder.compile(verbose=True)

@@ -1,0 +1,222 @@
+"""The ucx transport across processes: progress while the target PE is busy in Python,
+``wait_until`` on words written by UCX puts, UCX as one rail among several (striping), and two
+PEs on two test "hosts" (network namespaces) reaching each other over UCX's tcp.
+
+Every test runs real UCX between real processes (the project's launcher, or a child process),
+over tcp on loopback and over UCX's shared memory, with outer timeouts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from test_multipe import MODES, PE_DIR, launch
+from test_netns import SUBNET, two_hosts  # noqa: F401 - a fixture, used by name
+from vkshmem.core._native import lib as native
+
+from vkshmem.core.transport import AmoOp, PeerInfo, TransportContext
+
+pytest.importorskip("vkshmem_ucx")
+from vkshmem_ucx._transport import UcxTransport
+
+pytestmark = pytest.mark.timeout(300)
+
+TLS = {"tcp": "tcp,self", "sm": "posix,cma,self"}
+
+# -- progress while the target is busy ------------------------------------------------------
+
+BUSY_TARGET = """
+import json, mmap, os, sys, time
+from vkshmem.core._native import lib, ffi
+from vkshmem.core.transport import SegmentInfo, TransportContext
+from vkshmem_ucx._transport import UcxTransport
+
+fd = os.memfd_create("busy")
+os.ftruncate(fd, 1 << 20)
+m = mmap.mmap(fd, 1 << 20)
+address = int(ffi.cast("uintptr_t", ffi.from_buffer(m)))
+t = UcxTransport(TransportContext(1, 2, 0, {"tls": sys.argv[1]}, "node0", "127.0.0.1",
+                                  lib.vk_amo_address()))
+key = t.register(SegmentInfo(0, "host", address, 1 << 20, fd, memoryview(m)))
+print(json.dumps({"address": t.address().hex(), "key": key.hex()}), flush=True)
+sys.stdin.readline()  # the initiator is connected: be busy now
+start = time.monotonic()
+spins = 0
+while time.monotonic() - start < float(sys.argv[2]):
+    for _ in range(10000):  # pure Python holding the GIL, never calling the transport
+        spins += 1
+print(json.dumps({"busy_from": start, "busy_until": time.monotonic(),
+                  "head": m[:16].hex()}), flush=True)
+t.close()
+"""
+
+
+@pytest.mark.parametrize("tls", list(TLS))
+def test_a_target_busy_in_python_still_serves_puts_gets_and_amos(tls: str) -> None:
+    """The target spins in pure Python for 2 s (holding its GIL, never entering UCX); the
+    initiator's puts, gets and AMOs, which over tcp and for UCX's software atomics need the
+    target's worker to progress, complete promptly: each well under the ~1 s stall a target
+    without a progress thread causes."""
+    busy = 2.0
+    child = subprocess.Popen([sys.executable, "-c", BUSY_TARGET, TLS[tls], str(busy)],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    tr = UcxTransport(TransportContext(0, 2, 0, {"tls": TLS[tls]}, "node0", "127.0.0.1",
+                                       native.vk_amo_address()))
+    try:
+        assert child.stdin is not None and child.stdout is not None
+        info = json.loads(child.stdout.readline())
+        tr.connect({1: PeerInfo(1, "node0", True, bytes.fromhex(info["address"]),
+                                {0: bytes.fromhex(info["key"])})})
+        tr.put(1, 0, 0, memoryview(b"busy PE\0"))  # endpoint wired up before the busy phase
+        tr.quiet()
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        time.sleep(0.2)  # the target is in its loop now
+        first = time.monotonic()
+        worst: dict[str, float] = {}
+
+        def timed(name: str, fn: object, *args: object) -> object:
+            t0 = time.monotonic()
+            out = fn(*args)  # type: ignore[operator]
+            worst[name] = max(worst.get(name, 0.0), time.monotonic() - t0)
+            return out
+
+        out = bytearray(4096)
+        for i in range(100):
+            timed("put+quiet", lambda i=i: (tr.put(1, 0, 4096, memoryview(bytes([i]) * 4096)),
+                                            tr.quiet()))
+            timed("get", tr.get, 1, 0, 4096, memoryview(out))
+            assert out == bytes([i]) * 4096
+            assert timed("fetch_add", tr.amo, 1, 0, 8, AmoOp.ADD, 8, 1, 0, True) == i
+            timed("add+quiet", lambda: (tr.amo(1, 0, 16, AmoOp.ADD, 8, 1, 0, False),
+                                        tr.quiet()))
+        last = time.monotonic()
+    finally:
+        tr.close()
+        final = child.communicate(timeout=60)[0].splitlines()
+    assert child.returncode == 0
+    done = json.loads(final[-1])
+    assert done["busy_from"] <= first and last <= done["busy_until"], \
+        "the operations did not all run while the target was busy"
+    assert bytes.fromhex(done["head"]) == b"busy PE\0" + (100).to_bytes(8, "little")
+    assert all(t < 0.2 for t in worst.values()), {k: f"{v * 1e3:.1f} ms"
+                                                  for k, v in worst.items()}
+
+
+# -- wait_until on words written by UCX ------------------------------------------------------
+
+WAIT_SCRIPT = """
+import time
+import numpy as np
+from vkshmem import shmem
+
+me, n = shmem.my_pe(), shmem.n_pes()
+flag = shmem.zeros(2, np.int64)
+data = shmem.zeros(1024, np.int64)
+shmem.barrier_all()
+if me == 0:
+    time.sleep(0.3)  # PE 1 is waiting by now
+    shmem.put(data, np.arange(1024, dtype=np.int64), 1)
+    shmem.fence()
+    shmem.put(flag[:1], np.array([42], np.int64), 1)  # a plain UCX put, no AMO
+    shmem.put_nbi(flag[1:], np.array([7], np.int64), 1)
+    shmem.quiet()
+else:
+    t0 = time.monotonic()
+    shmem.wait_until(flag[:1], shmem.CMP.EQ, 42)
+    assert (data == np.arange(1024)).all(), "data before the flag"
+    shmem.wait_until(flag[1:], ">=", 7)
+    print(f"waited {time.monotonic() - t0:.2f} s")
+shmem.barrier_all()
+print(f"routes: {sorted({r.name for r in shmem._state.rt.routes})}")
+print("wait ok")
+"""
+
+
+def _run_file(path: Path, npes: int, env: dict[str, str],
+              timeout: int = 120) -> subprocess.CompletedProcess[str]:
+    full_env = {**os.environ, "VKSHMEM_SYMMETRIC_SIZE": "64M", "VKSHMEM_WAIT_TIMEOUT": "30",
+                **env}
+    cmd = [sys.executable, "-m", "vkshmem", "run", "-n", str(npes), "--timeout", str(timeout),
+           str(path)]
+    return subprocess.run(cmd, env=full_env, capture_output=True, text=True,
+                          timeout=timeout + 30)
+
+
+@pytest.mark.parametrize("mode", ["ucx-tcp", "ucx-sm"])
+def test_wait_until_returns_on_a_word_written_by_a_ucx_put(mode: str, tmp_path: Path) -> None:
+    script = tmp_path / "wait_put.py"
+    script.write_text(WAIT_SCRIPT)
+    r = _run_file(script, 2, MODES[mode])
+    assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout}\n{r.stderr}"
+    assert r.stdout.count("wait ok") == 2, r.stdout
+    assert r.stdout.count("routes: ['ucx']") == 2, r.stdout
+
+
+# -- UCX as one rail among several ------------------------------------------------------------
+
+RAILS = {
+    "ucx+hostproxy": {"VKSHMEM_SHM": "0", "VKSHMEM_RAIL0": "ucx", "VKSHMEM_RAIL1": "hostproxy",
+                      "UCX_TLS": "tcp,self"},
+    "ucx-tcp+ucx-sm": {"VKSHMEM_SHM": "0", "VKSHMEM_RAIL0": "ucx:tls=tcp,self",
+                       "VKSHMEM_RAIL1": "ucx:tls=posix,cma,self"},
+}
+
+
+@pytest.mark.parametrize("npes", [2, 4])
+def test_rma_over_two_rails_ucx_and_hostproxy(npes: int) -> None:
+    """tests/pe/rma.py with rail 0 = ucx and rail 1 = hostproxy: small transfers to PE p use
+    rail p % 2, the 1 MiB one is striped over both."""
+    env = {**RAILS["ucx+hostproxy"], "VKSHMEM_STRIPE_THRESHOLD": "64K"}
+    r = launch("rma", npes, env)
+    assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout}\n{r.stderr}"
+    assert r.stdout.count("rma ok") == npes, r.stdout
+    routes = [line for line in r.stdout.splitlines() if "routes:" in line]
+    assert len(routes) == npes and all("routes: ['hostproxy', 'ucx']" in x for x in routes), \
+        routes
+
+
+@pytest.mark.parametrize("rails,npes", [("ucx+hostproxy", 2), ("ucx+hostproxy", 4),
+                                        ("ucx-tcp+ucx-sm", 2)])
+def test_large_transfers_stripe_across_a_ucx_rail(rails: str, npes: int) -> None:
+    env = {**RAILS[rails], "VKSHMEM_STRIPE_THRESHOLD": "64K"}
+    r = launch("stripe", npes, env)
+    assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout}\n{r.stderr}"
+    assert r.stdout.count("stripe ok") == npes, r.stdout
+
+
+# -- two hosts -----------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root and iproute2 (ip netns)")
+@pytest.mark.parametrize("script", ["rma", "amo"])
+def test_two_hosts_over_ucx_tcp(two_hosts: tuple[str, str], script: str) -> None:  # noqa: F811
+    """PEs in two network namespaces joined by a veth pair: different nodes, so the peer is
+    reached through UCX (its tcp over the veth link), the PE itself through shm."""
+    env = {**os.environ, "WORLD_SIZE": "2", "MASTER_ADDR": f"{SUBNET}.1",
+           "MASTER_PORT": "29413", "VKSHMEM_BOOTSTRAP": "env", "VKSHMEM_TRANSPORTS": "ucx",
+           "UCX_TLS": "tcp,self", "VKSHMEM_SYMMETRIC_SIZE": "64M",
+           "VKSHMEM_WAIT_TIMEOUT": "60", "VKSHMEM_BOOTSTRAP_TIMEOUT": "30",
+           "PYTHONPATH": str(PE_DIR)}
+    procs = [subprocess.Popen(["ip", "netns", "exec", ns, sys.executable,
+                               str(PE_DIR / f"{script}.py")],
+                              env={**env, "RANK": str(rank)}, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+             for rank, ns in enumerate(two_hosts)]
+    outs = []
+    for p in procs:
+        try:
+            outs.append(p.communicate(timeout=120)[0])
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            pytest.fail(f"{script} on two hosts over ucx timed out")
+    for p, out in zip(procs, outs, strict=True):
+        assert p.returncode == 0, out
+        assert f"{script} ok" in out and "routes: ['shm', 'ucx']" in out, out
