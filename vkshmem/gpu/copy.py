@@ -1,0 +1,218 @@
+"""Host <-> device and device <-> device copies through a persistent staging buffer.
+
+:class:`Transfer` owns one host-visible, coherent buffer (``VKSHMEM_GPU_STAGING_SIZE``, split
+into two halves) and a command buffer + fence per half. A write copies a chunk into one half
+and submits its ``vkCmdCopyBuffer`` while the next chunk fills the other half; a read keeps
+two chunks in flight and copies each out as its fence signals. Structs are prebuilt: a copy
+re-records its command buffer (begin, barrier, copy, barrier, end: raw cffi calls, about a
+microsecond each) with the region fields set in place, never while it is in flight. Every wait
+has a timeout.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any
+
+from vkshmem.core.errors import FeatureNotAvailableError, InvalidArgumentError
+
+from .errors import GpuError
+
+if TYPE_CHECKING:
+    from .device import Slot, VulkanDevice
+    from .memory import GpuMemory
+
+__all__ = ["Transfer"]
+
+_MIN_STAGING = 64 << 10
+
+
+def _bytes_view(obj: Any, writable: bool) -> memoryview:
+    try:
+        mv = memoryview(obj)
+    except TypeError:
+        raise InvalidArgumentError(
+            f"expected a buffer (bytes, bytearray, memoryview, numpy array), got "
+            f"{type(obj).__name__}") from None
+    if not mv.c_contiguous:
+        raise InvalidArgumentError("the buffer must be C-contiguous")
+    if writable and mv.readonly:
+        raise InvalidArgumentError("the destination buffer is read-only")
+    if mv.format != "B" or mv.ndim != 1:
+        mv = mv.cast("B")
+    return mv
+
+
+class Transfer:
+    """Staged copies for one :class:`~vkshmem.gpu.device.VulkanDevice` (see module doc)."""
+
+    def __init__(self, device: VulkanDevice, staging_size: int) -> None:
+        vk = device._vk
+        ffi = vk.ffi
+        self.device = device
+        staging_size = max(_MIN_STAGING, (staging_size + 127) & ~127)
+        self.half = staging_size // 2
+        self.staging: GpuMemory | None = None
+        self.slots: list[Slot] = []
+        self._aux: Slot | None = None
+        self.staging = device.alloc(staging_size, exportable=False, host_visible=True)
+        if self.staging._ptr is None:
+            raise GpuError(f"the staging buffer could not be mapped: {self.staging.map_reason}")
+        self._ptr = self.staging._ptr
+        self.slots = [device.slot("staging copy 0"), device.slot("staging copy 1")]
+        self._aux = device.slot("device copy")
+        self._regions = ffi.new("VkBufferCopy[]", 2)
+        # Held for a whole operation (the staging halves and the slots are ours); the
+        # device lock only around recording and submission, never while waiting.
+        self._lock = threading.Lock()
+        self._lib = vk.lib
+        self._memmove = ffi.memmove
+
+    def _record_copy(self, slot: Slot, dst: Any, dst_off: int, src: Any, src_off: int,
+                     n: int, region: int = 0) -> None:
+        r = self._regions[region]
+        r.srcOffset = src_off
+        r.dstOffset = dst_off
+        r.size = n
+        self._lib.vkCmdCopyBuffer(slot.cmd, src, dst, 1, self._regions + region)
+
+    def write(self, mem: GpuMemory, offset: int, src: Any, timeout: float | None) -> None:
+        view = _bytes_view(src, writable=False)
+        n = view.nbytes
+        mem.check_range(offset, n, "write")
+        if n == 0:
+            return
+        dev = self.device
+        staging = self.staging
+        assert staging is not None
+        half = self.half
+        with self._lock:
+            dev.check_open()
+            pos = 0
+            i = 0
+            try:
+                while pos < n:
+                    k = min(half, n - pos)
+                    slot = self.slots[i & 1]
+                    slot.wait(timeout)  # its previous chunk must be out of the staging half
+                    base = (i & 1) * half
+                    self._memmove(self._ptr + base, view[pos:pos + k], k)
+                    with dev.lock:
+                        slot.begin(timeout)
+                        self._record_copy(slot, mem.buffer, offset + pos, staging.buffer,
+                                          base, k)
+                        slot.end()
+                        slot.submit()
+                    pos += k
+                    i += 1
+            finally:
+                for slot in self.slots:
+                    slot.wait(timeout)
+
+    @staticmethod
+    def _mapped(mem: GpuMemory) -> Any:
+        if mem._ptr is None:
+            raise FeatureNotAvailableError(f"direct access needs mapped memory: "
+                                           f"{mem.map_reason or 'the memory was freed'}")
+        return mem._ptr
+
+    def write_direct(self, mem: GpuMemory, offset: int, src: Any) -> None:
+        view = _bytes_view(src, writable=False)
+        mem.check_range(offset, view.nbytes, "write")
+        self._memmove(self._mapped(mem) + offset, view, view.nbytes)
+
+    def read_direct(self, mem: GpuMemory, offset: int, dst: Any) -> None:
+        view = _bytes_view(dst, writable=True)
+        mem.check_range(offset, view.nbytes, "read")
+        self._memmove(view, self._mapped(mem) + offset, view.nbytes)
+
+    def read(self, mem: GpuMemory, offset: int, dst: Any, timeout: float | None) -> None:
+        view = _bytes_view(dst, writable=True)
+        n = view.nbytes
+        mem.check_range(offset, n, "read")
+        if n == 0:
+            return
+        dev = self.device
+        staging = self.staging
+        assert staging is not None
+        half = self.half
+        chunks = [(p, min(half, n - p)) for p in range(0, n, half)]
+
+        def issue(j: int) -> None:
+            p, k = chunks[j]
+            slot = self.slots[j & 1]
+            slot.wait(timeout)
+            with dev.lock:
+                slot.begin(timeout)
+                self._record_copy(slot, staging.buffer, (j & 1) * half, mem.buffer, offset + p,
+                                  k)
+                slot.end()
+                slot.submit()
+
+        with self._lock:
+            dev.check_open()
+            try:
+                for j in range(min(2, len(chunks))):
+                    issue(j)
+                for j, (p, k) in enumerate(chunks):
+                    slot = self.slots[j & 1]
+                    slot.wait(timeout)
+                    self._memmove(view[p:p + k], self._ptr + (j & 1) * half, k)
+                    if j + 2 < len(chunks):
+                        issue(j + 2)
+            finally:
+                for slot in self.slots:
+                    slot.wait(timeout)
+
+    def copy(self, dst: GpuMemory, dst_off: int, src: GpuMemory, src_off: int, n: int,
+             timeout: float | None) -> None:
+        dst.check_range(dst_off, n, "copy destination")
+        src.check_range(src_off, n, "copy source")
+        if n == 0 or (dst is src and dst_off == src_off):
+            return
+        dev = self.device
+        with self._lock:
+            dev.check_open()
+            overlap = dst.memory == src.memory and dst_off < src_off + n and src_off < dst_off + n
+            if not overlap:
+                slot = self._aux
+                assert slot is not None
+                slot.wait(timeout)
+                with dev.lock:
+                    slot.begin(timeout)
+                    self._record_copy(slot, dst.buffer, dst_off, src.buffer, src_off, n)
+                    slot.end()
+                    slot.submit()
+                slot.wait(timeout)
+                return
+            # memmove: bounce each chunk through the staging buffer, walking away from the
+            # overlap (forwards when the destination is lower, else backwards).
+            staging = self.staging
+            assert staging is not None
+            half = self.half
+            starts = list(range(0, n, half))
+            if dst_off > src_off:
+                starts.reverse()
+            slot = self.slots[0]
+            for p in starts:
+                k = min(half, n - p)
+                slot.wait(timeout)
+                with dev.lock:
+                    slot.begin(timeout)
+                    self._record_copy(slot, staging.buffer, 0, src.buffer, src_off + p, k, 0)
+                    slot.barrier()
+                    self._record_copy(slot, dst.buffer, dst_off + p, staging.buffer, 0, k, 1)
+                    slot.end()
+                    slot.submit()
+                slot.wait(timeout)
+
+    def close(self) -> None:
+        self._lock.acquire(timeout=self.device.timeout)
+        for slot in [*self.slots, self._aux]:
+            if slot is not None:
+                slot.close()
+        self.slots = []
+        self._aux = None
+        if self.staging is not None:
+            self.staging.free()
+            self.staging = None

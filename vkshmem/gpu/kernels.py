@@ -1,0 +1,227 @@
+"""The shipped shaders as Python calls: AMOs (amo.comp), reductions (reduce.comp), shader
+copies (copy.comp).
+
+AMO hot path: a single AMO writes its 48-byte descriptor into a small host-visible parameter
+buffer and submits a command buffer recorded once at first use (bind, push the descriptor's
+device address, dispatch one workgroup): no struct is built and nothing is re-recorded per
+call. The shader applies the op with the device's own atomic instruction, so GPU-memory AMOs
+are atomic with any other shader atomic on the same word.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from vkshmem.core.errors import FeatureNotAvailableError, InvalidArgumentError
+from vkshmem.core.transport import AmoOp
+
+if TYPE_CHECKING:
+    from .device import Slot, VulkanDevice
+    from .memory import GpuMemory
+
+__all__ = ["REDUCE_DTYPES", "REDUCE_OPS", "Kernels"]
+
+#: Reduction op codes of reduce.comp (the names the core's collectives use).
+REDUCE_OPS = {"sum": 0, "prod": 1, "min": 2, "max": 3, "and": 4, "or": 5, "xor": 6}
+#: numpy dtype -> shipped reduce variant.
+REDUCE_DTYPES = {np.dtype(np.int32): "reduce_i32", np.dtype(np.int64): "reduce_i64",
+                 np.dtype(np.uint32): "reduce_u32", np.dtype(np.uint64): "reduce_u64",
+                 np.dtype(np.float32): "reduce_f32", np.dtype(np.float64): "reduce_f64"}
+
+_GROUP = 256  # local_size_x of reduce.comp and copy.comp
+_AMO_GROUP = 64  # local_size_x of amo.comp
+_DESC = struct.Struct("<QQQQII8x")  # AmoDesc of amo.comp (48 bytes)
+_DESC_DTYPE = np.dtype({"names": ["addr", "operand", "compare", "old", "op", "width"],
+                        "formats": ["<u8", "<u8", "<u8", "<u8", "<u4", "<u4"],
+                        "offsets": [0, 8, 16, 24, 32, 36], "itemsize": 48})
+_OLD = struct.Struct("<Q")
+_PUSH_DESCS = struct.Struct("<QI4x")
+_PUSH_2ADDR = struct.Struct("<QQII")
+
+_SINGLE_OFF = {4: 0, 8: 64}  # where the single-AMO descriptors live in the params buffer
+_BATCH_OFF = 4096
+_BATCH_MAX = 4096
+_PARAMS_SIZE = _BATCH_OFF + _BATCH_MAX * _DESC.size
+
+
+class Kernels:
+    """Per-device state of the shipped kernels (see module doc)."""
+
+    def __init__(self, device: VulkanDevice) -> None:
+        self.device = device
+        self._lock = threading.Lock()
+        self._single: dict[int, Slot] = {}
+        self.params: GpuMemory | None = device.alloc(_PARAMS_SIZE, exportable=False,
+                                                     host_visible=True)
+        view = self.params.map()
+        if view is None:  # pragma: no cover - host-visible memory always maps
+            raise FeatureNotAvailableError(f"parameter buffer: {self.params.map_reason}")
+        self._pv = view
+
+    # -- AMOs -------------------------------------------------------------------------------
+
+    @staticmethod
+    def _check_amo(mem: GpuMemory, offset: int, op: int, width: int) -> AmoOp:
+        if width not in (4, 8):
+            raise InvalidArgumentError(f"AMO width must be 4 or 8 bytes, got {width}")
+        try:
+            amo = AmoOp(op)
+        except ValueError:
+            raise InvalidArgumentError(f"unknown AMO op {op!r}") from None
+        if offset % width:
+            raise InvalidArgumentError(f"a {width}-byte AMO needs an offset aligned to {width}, "
+                                       f"got {offset}")
+        mem.check_range(offset, width, "AMO")
+        return amo
+
+    def _pipeline_for(self, width: int) -> Any:
+        dev = self.device
+        if width == 8 and not dev.info.int64_atomics:
+            raise FeatureNotAvailableError(
+                f"{dev.info.name} has no 64-bit shader atomics (shaderBufferInt64Atomics)")
+        return dev.pipeline("amo_u64" if width == 8 else "amo_u32")
+
+    def _single_slot(self, width: int) -> Slot:
+        slot = self._single.get(width)
+        if slot is None:
+            dev = self.device
+            pipe = self._pipeline_for(width)
+            assert self.params is not None
+            slot = dev.slot(f"{width * 8}-bit AMO")
+            push = _PUSH_DESCS.pack(self.params.device_address + _SINGLE_OFF[width], 1)
+            with dev.lock:
+                slot.begin(reusable=True)
+                pipe.record(slot, 1, push)
+                slot.end()
+            self._single[width] = slot
+        return slot
+
+    def amo(self, mem: GpuMemory, offset: int, op: int, width: int, operand: int = 0,
+            compare: int = 0, *, timeout: float | None = None) -> int:
+        """One AMO; returns the word's previous value (unsigned, ``width`` bytes)."""
+        self._check_amo(mem, offset, op, width)
+        mask = (1 << (width * 8)) - 1
+        dev = self.device
+        with self._lock:
+            dev.check_open()
+            slot = self._single_slot(width)
+            slot.wait(timeout)  # a previous call timed out: never rewrite in-flight params
+            off = _SINGLE_OFF[width]
+            _DESC.pack_into(self._pv, off, mem.device_address + offset, operand & mask,
+                            compare & mask, 0, int(op), width)
+            with dev.lock:
+                slot.submit()
+            slot.wait(timeout)
+            return _OLD.unpack_from(self._pv, off + 24)[0] & mask
+
+    def amo_batch(self, mem: GpuMemory, offsets: Any, op: int | Sequence[int], width: int,
+                  operands: Any = 0, compares: Any = 0, *, timeout: float | None = None
+                  ) -> np.ndarray:
+        """Many AMOs in one dispatch, one invocation each (concurrently: several may hit the
+        same word). Arguments broadcast like numpy's; returns the old values (uint32/uint64)."""
+        offs = np.atleast_1d(np.asarray(offsets, dtype=np.int64))
+        ops = np.broadcast_to(np.asarray(op, dtype=np.uint32), offs.shape)
+        if width not in (4, 8):
+            raise InvalidArgumentError(f"AMO width must be 4 or 8 bytes, got {width}")
+        for o in np.unique(ops):
+            self._check_amo(mem, 0, int(o), width)
+        if offs.size and (offs.min() < 0 or offs.max() + width > mem.size or (offs % width).any()):
+            raise InvalidArgumentError(f"AMO offsets must be {width}-aligned and inside the "
+                                       f"{mem.size}-byte allocation")
+        mask = np.uint64((1 << (width * 8)) - 1)
+        descs = np.zeros(offs.shape, _DESC_DTYPE)
+        descs["addr"] = np.uint64(mem.device_address) + offs.astype(np.uint64)
+        for name, vals in (("operand", operands), ("compare", compares)):
+            descs[name] = np.broadcast_to(np.asarray(vals).astype(np.uint64), offs.shape) & mask
+        descs["op"] = ops
+        descs["width"] = width
+        pipe = self._pipeline_for(width)
+        assert self.params is not None
+        old = np.empty(offs.shape, np.uint64)
+        base = self.params.device_address + _BATCH_OFF
+        with self._lock:
+            self.device.check_open()
+            for s in range(0, offs.size, _BATCH_MAX):
+                chunk = descs[s:s + _BATCH_MAX]
+                k = chunk.size
+                raw = memoryview(chunk.view(np.uint8).reshape(-1))
+                self._pv[_BATCH_OFF:_BATCH_OFF + raw.nbytes] = raw
+                groups = -(-k // _AMO_GROUP)
+                pipe.dispatch(groups, _PUSH_DESCS.pack(base, k), timeout=timeout)
+                got = np.frombuffer(self._pv, _DESC_DTYPE, k, _BATCH_OFF)
+                old[s:s + k] = got["old"]
+        return old.astype(np.uint32 if width == 4 else np.uint64)
+
+    # -- reductions and shader copies -------------------------------------------------------
+
+    def _chunks(self, count: int) -> list[tuple[int, int]]:
+        per = self.device.info.max_workgroup_count[0] * _GROUP
+        return [(s, min(per, count - s)) for s in range(0, count, per)]
+
+    def reduce(self, dst: GpuMemory, dst_offset: int, src: GpuMemory, src_offset: int,
+               count: int, op: str, dtype: Any, *, timeout: float | None = None) -> None:
+        """``dst[i] = op(dst[i], src[i])`` for ``count`` elements (see reduce.comp)."""
+        dt = np.dtype(dtype)
+        name = REDUCE_DTYPES.get(dt.newbyteorder("=")) if dt.isnative else None
+        if name is None:
+            raise InvalidArgumentError(
+                f"GPU reductions take int32, int64, uint32, uint64, float32, float64; got {dt}")
+        code = REDUCE_OPS.get(str(op).lower())
+        if code is None:
+            raise InvalidArgumentError(f"unknown reduction {op!r} (one of {sorted(REDUCE_OPS)})")
+        if dt.kind == "f" and code >= 4:
+            raise InvalidArgumentError(f"reduction {op!r} takes integers, not {dt}")
+        if dt == np.float64 and not self.device.info.float64:
+            raise FeatureNotAvailableError(f"{self.device.info.name} has no float64 in shaders")
+        size = dt.itemsize
+        if dst_offset % size or src_offset % size:
+            raise InvalidArgumentError(f"{dt} reductions need offsets aligned to {size} bytes")
+        dst.check_range(dst_offset, count * size, "reduction destination")
+        src.check_range(src_offset, count * size, "reduction source")
+        if count == 0:
+            return
+        if (dst.memory == src.memory and dst_offset != src_offset
+                and abs(dst_offset - src_offset) < count * size):
+            raise InvalidArgumentError("reduction source partially overlaps its destination")
+        pipe = self.device.pipeline(name)
+        da = dst.device_address + dst_offset
+        sa = src.device_address + src_offset
+        items = [(-(-k // _GROUP), _PUSH_2ADDR.pack(da + s * size, sa + s * size, k, code))
+                 for s, k in self._chunks(count)]
+        pipe.dispatch_many(items, timeout=timeout)
+
+    def shader_copy(self, dst: GpuMemory, dst_offset: int, src: GpuMemory, src_offset: int,
+                    nbytes: int, *, timeout: float | None = None) -> None:
+        """Copy with copy.comp (4-byte words when everything is 4-aligned, else bytes)."""
+        dst.check_range(dst_offset, nbytes, "copy destination")
+        src.check_range(src_offset, nbytes, "copy source")
+        if nbytes == 0:
+            return
+        if dst.memory == src.memory and dst_offset < src_offset + nbytes \
+                and src_offset < dst_offset + nbytes:
+            raise InvalidArgumentError("shader copies need disjoint ranges (use copy())")
+        words = not (dst_offset % 4 or src_offset % 4 or nbytes % 4)
+        if not words and not self.device.info.int8_storage:
+            raise FeatureNotAvailableError("byte-granular shader copies need 8-bit storage")
+        size = 4 if words else 1
+        pipe = self.device.pipeline("copy_u32" if words else "copy_u8")
+        da = dst.device_address + dst_offset
+        sa = src.device_address + src_offset
+        items = [(-(-k // _GROUP), _PUSH_2ADDR.pack(da + s * size, sa + s * size, k, 0))
+                 for s, k in self._chunks(nbytes // size)]
+        pipe.dispatch_many(items, timeout=timeout)
+
+    def close(self) -> None:
+        with self._lock:
+            for slot in self._single.values():
+                slot.close()
+            self._single.clear()
+            if self.params is not None:
+                self._pv = memoryview(b"")
+                self.params.free()
+                self.params = None
