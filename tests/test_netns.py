@@ -52,12 +52,13 @@ def two_hosts() -> Iterator[tuple[str, str]]:
             subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
 
 
-@pytest.mark.parametrize("script", ["rma", "amo", "sync"])
+@pytest.mark.parametrize("script", ["rma", "amo", "sync", "gpu"])
 def test_two_hosts_over_hostproxy(two_hosts: tuple[str, str], script: str) -> None:
     env = {**os.environ, "WORLD_SIZE": "2", "MASTER_ADDR": f"{SUBNET}.1",
            "MASTER_PORT": "29411", "VKSHMEM_BOOTSTRAP": "env",
            "VKSHMEM_SYMMETRIC_SIZE": "64M", "VKSHMEM_WAIT_TIMEOUT": "60",
            "VKSHMEM_BOOTSTRAP_TIMEOUT": "30", "VKSHMEM_TRANSPORTS": "hostproxy",
+           "VKSHMEM_GPU_SYMMETRIC_SIZE": "64M", "VKSHMEM_GPU_VALIDATION": "1",
            "PYTHONPATH": str(PE_DIR)}
     procs = []
     for rank, ns in enumerate(two_hosts):

@@ -63,6 +63,7 @@ from ._api.amo_nbi import (
     atomic_fetch_xor_nbi,
     atomic_swap_nbi,
 )
+from ._api.args import DeviceArray
 from ._api.collectives import (
     alltoall,
     alltoalls,
@@ -171,6 +172,7 @@ __all__ = [
     "THREAD_SINGLE",
     "VENDOR_STRING",
     "Ctx",
+    "DeviceArray",
     "Lock",
     "Team",
     "addr_accessible",
@@ -360,6 +362,8 @@ def pe_accessible(pe: int) -> bool:
 
 def addr_accessible(addr: Any, pe: int) -> bool:
     """Whether ``addr`` is symmetric (usable as a remote address on ``pe``)."""
+    if type(addr) is DeviceArray:
+        return pe_accessible(pe) and not addr.domain.closed
     if not pe_accessible(pe) or not isinstance(addr, np.ndarray):
         return False
     try:
@@ -387,6 +391,13 @@ def ptr(target: np.ndarray, pe: int) -> np.ndarray | None:
 
     rt = _state.rt
     pe = check_pe(pe)
+    if type(target) is DeviceArray:  # a CPU view of a peer's GPU heap, where one exists
+        mem = rt.gpu.route[pe]
+        view = mem.map() if mem is not None else None
+        if view is None:
+            return None
+        return np.frombuffer(view, target.dtype, target.size, target.offset).reshape(
+            target.shape)
     seg, off = _symmetric_offset(target)
     buf = rt.peer_buffer(pe, seg)
     if buf is None:

@@ -2,6 +2,11 @@
 
 Allocations are aligned to at least 64 bytes, zero-filled (or filled) before the closing
 barrier, and checked cheaply to be the same on every PE.
+
+``domain`` picks the memory: ``'host'`` (default; numpy arrays over the host heap), ``'gpu'``
+(:class:`~vkshmem.gpu.array.DeviceArray` over the symmetric GPU heap, opened on first use —
+collective like every allocation), or ``'auto'`` (the GPU when every PE has a real GPU, not
+only a CPU Vulkan driver such as lavapipe; host memory otherwise).
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from ..core.errors import InvalidArgumentError
 from ..core.heap import MIN_ALIGN
 from ..core.runtime import HOST_SEG
 from . import state
-from .args import locate
+from .args import DeviceArray, locate
 
 __all__ = ["alloc", "array", "del_array", "empty", "free", "fromalloc", "full", "new_array",
            "ones", "realloc", "zeros"]
@@ -23,9 +28,38 @@ __all__ = ["alloc", "array", "del_array", "empty", "free", "fromalloc", "full", 
 Shape = int | Sequence[int]
 
 
-def _check_domain(domain: str) -> None:
-    if domain != "host":
-        raise InvalidArgumentError(f"unknown memory domain {domain!r}: this build offers 'host'")
+def _check_domain(domain: str) -> str:
+    """``'host'`` or ``'gpu'`` (``'auto'`` resolved; collective the first time)."""
+    if domain == "host" or domain == "gpu":
+        return domain
+    if domain == "auto":
+        return state.rt.auto_domain()
+    raise InvalidArgumentError(
+        f"unknown memory domain {domain!r}: use 'host', 'gpu' or 'auto'")
+
+
+def _gpu_array(shape: Shape, dt: np.dtype, align: int | None, clear: bool,
+               value: Any = None, order: str = "C") -> DeviceArray:
+    """Collective: a DeviceArray (zeroed when ``clear``, else filled with ``value`` if given)."""
+    if order == "F":
+        raise InvalidArgumentError("GPU arrays are C-ordered: order='F' is not available")
+    gpu = state.rt.gpu_domain()
+    count = int(np.prod(shape, dtype=np.int64))
+    nbytes = count * dt.itemsize
+    fill = None
+    if value is not None:
+        data = np.ascontiguousarray(np.broadcast_to(np.asarray(value, dt), _dims(shape)))
+
+        def fill(off: int) -> None:
+            if nbytes:
+                gpu.write_local(gpu.memory, off, memoryview(data.reshape(-1)).cast("B"))
+
+    off = gpu.alloc(nbytes, align or MIN_ALIGN, clear and value is None, fill)
+    return DeviceArray(gpu, off, _dims(shape), dt)
+
+
+def _dims(shape: Shape) -> tuple[int, ...]:
+    return (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
 
 
 def _allocate(nbytes: int, align: int | None, clear: bool,
@@ -42,14 +76,20 @@ def alloc(count: int, size: int = 1, align: int | None = None, hints: int | None
     ``align`` (a power of two, at least 64 is always given), ``hints`` (``MALLOC`` flags,
     accepted), ``clear`` zero-fills before the closing barrier.
     """
-    _check_domain(domain)
+    where = _check_domain(domain)
     nbytes = int(count) * int(size)
     if nbytes < 0:
         raise InvalidArgumentError(f"cannot allocate {count} x {size} bytes")
+    if where == "gpu":
+        return _gpu_array(nbytes, np.dtype(np.uint8), align, clear)  # type: ignore[return-value]
     return _allocate(nbytes, align, clear)
 
 
 def _offset(obj: Any, what: str) -> int:
+    if type(obj) is DeviceArray:
+        if obj.base is not None:
+            raise InvalidArgumentError(f"{what}: pass the allocated DeviceArray, not a view")
+        return obj.offset
     mem = obj.base if isinstance(obj, np.ndarray) and isinstance(obj.base, memoryview) else obj
     if not isinstance(mem, (memoryview, np.ndarray)):
         raise InvalidArgumentError(f"{what} takes a symmetric array or memoryview, got "
@@ -62,6 +102,9 @@ def _offset(obj: Any, what: str) -> int:
 
 def free(mem: memoryview | np.ndarray) -> None:
     """Collective: release a symmetric allocation (the array or memoryview it returned)."""
+    if type(mem) is DeviceArray:
+        mem.domain.free(_offset(mem, "free"))
+        return
     state.rt.free(_offset(mem, "free"))
 
 
@@ -74,6 +117,15 @@ def realloc(mem: memoryview | np.ndarray, count: int, size: int | None = None,
     """
     rt = state.rt
     off = _offset(mem, "realloc")
+    if type(mem) is DeviceArray:
+        elements = int(count) * int(size) // mem.itemsize if size else int(count)
+        new = _gpu_array(elements, mem.dtype, align, True)
+        n = min(new.nbytes, mem.nbytes)
+        if n:
+            gpu = mem.domain
+            gpu.copy_local(gpu.memory, new.offset, gpu.memory, off, n)
+        mem.domain.free(off)
+        return new
     if isinstance(mem, np.ndarray):
         dt = mem.dtype
         nbytes = int(count) * dt.itemsize
@@ -98,11 +150,14 @@ def fromalloc(mem: memoryview, shape: Shape | None = None, dtype: Any = None,
 def new_array(shape: Shape, dtype: Any = float, order: Literal["C", "F"] = "C", *,
               align: int | None = None, hints: int | None = None, clear: bool = True,
               domain: str = "host") -> np.ndarray:
-    """Collective: a new symmetric array (zero-filled when ``clear``)."""
-    _check_domain(domain)
+    """Collective: a new symmetric array (zero-filled when ``clear``); a DeviceArray with
+    ``domain='gpu'``."""
+    where = _check_domain(domain)
     dt = np.dtype(dtype)
     if dt.hasobject:
         raise InvalidArgumentError("symmetric arrays cannot hold Python objects")
+    if where == "gpu":
+        return _gpu_array(shape, dt, align, clear, order=order)  # type: ignore[return-value]
     count = int(np.prod(shape, dtype=np.int64))
     return fromalloc(_allocate(count * dt.itemsize, align, clear), shape, dt, order)
 
@@ -140,7 +195,8 @@ def ones(shape: Shape, dtype: Any = float, order: Literal["C", "F"] = "C", *,
          align: int | None = None, hints: int | None = None,
          domain: str = "host") -> np.ndarray:
     """Collective: a symmetric array of ones."""
-    _check_domain(domain)
+    if _check_domain(domain) == "gpu":
+        return _gpu_array(shape, np.dtype(dtype), align, False, 1, order)  # type: ignore
     return _filled(shape, np.dtype(dtype), order, align, 1)
 
 
@@ -148,8 +204,10 @@ def full(shape: Shape, fill_value: Any, dtype: Any = None, order: Literal["C", "
          align: int | None = None, hints: int | None = None,
          domain: str = "host") -> np.ndarray:
     """Collective: a symmetric array filled with ``fill_value``."""
-    _check_domain(domain)
+    where = _check_domain(domain)
     dt = np.array(fill_value).dtype if dtype is None else np.dtype(dtype)
+    if where == "gpu":
+        return _gpu_array(shape, dt, align, False, fill_value, order)  # type: ignore
     return _filled(shape, dt, order, align, fill_value)
 
 
@@ -157,8 +215,10 @@ def array(obj: Any, dtype: Any = None, *, order: Literal["K", "A", "C", "F"] = "
           align: int | None = None, hints: int | None = None,
           domain: str = "host") -> np.ndarray:
     """Collective: a symmetric copy of ``obj`` (every PE passes its own data)."""
-    _check_domain(domain)
+    where = _check_domain(domain)
     tmp = np.asarray(obj, dtype=dtype)
+    if where == "gpu":
+        return _gpu_array(tmp.shape, tmp.dtype, align, False, tmp)  # type: ignore
     layout: Literal["C", "F"] = "F" if (order == "F" or (
         order in "KA" and tmp.flags.f_contiguous and not tmp.flags.c_contiguous)) else "C"
     return _filled(tmp.shape, tmp.dtype, layout, align, tmp)

@@ -16,7 +16,7 @@ from ..core._native import ffi, lib
 from ..core.errors import InvalidArgumentError
 from ..core.transport import AmoOp
 from . import state
-from .args import locate, resolve
+from .args import DeviceArray, locate, resolve, segment_route
 
 __all__ = [
     "atomic_add", "atomic_and", "atomic_compare_swap", "atomic_fetch", "atomic_fetch_add",
@@ -102,12 +102,12 @@ def _amo(target: np.ndarray, pe: int, op: AmoOp, value: Any, cond: Any, fetch: b
     operand = enc(value)
     compare = enc(cond) if op == _CSWAP else 0
     pe, t = resolve(ctx, pe)
-    if t is rt.shm:  # the shm fast path: resolve and apply in one native call
+    if t is rt.shm and type(target) is not DeviceArray:  # the shm fast path: one native call
         u = lib.vk_direct_amo(ffi.from_buffer(target), pe, op, kind.width, operand, compare)
         if u != _SENTINEL or lib.vk_last_error() == 0:
             return kind.decode(u) if fetch else None
     _k, seg, off = _word(target, ints_only, what)
-    u = t.amo(pe, seg, off, op, kind.width, operand, compare, fetch)
+    u = segment_route(t, seg).amo(pe, seg, off, op, kind.width, operand, compare, fetch)
     return kind.decode(u) if fetch else None
 
 

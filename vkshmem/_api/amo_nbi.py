@@ -17,6 +17,7 @@ import numpy as np
 from ..core.errors import InvalidArgumentError
 from ..core.transport import AmoOp
 from .amo import _amo, _op
+from .args import DeviceArray
 
 __all__ = [
     "atomic_compare_swap_nbi", "atomic_fetch_add_nbi", "atomic_fetch_and_nbi",
@@ -27,18 +28,23 @@ __all__ = [
 
 def _nbi(fetch: np.ndarray, target: np.ndarray, pe: int, op: AmoOp, value: Any, cond: Any,
          ints_only: bool, what: str, ctx: Any) -> None:
-    if not isinstance(fetch, np.ndarray):
-        raise InvalidArgumentError(f"{what}: fetch must be a one-element numpy array, got "
-                                   f"{type(fetch).__name__}")
+    device = type(fetch) is DeviceArray
+    if not device and not isinstance(fetch, np.ndarray):
+        raise InvalidArgumentError(f"{what}: fetch must be a one-element numpy array (or "
+                                   f"DeviceArray), got {type(fetch).__name__}")
     tdt = getattr(target, "dtype", None)
     if tdt is not None and fetch.dtype != tdt:
         raise InvalidArgumentError(f"{what}: fetch has dtype {fetch.dtype}, the target {tdt}; "
                                    "they must match")
     if fetch.size != 1:
         raise InvalidArgumentError(f"{what}: fetch must be one element, got {fetch.size}")
-    if not fetch.flags.writeable:
+    if not device and not fetch.flags.writeable:
         raise InvalidArgumentError(f"{what}: fetch is read-only")
-    fetch.flat[0] = _amo(target, pe, op, value, cond, True, ints_only, what, ctx)
+    old = _amo(target, pe, op, value, cond, True, ints_only, what, ctx)
+    if device:
+        fetch[...] = old
+    else:
+        fetch.flat[0] = old
 
 
 def atomic_fetch_nbi(fetch: np.ndarray, source: np.ndarray, pe: int, ctx: Any = None) -> None:

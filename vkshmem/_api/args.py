@@ -12,10 +12,12 @@ import numpy as np
 
 from ..core._native import ffi, lib
 from ..core.errors import InvalidArgumentError
+from ..gpu.array import DeviceArray
+from ..gpu.domain import GPU_SEG
 from . import state
 
-__all__ = ["check_pe", "contiguous", "count_of", "element_count", "locate", "resolve",
-           "same_dtype"]
+__all__ = ["GPU_SEG", "DeviceArray", "check_pe", "contiguous", "count_of", "element_count",
+           "host_copy", "is_device", "locate", "resolve", "same_dtype", "segment_route"]
 
 _MASK48 = (1 << 48) - 1
 
@@ -44,10 +46,16 @@ def contiguous(a: np.ndarray) -> np.ndarray | None:
 
 
 def locate(a: np.ndarray, nbytes: int, what: str) -> tuple[int, int]:
-    """``(segment, offset)`` of symmetric array ``a`` whose first ``nbytes`` will be accessed."""
+    """``(segment, offset)`` of symmetric array ``a`` whose first ``nbytes`` will be accessed
+    (a host-heap numpy array or memoryview, or a DeviceArray of the GPU heap)."""
     try:
         r = lib.vk_locate(ffi.from_buffer(a), nbytes)
     except (TypeError, BufferError, ValueError):
+        if type(a) is DeviceArray:
+            if a.offset + nbytes > a.domain.size:
+                raise InvalidArgumentError(f"{what}: {nbytes} bytes from this DeviceArray run "
+                                           "past the end of the GPU heap") from None
+            return GPU_SEG, a.offset
         if not isinstance(a, np.ndarray):
             raise InvalidArgumentError(
                 f"{what} must be a numpy array from the symmetric heap, got "
@@ -63,6 +71,24 @@ def locate(a: np.ndarray, nbytes: int, what: str) -> tuple[int, int]:
     raise InvalidArgumentError(
         f"{what} is not in the symmetric heap: allocate it with shmem.zeros/empty/array/"
         "new_array (or a view/slice of such an array)")
+
+
+def is_device(*arrays: Any) -> bool:
+    """Whether any of ``arrays`` is a DeviceArray (the GPU-domain paths take over)."""
+    for a in arrays:
+        if type(a) is DeviceArray:
+            return True
+    return False
+
+
+def host_copy(a: Any) -> Any:
+    """``a`` itself, or for a DeviceArray a numpy copy of its contents (a local source)."""
+    return a.to_numpy() if type(a) is DeviceArray else a
+
+
+def segment_route(t: Any, seg: int) -> Any:
+    """The endpoint for segment ``seg``: ``t``, or the GPU domain for the GPU heap."""
+    return state.rt.gpu if seg == GPU_SEG else t
 
 
 def same_dtype(target: np.ndarray, source: np.ndarray) -> np.dtype:

@@ -24,8 +24,9 @@ from ..core._native import ffi, lib
 from ..core.collectives import _TEAMS, CollTeam, coll_team
 from ..core.errors import InvalidArgumentError
 from ..core.transport import CollectiveArgs
+from . import device_collectives as _dev
 from . import state
-from .args import contiguous, count_of, element_count, locate, same_dtype
+from .args import DeviceArray, contiguous, count_of, element_count, locate, same_dtype
 from .enums import OP
 
 __all__ = [
@@ -159,6 +160,10 @@ def broadcast(target: np.ndarray, source: np.ndarray, root: int, size: int | Non
     """Collective over ``team``: copy ``size`` elements (default: the shorter array) of
     ``source`` on team PE ``root`` into ``target`` on every member, the root included
     (``source`` may be, or overlap, ``target``)."""
+    if type(target) is DeviceArray or type(source) is DeviceArray:
+        _dev.broadcast(_team(team), target, source, int(root), size,
+                       lambda t, s: broadcast(t, s, root, size, team))
+        return
     ct = _team(team)
     dt, tgt, src, seg, off = _prep(ct, target, source, "broadcast")
     cnt = count_of(tgt, src, size)
@@ -189,6 +194,10 @@ def fcollect(target: np.ndarray, source: np.ndarray, size: int | None = None,
     the same count on every member) of each member's ``source`` in team order into
     ``target`` on every member (``MPI_Allgather``). ``source`` may be this member's own block
     of ``target`` (in place); any other overlap is refused."""
+    if type(target) is DeviceArray or type(source) is DeviceArray:
+        _dev.fcollect(_team(team), target, source, size,
+                      lambda t, s: fcollect(t, s, size, team))
+        return
     ct = _team(team)
     dt, tgt, src, seg, off = _prep(ct, target, source, "fcollect")
     cnt = _count(size, src.size)
@@ -217,6 +226,9 @@ def collect(target: np.ndarray, source: np.ndarray, size: int | None = None,
     (checked on every member after the counts are exchanged, before any data moves).
     ``source`` may be this member's own block of ``target`` (in place); any other overlap is
     refused."""
+    if type(target) is DeviceArray or type(source) is DeviceArray:
+        _dev.collect(_team(team), target, source, size, lambda t, s: collect(t, s, size, team))
+        return
     ct = _team(team)
     _dt, tgt, src, seg, off = _prep(ct, target, source, "collect")
     cnt = _count(size, src.size)
@@ -259,6 +271,9 @@ def alltoall(target: np.ndarray, source: np.ndarray, size: int | None = None,
     """Collective over ``team``: block ``j`` (``size`` elements; default: an equal share of
     the shorter array) of this member's ``source`` goes to block ``my_pe`` of member ``j``'s
     ``target``. ``source`` and ``target`` must not overlap."""
+    if type(target) is DeviceArray or type(source) is DeviceArray:
+        alltoalls(target, source, 1, 1, size, team)
+        return
     ct = _team(team)
     dt, tgt, src, seg, off = _prep(ct, target, source, "alltoall")
     n = ct.n
@@ -281,6 +296,16 @@ def alltoalls(target: np.ndarray, source: np.ndarray, tst: int = 1, sst: int = 1
     """Collective over ``team``: strided ``alltoall``. Element ``i`` of the block for member
     ``j`` is ``source[(j*size + i)*sst]``; it lands in ``target[(my_pe*size + i)*tst]`` on
     member ``j``. ``source`` and ``target`` must not overlap."""
+    if type(target) is DeviceArray or type(source) is DeviceArray:
+        ct = _team(team)
+        tst, sst = element_count(tst), element_count(sst)
+        if tst < 1 or sst < 1:
+            raise InvalidArgumentError(f"strides must be >= 1, got tst={tst}, sst={sst}")
+        cnt = _a2a_count(target, source, size, ct.n, tst, sst)
+        if cnt:
+            _dev.alltoall(ct, target, source, cnt, tst, sst,
+                          lambda t, s: alltoalls(t, s, tst, sst, size, team))
+        return
     ct = _team(team)
     dt, tgt, src, seg, off = _prep(ct, target, source, "alltoalls")
     tst = element_count(tst)
@@ -343,6 +368,10 @@ def reduce(target: np.ndarray, source: np.ndarray, op: OP | str = OP.SUM,
     ``source`` (``size`` elements; default: the shorter array), on every member. ``and``,
     ``or``, ``xor`` take integers; ``max``, ``min`` integers and floats; ``sum``, ``prod``
     every numeric dtype, complex included. ``source`` may be, or overlap, ``target``."""
+    if type(target) is DeviceArray or type(source) is DeviceArray:
+        _dev.reduce(_team(team), target, source, _op(op, np.dtype(target.dtype)), size,
+                    lambda t, s: reduce(t, s, op, size, team))
+        return
     ct = _team(team)
     dt, tgt, src, seg, off = _prep(ct, target, source, "reduce")
     entry = _OPS.get(op)
@@ -408,6 +437,10 @@ def prod_reduce(target: np.ndarray, source: np.ndarray, size: int | None = None,
 def _scan(target: np.ndarray, source: np.ndarray, size: Any, team: Any,
           inclusive: bool) -> None:
     what = "sum_inscan" if inclusive else "sum_exscan"
+    if type(target) is DeviceArray or type(source) is DeviceArray:
+        _dev.scan(_team(team), target, source, size, inclusive,
+                  lambda t, s: _scan(t, s, size, team, inclusive))
+        return
     ct = _team(team)
     dt, tgt, src, seg, off = _prep(ct, target, source, what)
     if dt.kind not in "iufc":

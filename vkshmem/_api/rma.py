@@ -14,12 +14,24 @@ import numpy as np
 from ..core._native import ffi, lib
 from ..core.errors import InvalidArgumentError
 from . import state
-from .args import contiguous, count_of, element_count, locate, resolve, same_dtype
+from .args import (
+    DeviceArray,
+    contiguous,
+    count_of,
+    element_count,
+    host_copy,
+    locate,
+    resolve,
+    same_dtype,
+    segment_route,
+)
 
 __all__ = ["get", "get_nbi", "iget", "iput", "put", "put_nbi"]
 
 
 def _sym(a: np.ndarray, nbytes: int, what: str) -> tuple[int, int]:
+    if type(a) is DeviceArray:
+        return locate(a, nbytes, what)
     c = a if a.flags.c_contiguous else contiguous(a)
     return locate(a if c is None else c, nbytes, what)
 
@@ -51,6 +63,9 @@ def put(target: np.ndarray, source: np.ndarray, pe: int, size: int | None = None
     n = count_of(target, source, size)
     nbytes = n * dt.itemsize
     pe, t = resolve(ctx, pe)
+    if type(target) is DeviceArray or type(source) is DeviceArray:
+        _put_device(target, source, pe, t, n, nbytes)
+        return
     if t is rt.shm and target.flags.c_contiguous and source.flags.c_contiguous and \
             lib.vk_direct_put(ffi.from_buffer(target), ffi.from_buffer(source), nbytes, pe) == 0:
         return  # the shm fast path: one native call
@@ -67,6 +82,9 @@ def put_nbi(target: np.ndarray, source: np.ndarray, pe: int, size: int | None = 
     dt = same_dtype(target, source)
     n = count_of(target, source, size)
     nbytes = n * dt.itemsize
+    if type(target) is DeviceArray or type(source) is DeviceArray:
+        put(target, source, pe, n, ctx)  # GPU operations complete when they return
+        return
     seg, off = _sym(target, nbytes, "put_nbi target")
     pe, t = resolve(ctx, pe)
     t.put_nbi(pe, seg, off, _src_bytes(source, n, nbytes))
@@ -80,6 +98,9 @@ def get(target: np.ndarray, source: np.ndarray, pe: int, size: int | None = None
     n = count_of(target, source, size)
     nbytes = n * dt.itemsize
     pe, t = resolve(ctx, pe)
+    if type(target) is DeviceArray or type(source) is DeviceArray:
+        _get_device(target, source, pe, t, n, nbytes)
+        return
     flags = target.flags
     if t is rt.shm and flags.c_contiguous and flags.writeable and source.flags.c_contiguous \
             and lib.vk_direct_get(ffi.from_buffer(target, require_writable=True),
@@ -105,6 +126,9 @@ def get_nbi(target: np.ndarray, source: np.ndarray, pe: int, size: int | None = 
     dt = same_dtype(target, source)
     n = count_of(target, source, size)
     nbytes = n * dt.itemsize
+    if type(target) is DeviceArray or type(source) is DeviceArray:
+        get(target, source, pe, n, ctx)
+        return
     seg, off = _sym(source, nbytes, "get_nbi source")
     pe, t = resolve(ctx, pe)
     dst = _dst_bytes(target, nbytes)
@@ -140,7 +164,8 @@ def iput(target: np.ndarray, source: np.ndarray, pe: int, tst: int = 1, sst: int
     span = (n - 1) * tst + 1
     seg, off = _sym(target, span * isz, "iput target")
     pe, t = resolve(ctx, pe)
-    src = np.ascontiguousarray(source.reshape(-1)[::sst][:n])
+    t = segment_route(t, seg)
+    src = np.ascontiguousarray(host_copy(source).reshape(-1)[::sst][:n])
     if tst == 1:
         t.put(pe, seg, off, memoryview(src).cast("B"))
         return
@@ -161,11 +186,61 @@ def iget(target: np.ndarray, source: np.ndarray, pe: int, tst: int = 1, sst: int
     n = _strided_count(target, source, tst, sst, size)
     if n == 0:
         return
-    if not target.flags.writeable:
+    device_target = type(target) is DeviceArray
+    if not device_target and not target.flags.writeable:
         raise InvalidArgumentError("iget target is read-only")
     span = (n - 1) * sst + 1
     seg, off = _sym(source, span * dt.itemsize, "iget source")
     pe, t = resolve(ctx, pe)
     tmp = np.empty(span, dt)
-    t.get(pe, seg, off, memoryview(tmp).cast("B"))
-    target.flat[0:(n - 1) * tst + 1:tst] = tmp[::sst]
+    segment_route(t, seg).get(pe, seg, off, memoryview(tmp).cast("B"))
+    if device_target:
+        _scatter_device(target, tmp[::sst], tst)
+    else:
+        target.flat[0:(n - 1) * tst + 1:tst] = tmp[::sst]
+
+
+def _put_device(target: Any, source: Any, pe: int, t: Any, n: int, nbytes: int) -> None:
+    """put with a DeviceArray on either side (``pe`` a world PE, ``t`` its endpoint)."""
+    if type(target) is not DeviceArray:  # GPU -> host: read locally, then a host put
+        seg, off = _sym(target, nbytes, "put target")
+        t.put(pe, seg, off, memoryview(source.ravel()[:n].to_numpy()).cast("B"))
+        return
+    _seg, off = locate(target, nbytes, "put target")
+    gpu = state.rt.gpu
+    if type(source) is DeviceArray:
+        gpu.put_device(pe, off, source.offset, nbytes)
+    else:
+        gpu.put(pe, 1, off, _src_bytes(source, n, nbytes))
+
+
+def _get_device(target: Any, source: Any, pe: int, t: Any, n: int, nbytes: int) -> None:
+    """get with a DeviceArray on either side (``pe`` a world PE, ``t`` its endpoint)."""
+    if type(source) is not DeviceArray:  # host -> GPU: a host get, then a local write
+        seg, off = _sym(source, nbytes, "get source")
+        tmp = np.empty(n, source.dtype)
+        t.get(pe, seg, off, memoryview(tmp).cast("B"))
+        target.ravel()[:n].copy_from(tmp)
+        return
+    _seg, off = locate(source, nbytes, "get source")
+    gpu = state.rt.gpu
+    if type(target) is DeviceArray:
+        gpu.get_device(pe, off, target.offset, nbytes)
+        return
+    dst = _dst_bytes(target, nbytes)
+    if dst is not None:
+        gpu.get(pe, 1, off, dst)
+        return
+    tmp = np.empty(n, source.dtype)
+    gpu.get(pe, 1, off, memoryview(tmp).cast("B"))
+    target.flat[:n] = tmp
+
+
+def _scatter_device(target: DeviceArray, values: np.ndarray, stride: int) -> None:
+    """Write ``values`` into every ``stride``-th element of local DeviceArray ``target``."""
+    flat = target.ravel()
+    if stride == 1:
+        flat[:values.size].copy_from(values)
+        return
+    for i, v in enumerate(values):
+        flat[i * stride] = v

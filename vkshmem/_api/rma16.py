@@ -17,8 +17,8 @@ from numpy.lib.stride_tricks import as_strided
 
 from ..core.errors import InvalidArgumentError
 from . import state
-from .args import element_count, resolve, same_dtype
-from .rma import _sym
+from .args import DeviceArray, element_count, host_copy, resolve, same_dtype, segment_route
+from .rma import _scatter_device, _sym
 from .sync import quiet
 
 __all__ = ["ibget", "ibput", "pe_quiet"]
@@ -65,7 +65,8 @@ def ibput(target: np.ndarray, source: np.ndarray, pe: int, tst: int, sst: int, b
     span = (nblocks - 1) * tst + bsize
     seg, off = _sym(target, span * isz, "ibput target")
     pe, t = resolve(ctx, pe)
-    src = np.ascontiguousarray(_blocks_view(_flat(source), sst, bsize, nblocks))
+    t = segment_route(t, seg)
+    src = np.ascontiguousarray(_blocks_view(_flat(host_copy(source)), sst, bsize, nblocks))
     peer = rt.peer_buffer(pe, seg) if t is rt.shm and tst >= bsize else None
     if peer is not None:
         np.ndarray((nblocks, bsize), dt, buffer=peer, offset=off,
@@ -86,12 +87,14 @@ def ibget(target: np.ndarray, source: np.ndarray, pe: int, tst: int, sst: int, b
     dt, tst, sst, bsize, nblocks = _shape(target, source, tst, sst, bsize, nblocks, "ibget")
     if not (nblocks and bsize):
         return
-    if not target.flags.writeable:
+    device_target = type(target) is DeviceArray
+    if not device_target and not target.flags.writeable:
         raise InvalidArgumentError("ibget target is read-only")
     isz = dt.itemsize
     span = (nblocks - 1) * sst + bsize
     seg, off = _sym(source, span * isz, "ibget source")
     pe, t = resolve(ctx, pe)
+    t = segment_route(t, seg)
     tmp = np.empty((nblocks, bsize), dt)
     peer = rt.peer_buffer(pe, seg) if t is rt.shm else None
     if peer is not None:
@@ -102,6 +105,11 @@ def ibget(target: np.ndarray, source: np.ndarray, pe: int, tst: int, sst: int, b
         bb = bsize * isz
         for i in range(nblocks):
             t.get(pe, seg, off + i * sst * isz, mv[i * bb:(i + 1) * bb])
+    if device_target:
+        flat_t = target.ravel()
+        for i in range(nblocks):  # in order: with overlapping blocks the later one wins
+            _scatter_device(flat_t[i * tst:i * tst + bsize], tmp[i], 1)
+        return
     if tst >= bsize and target.flags.c_contiguous:
         _blocks_view(target.reshape(-1), tst, bsize, nblocks, writeable=True)[...] = tmp
         return

@@ -29,7 +29,7 @@ from ..core.errors import InvalidArgumentError
 from ..core.transport import AmoOp
 from . import state
 from .alloc import free, new_array
-from .args import locate, resolve
+from .args import GPU_SEG, DeviceArray, locate, resolve
 from .enums import cmp_function
 from .rma import put, put_nbi
 
@@ -89,7 +89,10 @@ def _signal_word(signal: Any, what: str) -> tuple[int, int]:
     if r >= 0 and not r & 7:
         return r >> 48, r & _MASK48
     dt = getattr(signal, "dtype", None)
-    if not isinstance(signal, np.ndarray) or dt is None:
+    if type(signal) is DeviceArray and dt in _DTYPES and signal.size == 1 \
+            and not signal.offset & 7:
+        return GPU_SEG, signal.offset
+    if not isinstance(signal, (np.ndarray, DeviceArray)) or dt is None:
         raise InvalidArgumentError(f"{what}: a signal is a one-element symmetric uint64 array "
                                    f"(from shmem.new_signal()), got {type(signal).__name__}")
     if dt.kind not in "iu" or dt.itemsize != 8 or not dt.isnative:
@@ -111,13 +114,17 @@ def _read(signal: Any, what: str) -> int:
                 return int(u)
     except (AttributeError, TypeError, BufferError, ValueError):
         pass
-    _signal_word(signal, what)  # raises the precise error
+    seg, off = _signal_word(signal, what)  # raises the precise error
+    if seg == GPU_SEG:
+        gpu = state.rt.gpu
+        return gpu.amo_local(gpu.memory, off, AmoOp.FETCH, 8, 0, 0)
     raise InvalidArgumentError(f"{what}: this PE's signal memory is not mapped")
 
 
-def new_signal() -> np.ndarray:
-    """Collective: a new signal, a one-element symmetric ``uint64`` array set to 0."""
-    return new_array(1, np.uint64)
+def new_signal(domain: str = "host") -> Any:
+    """Collective: a new signal, a one-element symmetric ``uint64`` array set to 0 (a
+    DeviceArray with ``domain='gpu'``, where shaders can watch it)."""
+    return new_array(1, np.uint64, domain=domain)
 
 
 def del_signal(signal: np.ndarray) -> None:
@@ -137,6 +144,15 @@ def _put_signal(target: np.ndarray, source: np.ndarray, pe: int, signal: np.ndar
         put(target, source, pe, size, ctx)
     rt = state.rt
     wpe, t = resolve(ctx, pe)
+    if sseg == GPU_SEG or type(target) is DeviceArray:
+        # GPU puts are complete on return; a host put took t: complete it first
+        if type(target) is not DeviceArray:
+            t.quiet()
+        if sseg == GPU_SEG:
+            rt.gpu.amo(wpe, sseg, soff, op, 8, v, 0, False)
+        else:
+            t.amo(wpe, sseg, soff, op, 8, v, 0, False)
+        return
     if t is rt.shm:  # the copy is done, and the seq-cst atomic that follows is ordered
         lib.vk_shm_amo(sseg, wpe, soff, op, 8, v, 0)  # after it (its fence is built in)
         return
@@ -170,7 +186,7 @@ def _update(signal: np.ndarray, value: Any, pe: int, ctx: Any, op: AmoOp, what: 
     v = value & _MASK64 if type(value) is int else _value(value, what)
     seg, off = _signal_word(signal, what)
     pe, t = resolve(ctx, pe)
-    t.amo(pe, seg, off, op, 8, v, 0, False)
+    (state.rt.gpu if seg == GPU_SEG else t).amo(pe, seg, off, op, 8, v, 0, False)
 
 
 def signal_add(signal: np.ndarray, value: int, pe: int, ctx: Any = None) -> None:
@@ -203,13 +219,26 @@ def signal_wait_until(signal: np.ndarray, cmp: Any, value: int) -> int:
         return seen
     rt = state.rt
     seg, off = _signal_word(signal, "signal_wait_until")
-    addr = int(lib.vk_peer_base(seg, rt.my_pe)) + off
-    amo = lib.vk_amo
+    what = f"signal_wait_until(signal {cmp} {v})"
     box = [seen]
+    if seg == GPU_SEG and not rt.gpu.memory.host_address:
+        snap = np.zeros(1, np.uint64)
+
+        def poll() -> bool:
+            box[0] = int(snap[0])
+            return bool(f(box[0], v))
+
+        rt.gpu.wait(poll, off, memoryview(snap).cast("B"), what)
+        return box[0]
+    if seg == GPU_SEG:
+        addr = rt.gpu.memory.host_address + off
+    else:
+        addr = int(lib.vk_peer_base(seg, rt.my_pe)) + off
+    amo = lib.vk_amo
 
     def pred() -> bool:
         box[0] = int(amo(addr, _FETCH, 8, 0, 0))  # seq-cst: later reads stay after it
         return bool(f(box[0], v))
 
-    rt.waiter.wait(pred, addr, 8, f"signal_wait_until(signal {cmp} {v})")
+    rt.waiter.wait(pred, addr, 8, what)
     return box[0]

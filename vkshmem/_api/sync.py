@@ -14,6 +14,7 @@ import numpy as np
 
 from ..core.errors import InvalidArgumentError
 from . import state
+from .args import DeviceArray
 from .enums import cmp_function
 
 try:
@@ -57,12 +58,29 @@ def sync_all() -> None:
 
 
 def _flat(ivars: Any, what: str) -> tuple[np.ndarray, int, int]:
+    """``(flat values, address, nbytes)``; the address is -1 for GPU memory without a CPU
+    view (the values are then a copy that :func:`_wait` refreshes)."""
+    if type(ivars) is DeviceArray:
+        if ivars.size == 0:
+            raise InvalidArgumentError(f"{what}: empty array")
+        if ivars.domain.memory.host_address:
+            return ivars.to_numpy(zero_copy=True).reshape(-1), ivars.ptr(), ivars.nbytes
+        return ivars.to_numpy().reshape(-1), -1, ivars.nbytes
     if not isinstance(ivars, np.ndarray):
         raise InvalidArgumentError(f"{what} needs a numpy array, got {type(ivars).__name__}")
     if ivars.size == 0:
         raise InvalidArgumentError(f"{what}: empty array")
     lo, hi = _byte_bounds(ivars)
     return ivars.reshape(-1), lo, hi - lo
+
+
+def _wait(pred: Callable[[], object], ivars: Any, flat: np.ndarray, addr: int, nbytes: int,
+          what: str) -> None:
+    rt = state.rt
+    if addr >= 0:
+        rt.waiter.wait(pred, addr, nbytes, what)
+    else:  # GPU memory the CPU cannot see: poll copies of it
+        rt.gpu.wait(pred, ivars.offset, memoryview(flat).cast("B"), what)
 
 
 def _active(status: Sequence[int] | None, n: int) -> np.ndarray | None:
@@ -93,8 +111,8 @@ def wait_until(ivar: np.ndarray, cmp: Any, value: Any) -> None:
     flat, addr, nbytes = _flat(ivar, "wait_until")
     if flat.size != 1:
         raise InvalidArgumentError(f"wait_until takes one element, got {flat.size}")
-    state.rt.waiter.wait(lambda: f(flat[0], value), addr, nbytes,
-                         f"wait_until(ivar {cmp} {value})")
+    _wait(lambda: f(flat[0], value), ivar, flat, addr, nbytes,
+          f"wait_until(ivar {cmp} {value})")
 
 
 def _wait_set(name: str, ivars: np.ndarray, cmp: Any, value: Any,
@@ -112,7 +130,7 @@ def _wait_set(name: str, ivars: np.ndarray, cmp: Any, value: Any,
         box[:] = [hits]
         return done(hits, active)
 
-    state.rt.waiter.wait(pred, addr, nbytes, f"{name}(cmp {cmp})")
+    _wait(pred, ivars, flat, addr, nbytes, f"{name}(cmp {cmp})")
     return box[0]
 
 

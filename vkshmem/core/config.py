@@ -141,6 +141,48 @@ _var("VKSHMEM_AUTO_INIT", "bool", "1",
      "Importing vkshmem.shmem initialises the runtime (as shmem4py does); 0 waits for init().",
      _parse_bool)
 
+def _parse_device(text: str) -> int | None:
+    text = text.strip()
+    if not text:
+        return None
+    value = int(text)
+    if value < 0:
+        raise ValueError("must be a device number >= 0 (empty: local rank % devices)")
+    return value
+
+
+def _parse_chunk(text: str) -> int:
+    value = parse_size(text)
+    if value < 4096:
+        raise ValueError("must be at least 4K")
+    return -(-value // 64) * 64
+
+
+_var("VKSHMEM_GPU_SYMMETRIC_SIZE", "size", "256M",
+     "Size of each PE's symmetric GPU heap (Vulkan device memory, exportable). It is made at "
+     "the first allocation with domain='gpu' (or 'auto' choosing the GPU).", parse_size)
+_var("VKSHMEM_GPU_DEVICE", "int", "",
+     "Vulkan device of this PE, by number in 'vkshmem info' order (GPUs first, CPU drivers "
+     "such as lavapipe last); empty: the PE's local rank modulo the number of GPUs.",
+     _parse_device)
+_var("VKSHMEM_GPU_TIMEOUT", "seconds", "30",
+     "Seconds any wait for GPU work (or for a peer's GPU proxy) may take before it raises "
+     "GpuTimeoutError.", _parse_seconds)
+_var("VKSHMEM_GPU_STAGING_SIZE", "size", "8M",
+     "Host-visible staging buffer of each PE's Vulkan device (host <-> GPU copies go through "
+     "it in two halves).", parse_size)
+_var("VKSHMEM_GPU_SPIN_US", "float", "200",
+     "Microseconds a wait for the GPU polls its fence before blocking in the driver.",
+     _parse_seconds)
+_var("VKSHMEM_GPU_VALIDATION", "bool", "0",
+     "Load the Khronos validation layer for the GPU domain; its errors make vkshmem raise "
+     "GpuError at the next synchronisation and at finalize (CI sets it).", _parse_bool)
+_var("VKSHMEM_GPU_PROXY_CHUNK", "size", "256K",
+     "GPU memory of peers that cannot import each other's memory (another device or node, or "
+     "VKSHMEM_SHM=0) is reached through their GPU proxy thread, in pieces of this size; each "
+     "PE reserves 2 x this x PEs of its host heap for it.", _parse_chunk)
+
+
 for _name, _doc in (("VKSHMEM_LAUNCHER", "Set by vkshmem run: host:port of its rendezvous."),
                    ("VKSHMEM_PE", "Set by vkshmem run: this PE's number."),
                    ("VKSHMEM_NPES", "Set by vkshmem run: the number of PEs."),
@@ -197,6 +239,13 @@ class Config:
     team_scratch: int
     log_level: str
     auto_init: bool
+    gpu_symmetric_size: int
+    gpu_device: int | None
+    gpu_timeout: float
+    gpu_staging_size: int
+    gpu_spin_us: float
+    gpu_validation: bool
+    gpu_proxy_chunk: int
     rails: tuple[RailSpec, ...]
 
     def __init__(self, environ: Mapping[str, str]) -> None:

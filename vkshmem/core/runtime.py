@@ -45,7 +45,7 @@ __all__ = ["HOST_SEG", "Route", "Runtime", "current", "start", "stop"]
 log = logging.getLogger("vkshmem")
 
 HOST_SEG = 0
-_N_SEGS = 3  # 0 host heap, 1 the GPU domain (to come), 2 internal (team slots)
+_N_SEGS = 3  # 0 host heap, 1 the GPU heap (vkshmem.gpu.domain), 2 internal (team slots)
 _CHECK = struct.Struct("<QQQQ")  # seq, kind+nbytes, align, offset
 
 current: Runtime | None = None
@@ -95,6 +95,8 @@ class Runtime:
         self.n_pes = self.bootstrap.size
         self.transports: list[Transport] = []
         self.rails: list[_Rail] = []
+        self.gpu: Any = None  # the GPU domain (vkshmem.gpu.domain.GpuDomain), made on demand
+        self._auto_domain: str | None = None
         try:
             self._start()
         except BaseException:
@@ -296,6 +298,8 @@ class Runtime:
         lib.vk_fence()
         for t in self.transports:
             t.quiet()
+        if self.gpu is not None:
+            self.gpu.quiet()
 
     def fence(self) -> None:
         """Order earlier operations to each PE before later ones (quiet where an operation to
@@ -345,6 +349,35 @@ class Runtime:
         """Collective: quiet, then sync_all."""
         self.quiet()
         self.sync_all()
+
+    # -- the GPU domain ---------------------------------------------------------------------
+
+    def gpu_domain(self) -> Any:
+        """Collective the first time: the GPU domain (segment 1), opened on first use."""
+        if self.gpu is None:
+            from ..gpu.domain import GpuDomain
+            self.gpu = GpuDomain(self)
+        return self.gpu
+
+    def auto_domain(self) -> str:
+        """Collective the first time: what ``domain='auto'`` means in this job — ``'gpu'`` when
+        every PE's Vulkan device is a GPU (not a CPU driver such as lavapipe), else ``'host'``."""
+        if self._auto_domain is None:
+            if self.gpu is not None:
+                ok = not self.gpu.device.info.is_cpu
+            else:
+                try:
+                    from ..gpu.device import list_devices
+                    devices = list_devices()
+                    pick = self.config.gpu_device
+                    ok = any(not d.is_cpu for d in devices) if pick is None else (
+                        pick < len(devices) and not devices[pick].is_cpu)
+                except Exception as exc:  # no loader, driver or binding: host memory
+                    log.info("domain='auto': no Vulkan GPU (%s)", exc)
+                    ok = False
+            votes = self.bootstrap.allgather(b"1" if ok else b"0")
+            self._auto_domain = "gpu" if all(v == b"1" for v in votes) else "host"
+        return self._auto_domain
 
     # -- collective allocation ----------------------------------------------------------------
 
@@ -411,7 +444,7 @@ class Runtime:
         self.route_transport[right].get(right, INTERNAL_SEG, slot, view)
         theirs = _CHECK.unpack(self._check_buf)
         if theirs != record:
-            names = {1: "alloc", 2: "free", 3: "realloc"}
+            names = {1: "alloc", 2: "free", 3: "realloc", 4: "gpu alloc", 5: "gpu free"}
 
             def say(r: tuple[int, ...]) -> str:
                 return (f"call #{r[0]} = {names.get(r[1] >> 56, '?')}({r[1] & (2**56 - 1)} "
@@ -434,20 +467,34 @@ class Runtime:
                 self.sync_all()
                 self.bootstrap.barrier()
         finally:
-            self._teardown()
+            error = self._teardown()
+        if error is not None and not self.failed:
+            raise error
 
-    def _teardown(self) -> None:
+    def _teardown(self) -> BaseException | None:
+        """Release everything; returns the GPU domain's closing error (validation errors)."""
         self.closed = True
+        error = None
+        gpu = getattr(self, "gpu", None)
+        if gpu is not None and gpu.proxy is not None:
+            gpu.proxy.stop()  # its endpoints go with the transports, which close first
         for t in getattr(self, "transports", []):
             try:
                 t.close()
             except Exception as exc:  # keep releasing the rest
                 log.warning("closing transport %s: %s", t.spec.name, exc)
+        if gpu is not None:
+            try:
+                gpu.close()
+            except Exception as exc:
+                log.error("PE %d closing the GPU domain: %s", self.my_pe, exc)
+                error = exc
         if hasattr(self, "shm"):
             self.shm.close()
         for seg in getattr(self, "segments", {}).values():
             seg.close()
         self.bootstrap.close()
+        return error
 
 
 def start(config: Config | None = None) -> Runtime:

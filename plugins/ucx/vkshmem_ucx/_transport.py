@@ -170,7 +170,7 @@ def _destroy_ctx(ctx: Any) -> None:
 
 
 def _destroy_worker(worker: Any) -> None:
-    lib.vku_worker_destroy(worker)
+    lib.vku_worker_destroy(worker, 1)
 
 
 class _Shared:
@@ -492,22 +492,29 @@ class UcxTransport(Transport):
                 "emulated": self._shared.emulated,
                 "settings": {f"UCX_{k}": v for k, v in self._shared.options.ucx.items()}}
 
-    def close(self) -> None:
+    def close(self, _force: bool = False) -> None:
         """Destroy this endpoint's worker (closing its endpoints) and, for the transport
         itself, every context endpoint, the progress thread, the memory registrations and the
-        UCP context. Safe to call twice."""
+        UCP context. Safe to call twice.
+
+        A context closed on its own flushes its endpoints (its peers are alive); the transport
+        closes at the end of the job, after the runtime's last quiet and barrier, so it and
+        the contexts it closes drop their endpoints without a flush (a flush to a peer that
+        already closed makes UCX log errors)."""
         if self._closed:
             return
         self._closed = True
+        force = _force
         if self._ctx_finalizer is not None:  # the transport: its contexts go first
+            force = True
             for child in list(self._shared.children):
-                child.close()
+                child.close(_force=True)
         w, self._w = self._w, None
         if self._worker_finalizer is not None:
             self._worker_finalizer.detach()
             self._worker_finalizer = None
         if w is not None:
-            lib.vku_worker_destroy(w)
+            lib.vku_worker_destroy(w, 1 if force else 0)
         self._held = []
         if self._ctx_finalizer is not None:
             self._ctx_finalizer()

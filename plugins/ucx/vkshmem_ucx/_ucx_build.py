@@ -68,7 +68,7 @@ uint32_t vku_get_emulation(vku_ctx *c);
 void vku_stats(vku_ctx *c, uint64_t *out3);
 int vku_mem_map(vku_ctx *c, uintptr_t addr, uint64_t size, void *buf, size_t *len);
 vku_worker *vku_worker_create(vku_ctx *c, int32_t n_pes, char *err, size_t errlen);
-void vku_worker_destroy(vku_worker *w);
+void vku_worker_destroy(vku_worker *w, int force);
 int vku_worker_address(vku_worker *w, void *buf, size_t *len);
 int vku_peer_set(vku_worker *w, int32_t pe, const void *addr, size_t len);
 int vku_peer_seg(vku_worker *w, int32_t pe, uint32_t seg, uint64_t base, uint64_t size,

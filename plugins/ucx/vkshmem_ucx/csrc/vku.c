@@ -473,7 +473,7 @@ void vku_ctx_destroy(vku_ctx *c)
         return;
     stop_thread(c);
     while (c->workers)
-        vku_worker_destroy(c->workers);
+        vku_worker_destroy(c->workers, 1);
     for (int i = 0; i < c->nlocal; i++)
         ucp_mem_unmap(c->context, c->locals[i].memh);
     c->nlocal = 0;
@@ -613,7 +613,7 @@ fail:
     return NULL;
 }
 
-static void close_peer(vku_worker *w, vku_peer *p, uint64_t deadline)
+static void close_peer(vku_worker *w, vku_peer *p, uint64_t deadline, int force)
 {
     for (int s = 0; s < VKU_MAX_SEGS; s++) {
         if (p->segs[s].rkey)
@@ -625,7 +625,7 @@ static void close_peer(vku_worker *w, vku_peer *p, uint64_t deadline)
         ucp_request_param_t prm;
         memset(&prm, 0, sizeof(prm));
         prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-        prm.flags = p->failed ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+        prm.flags = (p->failed || force) ? UCP_EP_CLOSE_FLAG_FORCE : 0;
         void *req = ucp_ep_close_nbx(p->ep, &prm);
         uint64_t now = now_ns();
         int rc = wait_req(w, req, now < deadline ? deadline - now : 0);
@@ -636,7 +636,7 @@ static void close_peer(vku_worker *w, vku_peer *p, uint64_t deadline)
     p->addr = NULL;
 }
 
-void vku_worker_destroy(vku_worker *w)
+void vku_worker_destroy(vku_worker *w, int force)
 {
     vku_ctx *c = w->ctx;
     pthread_mutex_lock(&c->list_lock);
@@ -658,7 +658,7 @@ void vku_worker_destroy(vku_worker *w)
     w->cap = 0;
     uint64_t deadline = now_ns() + VKU_CLOSE_TIMEOUT_NS;
     for (int32_t pe = 0; pe < w->npes; pe++)
-        close_peer(w, &w->peers[pe], deadline);
+        close_peer(w, &w->peers[pe], deadline, force);
     ucp_worker_destroy(w->worker);
     pthread_mutex_unlock(&w->lock);
     pthread_mutex_destroy(&w->lock);
@@ -1107,9 +1107,9 @@ int vku_selftest(vku_ctx *c, uint32_t *bad_mask, char *err, size_t errlen)
         }
     }
     if (a) /* first: its endpoints to b close while b is still served */
-        vku_worker_destroy(a);
+        vku_worker_destroy(a, 1);
     if (b)
-        vku_worker_destroy(b);
+        vku_worker_destroy(b, 1);
     if (mem) {
         pthread_mutex_lock(&c->mem_lock);
         for (int i = 0; i < c->nlocal; i++) {

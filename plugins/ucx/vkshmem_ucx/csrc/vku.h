@@ -74,7 +74,7 @@ int vku_mem_map(vku_ctx *c, uintptr_t addr, uint64_t size, void *buf, size_t *le
 /* A worker with a table of n_pes peers; it joins the progress thread's set. */
 vku_worker *vku_worker_create(vku_ctx *c, int32_t n_pes, char *err, size_t errlen);
 /* Close its endpoints (bounded wait), leave the progress set, destroy it. */
-void vku_worker_destroy(vku_worker *w);
+void vku_worker_destroy(vku_worker *w, int force);
 int vku_worker_address(vku_worker *w, void *buf, size_t *len);
 int vku_peer_set(vku_worker *w, int32_t pe, const void *addr, size_t len);
 int vku_peer_seg(vku_worker *w, int32_t pe, uint32_t seg, uint64_t base, uint64_t size,

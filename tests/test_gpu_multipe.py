@@ -1,0 +1,36 @@
+"""The GPU domain across PEs: tests/pe/gpu.py (DeviceArrays, the four CPU/GPU pairs for every
+dtype, AMOs, signals, waits and collectives on GPU memory) under ``vkshmem run`` at 1, 2 and 4
+PEs, with the Khronos validation layer on (its errors fail the run), over the shm path
+(same-device peers import each other's GPU memory) and with it off (every peer's GPU heap is
+reached through its GPU proxy over hostproxy or UCX). Runs on lavapipe without a GPU."""
+
+from __future__ import annotations
+
+import pytest
+from test_multipe import MODES, expected_route, launch
+
+GPU_ENV = {"VKSHMEM_GPU_SYMMETRIC_SIZE": "64M", "VKSHMEM_GPU_VALIDATION": "1"}
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize("npes", [1, 2, 4])
+def test_gpu_script(npes: int, mode: str) -> None:
+    r = launch("gpu", npes, {**MODES[mode], **GPU_ENV}, timeout=240)
+    assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout}\n{r.stderr}"
+    assert r.stdout.count("gpu ok") == npes, r.stdout
+    routes = [line for line in r.stdout.splitlines() if "routes:" in line]
+    assert all(f"routes: ['{expected_route(mode)}']" in line for line in routes), routes
+    gpu = [line for line in r.stdout.splitlines() if "gpu: imported" in line]
+    assert len(gpu) == npes, r.stdout
+    if mode == "shm":  # one node, one (lavapipe) device: everyone imports everyone
+        want = f"imported {list(range(npes))}, proxy off"
+        assert all(want in line for line in gpu), gpu
+    elif npes > 1:  # the shm path is off: only the PE's own heap is local
+        assert all("proxy on" in line for line in gpu), gpu
+
+
+def test_gpu_validation_errors_fail_the_job() -> None:
+    """A deliberate Vulkan misuse under VKSHMEM_GPU_VALIDATION=1 makes finalize fail."""
+    r = launch("gpu_invalid", 1, GPU_ENV, timeout=120)
+    assert r.returncode != 0, r.stdout
+    assert "validation" in (r.stdout + r.stderr).lower(), r.stdout + r.stderr

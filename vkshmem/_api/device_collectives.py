@@ -1,0 +1,224 @@
+"""Collectives whose target or source is GPU memory (a DeviceArray).
+
+Called by :mod:`.collectives` when a DeviceArray is involved. With a host target the GPU
+source is read once and the host algorithm runs. With a GPU target the data moves by GPU
+puts (each member pushes its blocks straight into the members' targets: imported memory on
+the same device, the GPU proxy elsewhere) between team barriers; reductions and scans gather
+every member's contribution into the team's GPU scratch slot (``SCRATCH_BYTES`` per team, in
+chunks) and reduce on the GPU with ``reduce.comp`` (int32/int64/uint32/uint64/float32/
+float64; other dtypes are reduced by numpy on the host after the gather). The fold order is
+member 0, 1, ... on every PE, so floating-point results agree everywhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..core.collectives import CollTeam
+from ..core.errors import InvalidArgumentError
+from ..gpu.kernels import REDUCE_DTYPES
+from . import state
+from .args import DeviceArray, count_of, host_copy
+
+__all__ = ["alltoall", "broadcast", "collect", "fcollect", "reduce", "scan"]
+
+#: the host collective to run instead, given (target, host copy of the source)
+_Host = Callable[[Any, Any], None]
+
+
+def _check(target: Any, source: Any, what: str) -> np.dtype:
+    dt = np.dtype(target.dtype)
+    if np.dtype(source.dtype) != dt:
+        raise InvalidArgumentError(f"{what}: dtype mismatch: target is {dt}, source is "
+                                   f"{source.dtype}")
+    if dt.hasobject:
+        raise InvalidArgumentError("arrays of Python objects cannot be moved between PEs")
+    return dt
+
+
+class _Source:
+    """Byte ranges of a local source (GPU or host) pushed into peers' GPU memory."""
+
+    def __init__(self, source: Any) -> None:
+        self.gpu = state.rt.gpu
+        self.device = type(source) is DeviceArray
+        if self.device:
+            self.offset = source.offset
+        else:
+            flat = np.ascontiguousarray(source).reshape(-1)
+            self.bytes = memoryview(flat).cast("B")
+
+    def push(self, pe: int, dst_off: int, lo: int, nbytes: int) -> None:
+        if nbytes == 0:
+            return
+        if self.device:
+            self.gpu.put_device(pe, dst_off, self.offset + lo, nbytes)
+        else:
+            self.gpu.put(pe, 1, dst_off, self.bytes[lo:lo + nbytes])
+
+
+def _done(ct: CollTeam) -> None:
+    state.rt.quiet()
+    ct.ts.sync()
+
+
+def broadcast(ct: CollTeam, target: DeviceArray, source: Any, root: int, size: Any,
+              host: _Host) -> None:
+    """See :func:`vkshmem.shmem.broadcast`."""
+    if type(target) is not DeviceArray:
+        host(target, host_copy(source))
+        return
+    dt = _check(target, source, "broadcast")
+    cnt = count_of(target, source, size)
+    if not 0 <= root < ct.n:
+        raise InvalidArgumentError(f"root {root} is not a PE of this team of {ct.n} PEs")
+    ct.ts.sync()  # every member's target is free to be written
+    if ct.me == root:
+        src = _Source(source)
+        for pe in ct.pes:
+            src.push(pe, target.offset, 0, cnt * dt.itemsize)
+    _done(ct)
+
+
+def fcollect(ct: CollTeam, target: DeviceArray, source: Any, size: Any,
+             host: _Host) -> None:
+    """See :func:`vkshmem.shmem.fcollect`."""
+    if type(target) is not DeviceArray:
+        host(target, host_copy(source))
+        return
+    dt = _check(target, source, "fcollect")
+    cnt = source.size if size is None else count_of(source, source, size)
+    if cnt * ct.n > target.size:
+        raise InvalidArgumentError(f"fcollect: {ct.n} PEs x {cnt} elements do not fit in a "
+                                   f"target of {target.size}")
+    isz = dt.itemsize
+    ct.ts.sync()
+    src = _Source(source)
+    for pe in ct.pes:
+        src.push(pe, target.offset + ct.me * cnt * isz, 0, cnt * isz)
+    _done(ct)
+
+
+def collect(ct: CollTeam, target: DeviceArray, source: Any, size: Any,
+            host: _Host) -> None:
+    """See :func:`vkshmem.shmem.collect`: the counts travel through the GPU scratch first."""
+    if type(target) is not DeviceArray:
+        host(target, host_copy(source))
+        return
+    dt = _check(target, source, "collect")
+    cnt = source.size if size is None else count_of(source, source, size)
+    gpu = state.rt.gpu
+    scratch = gpu.scratch_off + ct.ts.slot * gpu.scratch_bytes
+    ct.ts.sync()
+    mine = np.array([cnt], np.uint64)
+    for pe in ct.pes:
+        gpu.put(pe, 1, scratch + 8 * ct.me, memoryview(mine).cast("B"))
+    _done(ct)
+    counts = np.empty(ct.n, np.uint64)
+    gpu.read_local(gpu.memory, scratch, memoryview(counts).cast("B"))
+    total = int(counts.sum())
+    if total > target.size:
+        raise InvalidArgumentError(f"collect: {total} elements from {ct.n} PEs do not fit in "
+                                   f"a target of {target.size}")
+    isz = dt.itemsize
+    start = int(counts[:ct.me].sum())
+    src = _Source(source)
+    for pe in ct.pes:
+        src.push(pe, target.offset + start * isz, 0, cnt * isz)
+    _done(ct)
+
+
+def alltoall(ct: CollTeam, target: DeviceArray, source: Any, cnt: int, tst: int, sst: int,
+             host: _Host) -> None:
+    """See :func:`vkshmem.shmem.alltoalls` (``alltoall`` is ``tst = sst = 1``); ``cnt`` is
+    the checked element count per member."""
+    if type(target) is not DeviceArray:
+        host(target, host_copy(source))
+        return
+    dt = _check(target, source, "alltoall")
+    isz = dt.itemsize
+    me = ct.me
+    ct.ts.sync()
+    if tst == 1 and sst == 1:
+        src = _Source(source)
+        for j, pe in enumerate(ct.pes):
+            src.push(pe, target.offset + me * cnt * isz, j * cnt * isz, cnt * isz)
+    else:
+        flat = np.ascontiguousarray(host_copy(source)).reshape(-1)
+        gpu = state.rt.gpu
+        for j, pe in enumerate(ct.pes):
+            block = np.ascontiguousarray(flat[j * cnt * sst:(j * cnt + cnt - 1) * sst + 1:sst])
+            for i in range(cnt):
+                at = target.offset + (me * cnt + i) * tst * isz
+                gpu.put(pe, 1, at, memoryview(block[i:i + 1]).cast("B"))
+    _done(ct)
+
+
+def _gather_reduce(ct: CollTeam, target: DeviceArray, source: Any, cnt: int, op: str,
+                   ufunc: np.ufunc, members: Callable[[int], range]) -> None:
+    """target[i] = op over members(me) of their source[i], gathered through GPU scratch."""
+    rt = state.rt
+    gpu = rt.gpu
+    dt = np.dtype(target.dtype)
+    isz = dt.itemsize
+    n = ct.n
+    on_gpu = dt.isnative and dt.newbyteorder("=") in REDUCE_DTYPES and not (
+        dt.kind == "f" and op in ("and", "or", "xor"))
+    per = gpu.scratch_bytes // (n * isz)
+    if per == 0:
+        raise InvalidArgumentError(f"a team of {n} PEs is too large for GPU reductions of {dt}")
+    scratch = gpu.scratch_off + ct.ts.slot * gpu.scratch_bytes
+    src = _Source(source)
+    mem = gpu.memory
+    for lo in range(0, cnt, per):
+        m = min(per, cnt - lo)
+        ct.ts.sync()  # the scratch is free (everyone finished the previous chunk)
+        for pe in ct.pes:
+            src.push(pe, scratch + ct.me * m * isz, lo * isz, m * isz)
+        _done(ct)
+        want = members(ct.me)
+        dst = target.offset + lo * isz
+        if not want:
+            gpu.zero(dst, m * isz)
+            continue
+        if on_gpu:
+            first = want[0]
+            gpu.copy_local(mem, dst, mem, scratch + first * m * isz, m * isz)
+            for j in want[1:]:
+                gpu.device.reduce(mem, dst, mem, scratch + j * m * isz, m, op, dt)
+        else:
+            parts = np.empty((n, m), dt)
+            gpu.read_local(mem, scratch, memoryview(parts.reshape(-1)).cast("B"))
+            out = ufunc.reduce(parts[want.start:want.stop], axis=0)
+            gpu.write_local(mem, dst, memoryview(np.ascontiguousarray(out, dt)).cast("B"))
+    ct.ts.sync()  # nobody reuses the scratch while a member still reads it
+
+
+def reduce(ct: CollTeam, target: Any, source: Any, entry: tuple[str, np.ufunc, str],
+           size: Any, host: _Host) -> None:
+    """See :func:`vkshmem.shmem.reduce` (``entry`` is the checked op)."""
+    if type(target) is not DeviceArray:
+        host(target, host_copy(source))
+        return
+    _check(target, source, "reduce")
+    cnt = count_of(target, source, size)
+    if cnt:
+        _gather_reduce(ct, target, source, cnt, entry[0], entry[1], lambda me: range(ct.n))
+
+
+def scan(ct: CollTeam, target: Any, source: Any, size: Any, inclusive: bool,
+         host: _Host) -> None:
+    """See :func:`vkshmem.shmem.sum_inscan` / ``sum_exscan``."""
+    if type(target) is not DeviceArray:
+        host(target, host_copy(source))
+        return
+    dt = _check(target, source, "sum_inscan" if inclusive else "sum_exscan")
+    if dt.kind not in "iufc":
+        raise InvalidArgumentError(f"prefix sums are not defined for dtype {dt}")
+    cnt = count_of(target, source, size)
+    if cnt:
+        _gather_reduce(ct, target, source, cnt, "sum", np.add,
+                       lambda me: range(me + 1 if inclusive else me))

@@ -1,0 +1,245 @@
+"""The GPU proxy: reaching a peer's GPU heap when this PE cannot import its memory.
+
+Same-device peers on one node import each other's exported fd and copy directly (see
+:mod:`vkshmem.gpu.domain`). Every other peer — another device, another node, or any peer
+with ``VKSHMEM_SHM=0`` — is reached through a small request/response protocol over the
+ordinary host-heap transports, served on the target by this module's proxy thread, which
+applies the request to its own GPU memory with its own Vulkan device (AMOs by a shader, so
+they stay atomic with shader atomics on the same word).
+
+Mailbox: a symmetric host-heap allocation made when the GPU domain starts, one block of
+``B = 128 + 2 * chunk`` bytes per peer (``VKSHMEM_GPU_PROXY_CHUNK``). On PE ``t`` the block of
+sender ``s`` holds ``s``'s request; on PE ``s`` the block of ``t`` holds ``t``'s response::
+
+    0   u64 request seq (stored last)      64  u64 response seq (stored last)
+    8   u32 op | amo << 8, u32 width       72  u64 fetched value
+    16  u64 GPU offset  24 u64 nbytes      80  u64 status (0 ok; else an error text follows)
+    32  u64 operand     40 u64 compare
+    128 request payload (chunk bytes)      128 + chunk: response payload (chunk bytes)
+
+A sender serialises its requests (one in flight per target; a larger transfer is a sequence
+of chunks), so a new sequence number is exactly one new request. Data are put before the
+header, a fence, then the sequence number; the response comes back the same way. Every wait
+has a deadline (``VKSHMEM_GPU_TIMEOUT``) and names the PE it waited for.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from vkshmem.core.transport import AmoOp, Transport
+from vkshmem.core.wait import Waiter
+
+from .errors import GpuError
+
+if TYPE_CHECKING:
+    from .domain import GpuDomain
+
+__all__ = ["GpuProxy"]
+
+log = logging.getLogger("vkshmem")
+
+_PUT, _GET, _AMO = 1, 2, 3
+_HDR = struct.Struct("<IIQQQQ")  # op, width, offset, nbytes, operand, compare (at +8)
+_RESP = struct.Struct("<QQ")  # value, status (at +72)
+_U64 = struct.Struct("<Q")
+_MAX_SLEEP = 1e-3
+
+
+class GpuProxy:
+    """Both sides of the protocol for one PE (collective to create: allocates the mailbox)."""
+
+    def __init__(self, domain: GpuDomain) -> None:
+        rt = domain.rt
+        self.domain = domain
+        self.rt = rt
+        self.me = rt.my_pe
+        self.n = rt.n_pes
+        self.chunk = rt.config.gpu_proxy_chunk
+        self.block = 128 + 2 * self.chunk
+        self.timeout = rt.config.gpu_timeout
+        self.base = rt.alloc(self.n * self.block, 64, clear=True)
+        self._box = np.frombuffer(rt.host.buffer, np.uint64, self.n * self.block // 8,
+                                  self.base)
+        stride = self.block // 8
+        self._requests = self._box[0::stride]  # request seq of each sender, here
+        self._served = np.zeros(self.n, np.uint64)
+        self._seq = [0] * self.n
+        self._send_lock = threading.Lock()
+        self._waiter = Waiter(self.timeout, rt.transports)
+        # Own endpoints for the sending side and for the proxy thread, so neither shares a
+        # transport's default endpoint with the application's thread.
+        self._ctx_send: dict[int, Transport] = {}
+        self._ctx_serve: dict[int, Transport] = {}
+        self._contexts: list[Transport] = []
+        self._tmp = bytearray(self.chunk)
+        self._stop = threading.Event()
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._serve_loop, name="vkshmem-gpu-proxy",
+                                        daemon=True)
+        self._thread.start()
+
+    # -- endpoints ---------------------------------------------------------------------------
+
+    def _endpoint(self, pe: int, table: dict[int, Transport]) -> Transport:
+        t = self.rt.route_transport[pe]
+        ep = table.get(id(t))
+        if ep is None:
+            ep = t.create_context()
+            table[id(t)] = ep
+            if ep is not t:
+                self._contexts.append(ep)
+        return ep
+
+    # -- sending side ------------------------------------------------------------------------
+
+    def _request(self, pe: int, op: int, offset: int, nbytes: int = 0, payload: Any = None,
+                 operand: int = 0, compare: int = 0, width: int = 0,
+                 out: memoryview | None = None) -> int:
+        if self.error is not None:
+            raise GpuError(f"the GPU proxy thread of PE {self.me} failed: {self.error}")
+        blk = self.block
+        remote = self.base + self.me * blk
+        with self._send_lock:
+            seq = self._seq[pe] + 1
+            self._seq[pe] = seq
+            t = self._endpoint(pe, self._ctx_send)
+            if payload is not None and nbytes:
+                t.put(pe, 0, remote + 128, payload)
+            t.put(pe, 0, remote + 8, memoryview(_HDR.pack(op, width, offset, nbytes, operand,
+                                                          compare)))
+            t.fence()
+            t.put(pe, 0, remote + 0, memoryview(_U64.pack(seq)))
+            t.quiet()
+            local = self.base + pe * blk
+            word = (local + 64) // 8 - self.base // 8
+            box = self._box
+            try:
+                self._waiter.wait(lambda: int(box[word]) == seq,
+                                  self.rt.host.address + local + 64, 8,
+                                  f"PE {pe}'s GPU proxy (VKSHMEM_GPU_TIMEOUT)")
+            except Exception as exc:
+                raise GpuError(f"PE {pe}'s GPU proxy did not answer a request for "
+                               f"{nbytes} bytes at GPU offset {offset}: {exc}") from exc
+            buf = self.rt.host.buffer
+            value, status = _RESP.unpack_from(buf, local + 72)
+            if status:
+                text = bytes(buf[local + 128 + self.chunk:local + 128 + self.chunk + 512])
+                reason = text.split(b"\0", 1)[0].decode(errors="replace")
+                raise GpuError(f"PE {pe}'s GPU proxy failed: {reason}")
+            if out is not None:
+                start = local + 128 + self.chunk
+                out[:nbytes] = buf[start:start + nbytes]
+            return int(value)
+
+    def put(self, pe: int, offset: int, src: memoryview) -> None:
+        """Write host bytes ``src`` into ``pe``'s GPU heap at ``offset`` (complete on return)."""
+        c = self.chunk
+        for lo in range(0, src.nbytes, c):
+            piece = src[lo:lo + c]
+            self._request(pe, _PUT, offset + lo, piece.nbytes, piece)
+
+    def get(self, pe: int, offset: int, dst: memoryview) -> None:
+        """Fill host buffer ``dst`` from ``pe``'s GPU heap at ``offset``."""
+        c = self.chunk
+        for lo in range(0, dst.nbytes, c):
+            piece = dst[lo:lo + c]
+            self._request(pe, _GET, offset + lo, piece.nbytes, out=piece)
+
+    def amo(self, pe: int, offset: int, op: AmoOp, width: int, operand: int,
+            compare: int) -> int:
+        """Apply ``op`` on ``pe``'s GPU word (by a shader there); return the old value."""
+        return self._request(pe, _AMO | (int(op) << 8), offset, 0, None, operand, compare,
+                             width)
+
+    # -- serving side -------------------------------------------------------------------------
+
+    def _serve_loop(self) -> None:
+        sleep = 0.0
+        idle_since = time.monotonic()
+        while not self._stop.is_set():
+            pending = np.flatnonzero(self._requests != self._served)
+            if pending.size:
+                for s in pending:
+                    try:
+                        self._serve(int(s))
+                    except BaseException as exc:  # the transport to s failed: give up
+                        log.error("GPU proxy of PE %d: answering PE %d failed: %s",
+                                  self.me, s, exc)
+                        self.error = exc
+                        return
+                sleep = 0.0
+                idle_since = time.monotonic()
+                continue
+            # Adaptive: poll hot for a millisecond after work, then back off to 1 ms sleeps.
+            if time.monotonic() - idle_since < 1e-3:
+                time.sleep(0)
+            else:
+                sleep = min(_MAX_SLEEP, sleep * 2 or 20e-6)
+                self._stop.wait(sleep)
+
+    def _serve(self, s: int) -> None:
+        buf = self.rt.host.buffer
+        blk = self.block
+        base = self.base + s * blk
+        seq = int(self._requests[s])
+        op, width, offset, nbytes, operand, compare = _HDR.unpack_from(buf, base + 8)
+        dom = self.domain
+        value, status, payload = 0, 0, None
+        try:
+            if nbytes > self.chunk:
+                raise GpuError(f"request of {nbytes} bytes exceeds the proxy chunk")
+            dom.memory.check_range(offset, max(nbytes, width), "GPU proxy request")
+            kind = op & 0xFF
+            if kind == _PUT:
+                dom.write_local(dom.memory, offset, buf[base + 128:base + 128 + nbytes])
+            elif kind == _GET:
+                view = memoryview(self._tmp)[:nbytes]
+                dom.read_local(dom.memory, offset, view)
+                payload = view
+            elif kind == _AMO:
+                value = dom.amo_local(dom.memory, offset, AmoOp(op >> 8), width, operand,
+                                      compare)
+            else:
+                raise GpuError(f"unknown GPU proxy request {op}")
+        except Exception as exc:
+            status = 1
+            payload = memoryview(f"{type(exc).__name__}: {exc}".encode()[:500] + b"\0")
+        t = self._endpoint(s, self._ctx_serve)
+        back = self.base + self.me * blk
+        if payload is not None and payload.nbytes:
+            t.put(s, 0, back + 128 + self.chunk, payload)
+        t.put(s, 0, back + 72, memoryview(_RESP.pack(value, status)))
+        t.fence()
+        t.put(s, 0, back + 64, memoryview(_U64.pack(seq)))
+        t.quiet()
+        self._served[s] = seq
+
+    # -- teardown ------------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Stop the proxy thread (peers' requests are no longer served)."""
+        self._stop.set()
+        self._thread.join(5)
+
+    def close(self) -> None:
+        """Stop the proxy thread and release its endpoints (the mailbox goes with the heap).
+        At the end of the job the runtime closes the transports first: closing a context of
+        a closed transport releases only what is left."""
+        self.stop()
+        for ep in self._contexts:
+            try:
+                ep.close()
+            except Exception as exc:
+                log.warning("closing a GPU proxy endpoint: %s", exc)
+        self._contexts.clear()
+        self._ctx_send.clear()
+        self._ctx_serve.clear()
+        # numpy views over the host heap would keep its mapping from being released
+        self._box = self._requests = np.zeros(0, np.uint64)
