@@ -29,6 +29,15 @@ def test_gpu_script(npes: int, mode: str) -> None:
         assert all("proxy on" in line for line in gpu), gpu
 
 
+@pytest.mark.parametrize("npes", [1, 2, 4])
+def test_gpu_script_unmapped(npes: int) -> None:
+    """VKSHMEM_GPU_MAPPED=0: the paths of a discrete GPU (staged copies, shader AMOs, polled
+    waits) on lavapipe, with same-device peers importing each other's memory."""
+    r = launch("gpu", npes, {**GPU_ENV, "VKSHMEM_GPU_MAPPED": "0"}, timeout=240)
+    assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout}\n{r.stderr}"
+    assert r.stdout.count("gpu ok") == npes, r.stdout
+
+
 def test_gpu_validation_errors_fail_the_job() -> None:
     """A deliberate Vulkan misuse under VKSHMEM_GPU_VALIDATION=1 makes finalize fail."""
     r = launch("gpu_invalid", 1, GPU_ENV, timeout=120)

@@ -46,9 +46,28 @@ def main(args: argparse.Namespace) -> int:
         reach = "+".join(sorted(spec.reach))
         print(f"   {spec.name:12s} priority {spec.priority:<5d} {reg.origin[spec.name]:10s} "
               f"reach {reach}; {spec.description}")
+    _gpu_devices()
     print(f"\nRoutes of a {args.npes}-PE job on this node (vkshmem run -n {args.npes}):")
     sys.stdout.flush()
     script = Path(__file__).with_name("_routes.py")
     cmd = [sys.executable, "-m", "vkshmem", "run", "-n", str(args.npes), "--timeout", "120",
            str(script)]
     return subprocess.run(cmd, timeout=180).returncode
+
+
+def _gpu_devices() -> None:
+    """The Vulkan devices of the GPU domain, in VKSHMEM_GPU_DEVICE numbering."""
+    print("\nVulkan devices (VKSHMEM_GPU_DEVICE numbers; a PE takes local rank % GPUs):")
+    try:
+        from .gpu.device import list_devices
+
+        devices = list_devices()
+    except Exception as exc:
+        print(f"   none usable: {exc}")
+        return
+    for d in devices:
+        caps = [c for c, ok in (("opaque-fd", d.external_memory_fd), ("dma-buf", d.dma_buf),
+                                ("int64-atomics", d.int64_atomics),
+                                ("host-visible-vram", d.device_local_host_visible)) if ok]
+        print(f"   {d.index}: {d.name} [{d.device_type}] {d.driver_name} {d.driver_info}; "
+              f"{', '.join(caps) or 'no external memory'}")

@@ -221,7 +221,7 @@ def signal_wait_until(signal: np.ndarray, cmp: Any, value: int) -> int:
     seg, off = _signal_word(signal, "signal_wait_until")
     what = f"signal_wait_until(signal {cmp} {v})"
     box = [seen]
-    if seg == GPU_SEG and not rt.gpu.memory.host_address:
+    if seg == GPU_SEG and not rt.gpu.watch_address(off):
         snap = np.zeros(1, np.uint64)
 
         def poll() -> bool:
@@ -231,7 +231,7 @@ def signal_wait_until(signal: np.ndarray, cmp: Any, value: int) -> int:
         rt.gpu.wait(poll, off, memoryview(snap).cast("B"), what)
         return box[0]
     if seg == GPU_SEG:
-        addr = rt.gpu.memory.host_address + off
+        addr = rt.gpu.watch_address(off)
     else:
         addr = int(lib.vk_peer_base(seg, rt.my_pe)) + off
     amo = lib.vk_amo

@@ -63,8 +63,9 @@ def _flat(ivars: Any, what: str) -> tuple[np.ndarray, int, int]:
     if type(ivars) is DeviceArray:
         if ivars.size == 0:
             raise InvalidArgumentError(f"{what}: empty array")
-        if ivars.domain.memory.host_address:
-            return ivars.to_numpy(zero_copy=True).reshape(-1), ivars.ptr(), ivars.nbytes
+        addr = ivars.domain.watch_address(ivars.offset)
+        if addr:
+            return ivars.to_numpy(zero_copy=True).reshape(-1), addr, ivars.nbytes
         return ivars.to_numpy().reshape(-1), -1, ivars.nbytes
     if not isinstance(ivars, np.ndarray):
         raise InvalidArgumentError(f"{what} needs a numpy array, got {type(ivars).__name__}")

@@ -177,6 +177,10 @@ _var("VKSHMEM_GPU_SPIN_US", "float", "200",
 _var("VKSHMEM_GPU_VALIDATION", "bool", "0",
      "Load the Khronos validation layer for the GPU domain; its errors make vkshmem raise "
      "GpuError at the next synchronisation and at finalize (CI sets it).", _parse_bool)
+_var("VKSHMEM_GPU_MAPPED", "bool", "1",
+     "Where GPU memory is host-visible (lavapipe, resizable-BAR GPUs), copy, wait and zero "
+     "through its CPU mapping (and, on CPU drivers, apply AMOs with CPU atomics). 0 takes the "
+     "discrete-GPU paths everywhere: staged copies, shader atomics, polled waits.", _parse_bool)
 _var("VKSHMEM_GPU_PROXY_CHUNK", "size", "256K",
      "GPU memory of peers that cannot import each other's memory (another device or node, or "
      "VKSHMEM_SHM=0) is reached through their GPU proxy thread, in pieces of this size; each "
@@ -245,6 +249,7 @@ class Config:
     gpu_staging_size: int
     gpu_spin_us: float
     gpu_validation: bool
+    gpu_mapped: bool
     gpu_proxy_chunk: int
     rails: tuple[RailSpec, ...]
 

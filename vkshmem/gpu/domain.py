@@ -65,6 +65,8 @@ class GpuDomain:
         self.segment: GpuSegment | None = None
         self.peers: dict[int, GpuMemory] = {}
         self._seen_errors = 0
+        #: use CPU mappings of host-visible GPU memory for copies, waits and zeroing
+        self.mapped = cfg.gpu_mapped
         self.device = VulkanDevice(cfg.gpu_device, cfg.gpu_validation,
                                    local_rank=rt.local_rank, timeout=cfg.gpu_timeout,
                                    staging_size=cfg.gpu_staging_size)
@@ -131,7 +133,7 @@ class GpuDomain:
         # CPU Vulkan drivers (lavapipe) keep device memory in host RAM and compile shader
         # atomics to CPU atomics: the core's native CPU atomics on the mapping are atomic
         # with them and 50x faster than a dispatch.
-        self.cpu_atomics = dev.info.is_cpu
+        self.cpu_atomics = dev.info.is_cpu and cfg.gpu_mapped
         needs_proxy = rt.n_pes > 1 and (None in groups or len(set(groups)) > 1)
         if needs_proxy:
             from .proxy import GpuProxy
@@ -145,11 +147,11 @@ class GpuDomain:
 
     def write_local(self, mem: GpuMemory, offset: int, src: Any) -> None:
         """Copy host bytes into ``mem`` (through the mapping where there is one)."""
-        self.device.write(mem, offset, src, direct=mem.host_visible)
+        self.device.write(mem, offset, src, direct=self.mapped and mem.host_visible)
 
     def read_local(self, mem: GpuMemory, offset: int, dst: Any) -> None:
         """Copy ``mem`` bytes into a host buffer."""
-        self.device.read(mem, offset, dst, direct=mem.host_visible)
+        self.device.read(mem, offset, dst, direct=self.mapped and mem.host_visible)
 
     def amo_local(self, mem: GpuMemory, offset: int, op: AmoOp, width: int, operand: int,
                   compare: int) -> int:
@@ -163,7 +165,7 @@ class GpuDomain:
     def copy_local(self, dst: GpuMemory, dst_off: int, src: GpuMemory, src_off: int,
                    nbytes: int) -> None:
         """Device-to-device copy (both mapped: a memmove)."""
-        if dst.host_address and src.host_address:
+        if self.mapped and dst.host_address and src.host_address:
             dst.check_range(dst_off, nbytes, "GPU copy")
             src.check_range(src_off, nbytes, "GPU copy")
             ctypes.memmove(dst.host_address + dst_off, src.host_address + src_off, nbytes)
@@ -240,6 +242,12 @@ class GpuDomain:
 
     # -- waiting on local GPU words -----------------------------------------------------------
 
+    def watch_address(self, offset: int) -> int:
+        """Host address of this PE's GPU heap at ``offset`` if waits may spin on the mapping
+        (host-visible memory and ``VKSHMEM_GPU_MAPPED=1``), else 0."""
+        addr = self.memory.host_address
+        return addr + offset if addr and self.mapped else 0
+
     def wait(self, pred: Callable[[], object], offset: int, snapshot: memoryview,
              what: str) -> None:
         """Return once ``pred()`` is true, re-reading ``snapshot.nbytes`` bytes of this PE's GPU
@@ -247,7 +255,7 @@ class GpuDomain:
         ``VKSHMEM_WAIT_TIMEOUT``. Mapped memory is watched by the core's native spin instead."""
         mem = self.memory
         n = snapshot.nbytes
-        if mem.host_address:
+        if self.watch_address(offset):
             self.rt.waiter.wait(pred, mem.host_address + offset, n, what)
             return
         timeout = self.rt.config.wait_timeout
@@ -285,7 +293,7 @@ class GpuDomain:
         """Zero ``nbytes`` of this PE's GPU heap."""
         mem = self.memory
         mem.check_range(offset, nbytes, "zero")
-        if mem.host_address:
+        if self.mapped and mem.host_address:
             ctypes.memset(mem.host_address + offset, 0, nbytes)
             return
         zeros = bytes(min(nbytes, _ZEROS))
