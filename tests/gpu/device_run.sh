@@ -26,7 +26,7 @@
 #       --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
 #       --platform manylinux2014_x86_64 -d .devcarry/whl vulkan==1.3.275.1 cffi pycparser
 #
-# Variables: PYTHON (default python3), VKSHMEM_DEVCARRY (default .devcarry),
+# Variables: VKSHMEM_DEVRUN_AFTER (a command run after pytest, same environment), PYTHON (default python3), VKSHMEM_DEVCARRY (default .devcarry),
 # VKSHMEM_TEST_TIMEOUT (per-test seconds, default 180), VKSHMEM_GPU_TESTS (default `require`:
 # a GPU test fails instead of skipping when Vulkan is unusable), VKSHMEM_DEVRUN_NO_NVIDIA=1
 # (rehearsal on a machine without NVIDIA: keep the system's ICDs, e.g. lavapipe).
@@ -138,4 +138,11 @@ $PY -m pytest --timeout="${VKSHMEM_TEST_TIMEOUT:-180}" -rfEs "${junit[@]}" "$@" 
     -q -p no:cacheprovider 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
 say "pytest exit status $rc"
+# VKSHMEM_DEVRUN_AFTER: a shell command run next in the same environment (benchmarks, say);
+# its output goes to $OUT/after.log too. Its failure does not change the exit status.
+if [ -n "${VKSHMEM_DEVRUN_AFTER:-}" ]; then
+    after=/dev/null; [ -n "${OUT:-}" ] && after=$OUT/after.log
+    bash -c "$VKSHMEM_DEVRUN_AFTER" 2>&1 | tee "$after"
+    say "after-command exit status ${PIPESTATUS[0]}"
+fi
 exit "$rc"
