@@ -43,3 +43,11 @@ def test_gpu_validation_errors_fail_the_job() -> None:
     r = launch("gpu_invalid", 1, GPU_ENV, timeout=120)
     assert r.returncode != 0, r.stdout
     assert "validation" in (r.stdout + r.stderr).lower(), r.stdout + r.stderr
+
+
+def test_a_silent_gpu_proxy_times_out_naming_the_pe() -> None:
+    env = {**GPU_ENV, "VKSHMEM_SHM": "0", "VKSHMEM_TRANSPORTS": "hostproxy",
+           "VKSHMEM_GPU_TIMEOUT": "2"}
+    r = launch("gpu_timeout", 2, env, timeout=120)
+    assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout}\n{r.stderr}"
+    assert "gpu timeout ok" in r.stdout and r.stdout.count("gpu_timeout done") == 2, r.stdout
