@@ -9,29 +9,23 @@ from __future__ import annotations
 
 import contextlib
 import json
-import mmap
-import os
-import random
 import signal
 import socket
 import struct
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from vkshmem.core._native import lib as native
 
-from vkshmem.core.config import Config
-from vkshmem.core.errors import ConfigError, InvalidArgumentError, TransportError
-from vkshmem.core.plugins import load_plugins
-from vkshmem.core.transport import AmoOp, PeerInfo, SegmentInfo, TransportContext
+from vkshmem.core.errors import ConfigError, TransportError
+from vkshmem.core.transport import AmoOp, PeerInfo
 
 hostproxy = pytest.importorskip("vkshmem_hostproxy")
-from segments import Segment  # noqa: E402
+import transport_contract as contract  # noqa: E402
+from transport_contract import context, fd_count, thread_count  # noqa: E402
 from vkshmem_hostproxy import HostProxyTransport  # noqa: E402
 from vkshmem_hostproxy._server import lib as hp  # noqa: E402
 
@@ -42,122 +36,34 @@ REQ = struct.Struct("<BBBxIQQQ")
 REP = struct.Struct("<iIQ")
 
 
-class Job:
+class Job(contract.Job[HostProxyTransport]):
     """``n`` PEs of one node, each with one hostproxy transport per rail."""
 
-    def __init__(self, n: int = 2, rails: int = 1, options: dict[str, str] | None = None,
-                 sizes: dict[int, int] | None = None) -> None:
-        self.sizes = SEG_SIZES if sizes is None else sizes
-        self.segs = [{s: Segment(s, size) for s, size in self.sizes.items()} for _ in range(n)]
-        self.t: list[list[HostProxyTransport]] = []  # [rail][pe]
-        opts = {"addr": "127.0.0.1"} if options is None else options
-        for rail in range(rails):
-            row = [HostProxyTransport(context(pe, n, rail, opts)) for pe in range(n)]
-            self.t.append(row)
-            peers = {}
-            for pe, tr in enumerate(row):
-                keys = {s: tr.register(seg.info()) for s, seg in self.segs[pe].items()}
-                peers[pe] = PeerInfo(pe, "node0", True, tr.address(), keys)
-            for tr in row:
-                tr.connect(peers)
-
-    def mem(self, pe: int, seg: int = 0) -> mmap.mmap:
-        return self.segs[pe][seg].map
-
-    def close(self) -> None:
-        for row in self.t:
-            for tr in row:
-                tr.close()
-        for segs in self.segs:
-            for seg in segs.values():
-                seg.close()
-
-
-def context(pe: int, n: int, rail: int = 0, options: dict[str, str] | None = None,
-            ) -> TransportContext:
-    return TransportContext(
-        my_pe=pe, n_pes=n, rail=rail, options=dict(options or {}), node_id="node0",
-        host_address="127.0.0.1", amo_function=native.vk_amo_address(),
-    )
+    transport = HostProxyTransport
+    default_options = {"addr": "127.0.0.1"}
+    seg_sizes = SEG_SIZES
 
 
 @pytest.fixture
 def job() -> Iterator[Job]:
-    j = Job()
-    yield j
-    j.close()
-
-
-def amo_model(op: AmoOp, width: int, old: int, operand: int, compare: int) -> int:
-    mask = (1 << (8 * width)) - 1
-    if op is AmoOp.FETCH:
-        return old
-    if op in (AmoOp.SET, AmoOp.SWAP):
-        return operand & mask
-    if op is AmoOp.CSWAP:
-        return operand & mask if old == compare & mask else old
-    if op is AmoOp.ADD:
-        return (old + operand) & mask
-    if op is AmoOp.AND:
-        return old & operand
-    if op is AmoOp.OR:
-        return old | operand
-    return old ^ operand
-
-
-def word(m: mmap.mmap, offset: int, width: int) -> int:
-    return int.from_bytes(m[offset:offset + width], "little")
-
-
-def set_word(m: mmap.mmap, offset: int, width: int, value: int) -> None:
-    m[offset:offset + width] = value.to_bytes(width, "little")
-
-
-def fd_count() -> int:
-    return len(os.listdir("/proc/self/fd"))
-
-
-def thread_count() -> int:
-    return len(os.listdir("/proc/self/task"))
+    with Job() as j:
+        yield j
 
 
 # -- discovery -----------------------------------------------------------------------------
 
 
 def test_spec_is_registered_through_the_entry_point() -> None:
-    reg = load_plugins(Config({}))
-    spec = reg.transports["hostproxy"]
-    assert reg.origin["hostproxy"] == "vkshmem-hostproxy"
+    _, spec = contract.registered_host_transport("hostproxy", "vkshmem-hostproxy")
     assert spec.factory is HostProxyTransport
     assert spec.priority == 10
-    assert spec.reach == {"intra", "inter"}
-    assert spec.memory_kinds == {"host"}
-    assert spec.amo_ops == set(AmoOp)
-    assert spec.amo_widths == {4, 8}
-    assert spec.native_fence
 
 
 # -- RMA -----------------------------------------------------------------------------------
 
 
 def test_put_get_random(job: Job) -> None:
-    rng = random.Random(1234)
-    for _ in range(300):
-        src_pe, pe, seg = rng.randrange(2), rng.randrange(2), rng.choice(list(SEG_SIZES))
-        n = rng.choice([0, 1, 7, 8, rng.randrange(1, 5000), rng.randrange(1, 300_000)])
-        n = min(n, SEG_SIZES[seg])
-        offset = rng.randrange(0, SEG_SIZES[seg] - n + 1)
-        data = rng.randbytes(n)
-        tr = job.t[0][src_pe]
-        if rng.random() < 0.5:
-            tr.put(pe, seg, offset, memoryview(data))
-        else:
-            tr.put_nbi(pe, seg, offset, memoryview(data))
-        tr.quiet()
-        assert job.mem(pe, seg)[offset:offset + n] == data
-        out = bytearray(n)
-        tr.get(pe, seg, offset, memoryview(out))
-        assert out == data
+    contract.put_get_random(job, rounds=300, nbi_gets=False)
 
 
 def test_put_source_reusable_and_get_sees_earlier_put_without_quiet(job: Job) -> None:
@@ -171,198 +77,70 @@ def test_put_source_reusable_and_get_sees_earlier_put_without_quiet(job: Job) ->
 
 
 def test_put_and_get_typed_memoryviews(job: Job) -> None:
-    tr = job.t[0][0]
-    src = memoryview(struct.pack("<4d", 1.0, 2.0, 3.0, 4.0)).cast("d")
-    tr.put(1, 0, 64, src)
-    dst = memoryview(bytearray(32)).cast("d")
-    tr.get(1, 0, 64, dst)
-    assert dst.tolist() == [1.0, 2.0, 3.0, 4.0]
+    contract.put_and_get_typed_memoryviews(job)
 
 
 def test_large_transfers(job: Job) -> None:
-    tr = job.t[0][0]
-    data = random.Random(5).randbytes(SEG_SIZES[0])
-    tr.put(1, 0, 0, memoryview(data))
-    out = bytearray(len(data))
-    tr.get(1, 0, 0, memoryview(out))
-    assert out == data
+    contract.large_transfers(job)
 
 
 def test_concurrent_large_transfers_between_three_pes() -> None:
     """Transfers far larger than socket buffers, from every PE to every PE at once."""
-    size = 48 << 20
-    j = Job(n=3, sizes={0: size})
-    try:
-        chunk = size // 9  # each (src, dst) pair owns one region of dst's segment
-        failures: list[BaseException] = []
-
-        def work(src: int) -> None:
-            try:
-                rng = random.Random(src)
-                for _ in range(2):
-                    for dst in range(3):
-                        data = rng.randbytes(chunk)
-                        off = chunk * (3 * src + dst)
-                        j.t[0][src].put(dst, 0, off, memoryview(data))
-                        out = bytearray(chunk)
-                        j.t[0][src].get(dst, 0, off, memoryview(out))
-                        assert out == data
-            except BaseException as exc:  # reported below
-                failures.append(exc)
-
-        threads = [threading.Thread(target=work, args=(pe,)) for pe in range(3)]
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join()
-        assert not failures, failures
+    with Job(n=3, sizes={0: 48 << 20}) as j:
+        contract.concurrent_transfers_between_three_pes(j)
         assert all(tr.server_stats()["errors"] == 0 for tr in j.t[0])
-    finally:
-        j.close()
 
 
 def test_quiet_after_many_put_nbi(job: Job) -> None:
-    tr = job.t[0][0]
-    n = 20_000
-    for i in range(n):
-        tr.put_nbi(1, 0, 8 * i, memoryview(struct.pack("<Q", i + 1)))
-    tr.quiet()  # no get in between: only the FLUSH proves completion
-    mem = job.mem(1)
-    assert all(struct.unpack_from("<Q", mem, 8 * i)[0] == i + 1 for i in range(n))
+    contract.quiet_after_many_put_nbi(job, 20_000)  # the FLUSH alone proves completion
     assert job.t[0][1].server_stats()["errors"] == 0
 
 
 def test_quiet_with_nothing_outstanding(job: Job) -> None:
-    job.t[0][0].quiet()
-    job.t[0][0].fence()
+    contract.quiet_and_fence_with_nothing_outstanding(job)
 
 
 # -- AMOs ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("width", [4, 8])
-@pytest.mark.parametrize("op", list(AmoOp))
+@contract.WIDTHS
+@contract.ALL_OPS
 def test_amo_fetching(job: Job, op: AmoOp, width: int) -> None:
-    rng = random.Random(op * 10 + width)
-    mask = (1 << (8 * width)) - 1
-    mem = job.mem(1)
-    for pe_from in (0, 1):  # remote and through the own server
-        tr = job.t[0][pe_from]
-        for _ in range(20):
-            offset = width * rng.randrange(0, 1000)
-            old = rng.getrandbits(8 * width)
-            operand = rng.getrandbits(8 * width)
-            compare = rng.choice([old, rng.getrandbits(8 * width)])
-            set_word(mem, offset, width, old)
-            got = tr.amo(1, 0, offset, op, width, operand, compare, True)
-            if op is not AmoOp.SET:  # SET returns nothing
-                assert got == old
-            assert word(mem, offset, width) == amo_model(op, width, old, operand, compare) & mask
+    # to itself through its own server; a SET returns nothing
+    contract.amo_fetching(job, op, width, rounds=20, set_fetches=False)
 
 
-@pytest.mark.parametrize("width", [4, 8])
-@pytest.mark.parametrize("op", [op for op in AmoOp if not op.fetching_only])
+@contract.WIDTHS
+@contract.NON_FETCHING_OPS
 def test_amo_non_fetching(job: Job, op: AmoOp, width: int) -> None:
-    rng = random.Random(op * 100 + width)
-    mem = job.mem(1)
-    tr = job.t[0][0]
-    cases = []
-    for i in range(50):
-        old, operand = rng.getrandbits(8 * width), rng.getrandbits(8 * width)
-        set_word(mem, width * i, width, old)
-        cases.append((old, operand))
-    for i, (_, operand) in enumerate(cases):
-        assert tr.amo(1, 0, width * i, op, width, operand, 0, False) == 0
-    tr.quiet()
-    for i, (old, operand) in enumerate(cases):
-        assert word(mem, width * i, width) == amo_model(op, width, old, operand, 0)
+    contract.amo_non_fetching(job, op, width, cases=50, from_pes=(0,))
 
 
-@pytest.mark.parametrize("width", [4, 8])
+@contract.WIDTHS
 def test_compare_swap_success_and_failure(job: Job, width: int) -> None:
-    tr, mem = job.t[0][0], job.mem(1)
-    set_word(mem, 256, width, 41)
-    assert tr.amo(1, 0, 256, AmoOp.CSWAP, width, 99, 40, True) == 41  # fails
-    assert word(mem, 256, width) == 41
-    assert tr.amo(1, 0, 256, AmoOp.CSWAP, width, 99, 41, True) == 41  # succeeds
-    assert word(mem, 256, width) == 99
+    contract.compare_swap_success_and_failure(job, width)
 
 
 def test_amo_operands_are_masked_to_the_width(job: Job) -> None:
-    tr, mem = job.t[0][0], job.mem(1)
-    set_word(mem, 0, 8, 0)
-    tr.amo(1, 0, 0, AmoOp.ADD, 4, (1 << 40) + 5, 0, True)
-    assert word(mem, 0, 8) == 5  # the upper word is untouched
+    contract.amo_operands_are_masked_to_the_width(job)
 
 
 def test_concurrent_fetch_add_from_threads_and_lazy_connect(job: Job) -> None:
-    tr, mem = job.t[0][0], job.mem(1)
-    set_word(mem, 512, 8, 0)
-    barrier = threading.Barrier(8)
-    seen: list[int] = []
-
-    def work() -> None:
-        barrier.wait()  # all race to open the first connection
-        seen.extend(tr.amo(1, 0, 512, AmoOp.ADD, 8, 1, 0, True) for _ in range(500))
-
-    threads = [threading.Thread(target=work) for _ in range(8)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    assert word(mem, 512, 8) == 4000
-    assert sorted(seen) == list(range(4000))
+    contract.concurrent_fetch_add_from_threads(job, threads=8, per_thread=500)
     assert job.t[0][1].server_stats()["accepted"] == 1  # one connection despite the race
 
 
 def test_two_rails_coexist_and_amos_are_atomic_across_them() -> None:
-    j = Job(n=2, rails=2)
-    try:
-        mem = j.mem(1)
-        set_word(mem, 64, 8, 0)
-
-        def work(rail: int, pe: int) -> None:
-            for _ in range(1000):
-                j.t[rail][pe].amo(1, 0, 64, AmoOp.ADD, 8, 1, 0, bool(rail))
-            j.t[rail][pe].quiet()
-
-        threads = [threading.Thread(target=work, args=(r, p)) for r in (0, 1) for p in (0, 1)]
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join()
-        assert word(mem, 64, 8) == 4000
+    with Job(n=2, rails=2) as j:
+        contract.amos_are_atomic_across_two_rails(j, per_thread=1000)
         assert j.t[0][1].listen_address != j.t[1][1].listen_address
-    finally:
-        j.close()
 
 
 # -- bad requests --------------------------------------------------------------------------
 
 
 def test_client_rejects_out_of_bounds_before_sending(job: Job) -> None:
-    tr, mem = job.t[0][0], job.mem(1)
-    size = SEG_SIZES[0]
-    mem[size - 16:] = b"\x5a" * 16
-    with pytest.raises(InvalidArgumentError, match="outside segment 0 of PE 1"):
-        tr.put(1, 0, size - 4, memoryview(b"12345678"))
-    with pytest.raises(InvalidArgumentError):
-        tr.get(1, 0, size, memoryview(bytearray(1)))
-    with pytest.raises(InvalidArgumentError):
-        tr.put(1, 0, -1, memoryview(b"x"))
-    with pytest.raises(InvalidArgumentError, match="no segment 7"):
-        tr.put(1, 7, 0, memoryview(b"x"))
-    with pytest.raises(InvalidArgumentError):
-        tr.amo(1, 0, size, AmoOp.ADD, 8, 1, 0, True)
-    with pytest.raises(InvalidArgumentError, match="aligned"):
-        tr.amo(1, 0, 6, AmoOp.ADD, 8, 1, 0, True)
-    with pytest.raises(InvalidArgumentError, match="width"):
-        tr.amo(1, 0, 0, AmoOp.ADD, 2, 1, 0, True)
-    tr.quiet()
-    assert mem[size - 16:] == b"\x5a" * 16
-    tr.put(1, 0, 0, memoryview(b"still ok"))  # the connection is still usable
-    tr.quiet()
-    assert mem[:8] == b"still ok"
+    contract.range_errors_are_caught_before_sending(job)
 
 
 def raw_connect(tr: HostProxyTransport, hello: bool = True) -> socket.socket:
@@ -562,21 +340,7 @@ def test_unreachable_pe(job: Job) -> None:
 
 
 def test_close_twice_no_leaked_threads_or_fds() -> None:
-    fds, threads = fd_count(), thread_count()
-    j = Job(n=3)
-    for src in range(3):
-        for dst in range(3):
-            j.t[0][src].put(dst, 0, 0, memoryview(b"abc"))
-            j.t[0][src].get(dst, 0, 0, memoryview(bytearray(3)))
-        j.t[0][src].quiet()
-    assert thread_count() == threads + 3
-    j.close()
-    for tr in j.t[0]:
-        tr.close()  # second close is a no-op
-        with pytest.raises(TransportError):
-            tr.put(1, 0, 0, memoryview(b"x"))
-    assert fd_count() == fds
-    assert thread_count() == threads
+    contract.close_twice_without_leaks(Job, exact_threads=True, quiet_after_close_raises=False)
 
 
 def test_close_after_failed_peer_releases_everything() -> None:
@@ -622,33 +386,15 @@ def test_fixed_port_and_wildcard_address() -> None:
 
 
 def test_spin_option_serves_requests() -> None:
-    j = Job(options={"addr": "127.0.0.1", "spin": "50"})
-    try:
+    with Job(options={"addr": "127.0.0.1", "spin": "50"}) as j:
         j.t[0][0].put(1, 0, 0, memoryview(b"spin"))
         assert j.t[0][0].amo(1, 0, 0, AmoOp.FETCH, 4, 0, 0, True) == int.from_bytes(
             b"spin", "little")
-    finally:
-        j.close()
 
 
 def test_only_host_memory_can_be_registered() -> None:
     tr = HostProxyTransport(context(0, 1, options={"addr": "127.0.0.1"}))
-    try:
-        seg = Segment(0, 4096)
-        try:
-            gpu = SegmentInfo(0, "opaque_fd", seg.address, 4096, seg.fd, seg.view)
-            with pytest.raises(TransportError, match="host memory only"):
-                tr.register(gpu)
-            with pytest.raises(TransportError, match="out of range"):
-                tr.register(SegmentInfo(hp.HP_MAX_SEGS, "host", seg.address, 4096, seg.fd,
-                                        seg.view))
-            tr.register(seg.info())
-            tr.register(seg.info())  # the same memory again is fine
-        finally:
-            tr.close()
-            seg.close()
-    finally:
-        tr.close()
+    contract.only_host_memory_can_be_registered(tr, hp.HP_MAX_SEGS)
 
 
 @pytest.mark.parametrize("kind", ["amo", "get"])

@@ -52,20 +52,20 @@ def two_hosts() -> Iterator[tuple[str, str]]:
             subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
 
 
-@pytest.mark.parametrize("script", ["rma", "amo", "sync", "gpu"])
-def test_two_hosts_over_hostproxy(two_hosts: tuple[str, str], script: str) -> None:
+def run_on_two_hosts(hosts: tuple[str, str], script: str, extra_env: dict[str, str],
+                     ) -> list[str]:
+    """Run ``pe/<script>.py`` as rank 0 in the first namespace and rank 1 in the second (rank 0
+    hosting the ``env`` bootstrap), with ``extra_env`` on top of the common settings; both must end
+    well, printing "<script> ok". Returns their outputs."""
     env = {**os.environ, "WORLD_SIZE": "2", "MASTER_ADDR": f"{SUBNET}.1",
-           "MASTER_PORT": "29411", "VKSHMEM_BOOTSTRAP": "env",
-           "VKSHMEM_SYMMETRIC_SIZE": "64M", "VKSHMEM_WAIT_TIMEOUT": "60",
-           "VKSHMEM_BOOTSTRAP_TIMEOUT": "30", "VKSHMEM_TRANSPORTS": "hostproxy",
-           "VKSHMEM_GPU_SYMMETRIC_SIZE": "64M", "VKSHMEM_GPU_VALIDATION": "1",
-           "PYTHONPATH": str(PE_DIR)}
-    procs = []
-    for rank, ns in enumerate(two_hosts):
-        procs.append(subprocess.Popen(
-            ["ip", "netns", "exec", ns, sys.executable, str(PE_DIR / f"{script}.py")],
-            env={**env, "RANK": str(rank)}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            text=True))
+           "VKSHMEM_BOOTSTRAP": "env", "VKSHMEM_SYMMETRIC_SIZE": "64M",
+           "VKSHMEM_WAIT_TIMEOUT": "60", "VKSHMEM_BOOTSTRAP_TIMEOUT": "30",
+           "PYTHONPATH": str(PE_DIR), **extra_env}
+    procs = [subprocess.Popen(["ip", "netns", "exec", ns, sys.executable,
+                               str(PE_DIR / f"{script}.py")],
+                              env={**env, "RANK": str(rank)}, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+             for rank, ns in enumerate(hosts)]
     outs = []
     for p in procs:
         try:
@@ -73,9 +73,18 @@ def test_two_hosts_over_hostproxy(two_hosts: tuple[str, str], script: str) -> No
         except subprocess.TimeoutExpired:
             for q in procs:
                 q.kill()
-            pytest.fail(f"{script} on two hosts timed out")
+            pytest.fail(f"{script} on two hosts over {env['VKSHMEM_TRANSPORTS']} timed out")
     for p, out in zip(procs, outs, strict=True):
         assert p.returncode == 0, out
         assert f"{script} ok" in out, out
+    return outs
+
+
+@pytest.mark.parametrize("script", ["rma", "amo", "sync", "gpu"])
+def test_two_hosts_over_hostproxy(two_hosts: tuple[str, str], script: str) -> None:
+    outs = run_on_two_hosts(two_hosts, script, {
+        "MASTER_PORT": "29411", "VKSHMEM_TRANSPORTS": "hostproxy",
+        "VKSHMEM_GPU_SYMMETRIC_SIZE": "64M", "VKSHMEM_GPU_VALIDATION": "1"})
+    for out in outs:
         # different nodes: the peer is reached through hostproxy, only the PE itself through shm
         assert "routes: ['hostproxy', 'shm']" in out, out

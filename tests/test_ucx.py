@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 
 import pytest
-from test_multipe import MODES, PE_DIR, launch
-from test_netns import SUBNET, two_hosts  # noqa: F401 - a fixture, used by name
+from test_multipe import MODES, launch
+from test_netns import run_on_two_hosts, two_hosts  # noqa: F401 - a fixture, used by name
 from vkshmem.core._native import lib as native
 
 from vkshmem.core.transport import AmoOp, PeerInfo, TransportContext
@@ -199,24 +199,7 @@ def test_large_transfers_stripe_across_a_ucx_rail(rails: str, npes: int) -> None
 def test_two_hosts_over_ucx_tcp(two_hosts: tuple[str, str], script: str) -> None:  # noqa: F811
     """PEs in two network namespaces joined by a veth pair: different nodes, so the peer is
     reached through UCX (its tcp over the veth link), the PE itself through shm."""
-    env = {**os.environ, "WORLD_SIZE": "2", "MASTER_ADDR": f"{SUBNET}.1",
-           "MASTER_PORT": "29413", "VKSHMEM_BOOTSTRAP": "env", "VKSHMEM_TRANSPORTS": "ucx",
-           "UCX_TLS": "tcp,self", "VKSHMEM_SYMMETRIC_SIZE": "64M",
-           "VKSHMEM_WAIT_TIMEOUT": "60", "VKSHMEM_BOOTSTRAP_TIMEOUT": "30",
-           "PYTHONPATH": str(PE_DIR)}
-    procs = [subprocess.Popen(["ip", "netns", "exec", ns, sys.executable,
-                               str(PE_DIR / f"{script}.py")],
-                              env={**env, "RANK": str(rank)}, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True)
-             for rank, ns in enumerate(two_hosts)]
-    outs = []
-    for p in procs:
-        try:
-            outs.append(p.communicate(timeout=120)[0])
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            pytest.fail(f"{script} on two hosts over ucx timed out")
-    for p, out in zip(procs, outs, strict=True):
-        assert p.returncode == 0, out
-        assert f"{script} ok" in out and "routes: ['shm', 'ucx']" in out, out
+    outs = run_on_two_hosts(two_hosts, script, {
+        "MASTER_PORT": "29413", "VKSHMEM_TRANSPORTS": "ucx", "UCX_TLS": "tcp,self"})
+    for out in outs:
+        assert "routes: ['shm', 'ucx']" in out, out

@@ -9,7 +9,6 @@ once over tcp on loopback, chosen per transport with the rail option ``tls=``.
 
 from __future__ import annotations
 
-import os
 import random
 import struct
 import sys
@@ -18,15 +17,14 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from vkshmem.core._native import lib as native
 
-from vkshmem.core.config import Config
 from vkshmem.core.errors import ConfigError, InvalidArgumentError, TransportError
-from vkshmem.core.plugins import load_plugins
-from vkshmem.core.transport import AmoOp, PeerInfo, SegmentInfo, TransportContext
+from vkshmem.core.transport import AmoOp, PeerInfo, Transport, TransportContext
 
 vkshmem_ucx = pytest.importorskip("vkshmem_ucx")
+import transport_contract as contract  # noqa: E402
 from segments import Segment  # noqa: E402
+from transport_contract import amo_model, run_threads, set_word, thread_count, word  # noqa: E402
 from vkshmem_ucx._transport import UcxTransport, ucx_version  # noqa: E402
 from vkshmem_ucx._ucx import lib as vku  # noqa: E402
 
@@ -36,112 +34,38 @@ SEG_SIZES = {0: 1 << 20, 2: 64 * 1024}
 TLS = {"sm": "posix,cma,self", "tcp": "tcp,self"}
 
 
-class Job:
-    """``n`` PEs of one node, each with one ucx transport per rail."""
-
-    def __init__(self, n: int = 2, rails: int = 1, options: dict[str, str] | None = None,
-                 sizes: dict[int, int] | None = None) -> None:
-        self.sizes = SEG_SIZES if sizes is None else sizes
-        self.segs = [{s: Segment(s, size) for s, size in self.sizes.items()} for _ in range(n)]
-        self.t: list[list[UcxTransport]] = []  # [rail][pe]
-        try:
-            for rail in range(rails):
-                row = []
-                self.t.append(row)
-                for pe in range(n):
-                    row.append(UcxTransport(context(pe, n, rail, options)))
-                peers = {}
-                for pe, tr in enumerate(row):
-                    keys = {s: tr.register(seg.info()) for s, seg in self.segs[pe].items()}
-                    peers[pe] = PeerInfo(pe, "node0", True, tr.address(), keys)
-                for tr in row:
-                    tr.connect(peers)
-        except BaseException:
-            self.close()
-            raise
-
-    def mem(self, pe: int, seg: int = 0) -> memoryview:
-        return self.segs[pe][seg].view
-
-    def close(self) -> None:
-        for row in self.t:
-            for tr in row:
-                tr.close()
-        for segs in self.segs:
-            for seg in segs.values():
-                seg.close()
-
-
 def context(pe: int, n: int, rail: int = 0, options: dict[str, str] | None = None,
             ) -> TransportContext:
-    return TransportContext(
-        my_pe=pe, n_pes=n, rail=rail, options=dict(options or {"tls": TLS["sm"]}),
-        node_id="node0", host_address="127.0.0.1", amo_function=native.vk_amo_address(),
-    )
+    return contract.context(pe, n, rail, options or {"tls": TLS["sm"]})
 
 
-@pytest.fixture(params=list(TLS))
-def job(request: pytest.FixtureRequest) -> Iterator[Job]:
-    j = Job(options={"tls": TLS[request.param]})
-    yield j
-    j.close()
+class Job(contract.Job[UcxTransport]):
+    """``n`` PEs of one node, each with one ucx transport per rail."""
+
+    transport = UcxTransport
+    default_options = {"tls": TLS["sm"]}
+    seg_sizes = SEG_SIZES
 
 
 @pytest.fixture
 def sm_job() -> Iterator[Job]:
-    j = Job()
-    yield j
-    j.close()
+    with Job() as j:
+        yield j
 
 
-def amo_model(op: AmoOp, width: int, old: int, operand: int, compare: int) -> int:
-    mask = (1 << (8 * width)) - 1
-    operand &= mask
-    if op is AmoOp.FETCH:
-        return old
-    if op in (AmoOp.SET, AmoOp.SWAP):
-        return operand
-    if op is AmoOp.CSWAP:
-        return operand if old == compare & mask else old
-    if op is AmoOp.ADD:
-        return (old + operand) & mask
-    if op is AmoOp.AND:
-        return old & operand
-    if op is AmoOp.OR:
-        return old | operand
-    return old ^ operand
-
-
-def word(m: memoryview, offset: int, width: int) -> int:
-    return int.from_bytes(m[offset:offset + width], "little")
-
-
-def set_word(m: memoryview, offset: int, width: int, value: int) -> None:
-    m[offset:offset + width] = value.to_bytes(width, "little")
-
-
-def fd_count() -> int:
-    return len(os.listdir("/proc/self/fd"))
-
-
-def thread_count() -> int:
-    return len(os.listdir("/proc/self/task"))
+@pytest.fixture(params=list(TLS))
+def job(request: pytest.FixtureRequest) -> Iterator[Job]:
+    with Job(options={"tls": TLS[request.param]}) as j:
+        yield j
 
 
 # -- discovery -----------------------------------------------------------------------------
 
 
 def test_spec_is_registered_through_the_entry_point() -> None:
-    reg = load_plugins(Config({}))
-    spec = reg.transports["ucx"]
-    assert reg.origin["ucx"] == "vkshmem-ucx"
+    reg, spec = contract.registered_host_transport("ucx", "vkshmem-ucx")
     assert spec is vkshmem_ucx.SPEC and UcxTransport.spec is spec
     assert spec.priority == 50 > reg.transports["hostproxy"].priority
-    assert spec.reach == {"intra", "inter"}
-    assert spec.memory_kinds == {"host"}
-    assert spec.amo_ops == set(AmoOp)
-    assert spec.amo_widths == {4, 8}
-    assert spec.native_fence
 
 
 def test_the_factory_opens_a_transport_and_reports_its_ucx() -> None:
@@ -168,27 +92,7 @@ def test_a_ucx_that_cannot_load_names_what_to_install(monkeypatch: pytest.Monkey
 
 
 def test_put_get_random(job: Job) -> None:
-    rng = random.Random(1234)
-    for _ in range(200):
-        src_pe, pe, seg = rng.randrange(2), rng.randrange(2), rng.choice(list(SEG_SIZES))
-        n = rng.choice([0, 1, 7, 8, rng.randrange(1, 5000), rng.randrange(1, 300_000)])
-        n = min(n, SEG_SIZES[seg])
-        offset = rng.randrange(0, SEG_SIZES[seg] - n + 1)
-        data = rng.randbytes(n)
-        tr = job.t[0][src_pe]
-        if rng.random() < 0.5:
-            tr.put(pe, seg, offset, memoryview(data))
-        else:
-            tr.put_nbi(pe, seg, offset, memoryview(data))
-        tr.quiet()
-        assert job.mem(pe, seg)[offset:offset + n] == data
-        out = bytearray(n)
-        if rng.random() < 0.5:
-            tr.get(pe, seg, offset, memoryview(out))
-        else:
-            tr.get_nbi(pe, seg, offset, memoryview(out))
-            tr.quiet()
-        assert out == data
+    contract.put_get_random(job, rounds=200, nbi_gets=True)
 
 
 def test_get_sees_an_earlier_put_without_quiet(job: Job) -> None:
@@ -207,65 +111,25 @@ def test_get_sees_an_earlier_put_without_quiet(job: Job) -> None:
 
 
 def test_put_and_get_typed_memoryviews(sm_job: Job) -> None:
-    tr = sm_job.t[0][0]
-    src = memoryview(struct.pack("<4d", 1.0, 2.0, 3.0, 4.0)).cast("d")
-    tr.put(1, 0, 64, src)
-    dst = memoryview(bytearray(32)).cast("d")
-    tr.get(1, 0, 64, dst)
-    assert dst.tolist() == [1.0, 2.0, 3.0, 4.0]
+    contract.put_and_get_typed_memoryviews(sm_job)
 
 
 def test_large_transfers(job: Job) -> None:
-    tr = job.t[0][0]
-    data = random.Random(5).randbytes(SEG_SIZES[0])
-    tr.put(1, 0, 0, memoryview(data))
-    out = bytearray(len(data))
-    tr.get(1, 0, 0, memoryview(out))
-    assert out == data
+    contract.large_transfers(job)
 
 
 @pytest.mark.parametrize("tls", list(TLS))
 def test_concurrent_large_transfers_between_three_pes(tls: str) -> None:
     """Every PE puts to and gets from every PE at once, from its own thread."""
-    size = 24 << 20
-    j = Job(n=3, sizes={0: size}, options={"tls": TLS[tls]})
-    try:
-        chunk = size // 9  # each (src, dst) pair owns one region of dst's segment
-        failures: list[BaseException] = []
-
-        def work(src: int) -> None:
-            try:
-                rng = random.Random(src)
-                for _ in range(2):
-                    for dst in range(3):
-                        data = rng.randbytes(chunk)
-                        off = chunk * (3 * src + dst)
-                        j.t[0][src].put(dst, 0, off, memoryview(data))
-                        out = bytearray(chunk)
-                        j.t[0][src].get(dst, 0, off, memoryview(out))
-                        assert out == data
-            except BaseException as exc:  # reported below
-                failures.append(exc)
-
-        threads = [threading.Thread(target=work, args=(pe,)) for pe in range(3)]
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join()
-        assert not failures, failures
-    finally:
-        j.close()
+    with Job(n=3, sizes={0: 24 << 20}, options={"tls": TLS[tls]}) as j:
+        contract.concurrent_transfers_between_three_pes(j)
 
 
 def test_quiet_after_many_nbi(job: Job) -> None:
-    tr = job.t[0][0]
     n = 10_000
-    for i in range(n):
-        tr.put_nbi(1, 0, 8 * i, memoryview(struct.pack("<Q", i + 1)))
-    tr.amo(1, 0, 8 * n, AmoOp.SET, 8, 77, 0, False)
-    tr.quiet()  # nothing in between proves completion but the flush
-    mem = job.mem(1)
-    assert all(struct.unpack_from("<Q", mem, 8 * i)[0] == i + 1 for i in range(n))
+    contract.quiet_after_many_put_nbi(  # an AMO among the puts, completed by the quiet too
+        job, n, before_quiet=lambda tr: tr.amo(1, 0, 8 * n, AmoOp.SET, 8, 77, 0, False))
+    tr, mem = job.t[0][0], job.mem(1)
     assert word(mem, 8 * n, 8) == 77
     outs = [bytearray(8) for _ in range(2000)]
     for i, out in enumerate(outs):
@@ -284,9 +148,7 @@ def test_put_nbi_keeps_its_source_alive_until_quiet(sm_job: Job) -> None:
 
 
 def test_quiet_and_fence_with_nothing_outstanding(job: Job) -> None:
-    job.t[0][0].quiet()
-    job.t[0][0].fence()
-    job.t[0][0].quiet()
+    contract.quiet_and_fence_with_nothing_outstanding(job)
 
 
 def test_fence_orders_data_before_a_flag(job: Job) -> None:
@@ -305,64 +167,31 @@ def test_fence_orders_data_before_a_flag(job: Job) -> None:
 # -- AMOs ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("width", [4, 8])
-@pytest.mark.parametrize("op", list(AmoOp))
+@contract.WIDTHS
+@contract.ALL_OPS
 def test_amo_fetching(job: Job, op: AmoOp, width: int) -> None:
-    rng = random.Random(op * 10 + width)
-    mask = (1 << (8 * width)) - 1
-    mem = job.mem(1)
-    for pe_from in (0, 1):  # remote, and to itself (UCX's self transport)
-        tr = job.t[0][pe_from]
-        for _ in range(10):
-            offset = width * rng.randrange(0, 1000)
-            old = rng.getrandbits(8 * width)
-            operand = rng.getrandbits(8 * width)
-            compare = rng.choice([old, rng.getrandbits(8 * width)])
-            set_word(mem, offset, width, old)
-            got = tr.amo(1, 0, offset, op, width, operand, compare, True)
-            assert got == old
-            assert word(mem, offset, width) == amo_model(op, width, old, operand, compare) & mask
+    contract.amo_fetching(job, op, width, rounds=10)  # to itself: UCX's self transport
 
 
-@pytest.mark.parametrize("width", [4, 8])
-@pytest.mark.parametrize("op", [op for op in AmoOp if not op.fetching_only])
+@contract.WIDTHS
+@contract.NON_FETCHING_OPS
 def test_amo_non_fetching(job: Job, op: AmoOp, width: int) -> None:
-    rng = random.Random(op * 100 + width)
-    mem = job.mem(1)
-    for pe_from in (0, 1):
-        tr = job.t[0][pe_from]
-        cases = []
-        for i in range(30):
-            old, operand = rng.getrandbits(8 * width), rng.getrandbits(8 * width)
-            set_word(mem, width * i, width, old)
-            cases.append((old, operand))
-        for i, (_, operand) in enumerate(cases):
-            assert tr.amo(1, 0, width * i, op, width, operand, 0, False) == 0
-        tr.quiet()
-        for i, (old, operand) in enumerate(cases):
-            assert word(mem, width * i, width) == amo_model(op, width, old, operand, 0)
+    contract.amo_non_fetching(job, op, width, cases=30, from_pes=(0, 1))
 
 
-@pytest.mark.parametrize("width", [4, 8])
+@contract.WIDTHS
 def test_compare_swap_success_and_failure(job: Job, width: int) -> None:
-    tr, mem = job.t[0][0], job.mem(1)
-    set_word(mem, 256, width, 41)
-    assert tr.amo(1, 0, 256, AmoOp.CSWAP, width, 99, 40, True) == 41  # fails
-    assert word(mem, 256, width) == 41
-    assert tr.amo(1, 0, 256, AmoOp.CSWAP, width, 99, 41, True) == 41  # succeeds
-    assert word(mem, 256, width) == 99
+    contract.compare_swap_success_and_failure(job, width)
 
 
 def test_amo_operands_are_masked_to_the_width(sm_job: Job) -> None:
+    contract.amo_operands_are_masked_to_the_width(sm_job)
     tr, mem = sm_job.t[0][0], sm_job.mem(1)
-    set_word(mem, 0, 8, 0)
-    tr.amo(1, 0, 0, AmoOp.ADD, 4, (1 << 40) + 5, 0, True)
-    assert word(mem, 0, 8) == 5  # the upper word is untouched
     assert tr.amo(1, 0, 0, AmoOp.SWAP, 8, -1, 0, True) == 5  # bit patterns, any sign
     assert word(mem, 0, 8) == (1 << 64) - 1
 
 
-@pytest.mark.parametrize("width", [4, 8])
+@contract.WIDTHS
 def test_emulated_bitwise_atomics_by_compare_and_swap(sm_job: Job, width: int) -> None:
     """The work-around for UCX releases with broken AND/OR/XOR (see the self-test), forced on
     here: every bitwise op, fetching or not, through the compare-and-swap loop."""
@@ -382,13 +211,9 @@ def test_emulated_bitwise_atomics_by_compare_and_swap(sm_job: Job, width: int) -
                 assert word(mem, 128, width) == amo_model(op, width, old, operand, 0)
         # still atomic under contention: 4 threads x 200 fetch_xor of distinct bits
         set_word(mem, 192, 8, 0)
-        threads = [threading.Thread(target=lambda b=b: [
+        run_threads([threading.Thread(target=lambda b=b: [
             tr.amo(1, 0, 192, AmoOp.XOR, 8, 1 << b, 0, True) for _ in range(201)])
-            for b in range(4)]
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join()
+            for b in range(4)])
         assert word(mem, 192, 8) == 0b1111  # 201 toggles each: every bit ends set
     finally:
         vku.vku_set_emulation(ctx, 0)
@@ -407,47 +232,13 @@ def test_self_test_passes_on_this_ucx() -> None:
 
 
 def test_concurrent_fetch_add_from_threads_and_lazy_connect(job: Job) -> None:
-    tr, mem = job.t[0][0], job.mem(1)
-    set_word(mem, 512, 8, 0)
-    barrier = threading.Barrier(4)
-    seen: list[int] = []
-
-    def work() -> None:
-        barrier.wait()  # all race to create the first endpoint
-        seen.extend(tr.amo(1, 0, 512, AmoOp.ADD, 8, 1, 0, True) for _ in range(250))
-
-    threads = [threading.Thread(target=work) for _ in range(4)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    assert word(mem, 512, 8) == 1000
-    assert sorted(seen) == list(range(1000))
+    contract.concurrent_fetch_add_from_threads(job, threads=4, per_thread=250)
 
 
 def test_two_rails_coexist_and_amos_are_atomic_across_them_and_the_cpu() -> None:
-    j = Job(n=2, rails=2)
-    try:
-        mem = j.mem(1)
-        set_word(mem, 64, 8, 0)
-        addr = j.segs[1][0].address + 64
-
-        def work(rail: int, pe: int) -> None:
-            for _ in range(300):
-                j.t[rail][pe].amo(1, 0, 64, AmoOp.ADD, 8, 1, 0, bool(rail))
-            j.t[rail][pe].quiet()
-
-        threads = [threading.Thread(target=work, args=(r, p)) for r in (0, 1) for p in (0, 1)]
-        for th in threads:
-            th.start()
-        for _ in range(300):  # the core's own CPU atomics on the same word, meanwhile
-            native.vk_amo(addr, AmoOp.ADD, 8, 1, 0)
-        for th in threads:
-            th.join()
-        assert word(mem, 64, 8) == 1500
+    with Job(n=2, rails=2) as j:
+        contract.amos_are_atomic_across_two_rails(j, per_thread=300, cpu_adds=300)
         assert j.t[0][1].address() != j.t[1][1].address()
-    finally:
-        j.close()
 
 
 # -- contexts ------------------------------------------------------------------------------
@@ -476,12 +267,8 @@ def test_contexts_have_their_own_worker_and_complete_their_own_operations(job: J
         except BaseException as exc:  # reported below
             failures.append(exc)
 
-    threads = [threading.Thread(target=work, args=(c, 16384 * (k + 1)))
-               for k, c in enumerate((a, b, tr))]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
+    run_threads([threading.Thread(target=work, args=(c, 16384 * (k + 1)))
+                 for k, c in enumerate((a, b, tr))])
     assert not failures, failures
     for k in range(3):
         base = 16384 * (k + 1)
@@ -514,36 +301,17 @@ def test_closing_the_transport_closes_its_contexts() -> None:
 
 
 def test_range_and_argument_errors_are_caught_before_ucx(sm_job: Job) -> None:
-    tr, mem = sm_job.t[0][0], sm_job.mem(1)
-    size = SEG_SIZES[0]
-    mem[size - 16:] = b"\x5a" * 16
-    with pytest.raises(InvalidArgumentError, match=r"outside segment 0 of PE 1 \(1048576"):
-        tr.put(1, 0, size - 4, memoryview(b"12345678"))
-    with pytest.raises(InvalidArgumentError):
-        tr.get(1, 0, size, memoryview(bytearray(1)))
-    with pytest.raises(InvalidArgumentError):
-        tr.put(1, 0, -1, memoryview(b"x"))
-    with pytest.raises(InvalidArgumentError):
-        tr.put_nbi(1, 0, 2**63, memoryview(b"x"))
-    with pytest.raises(InvalidArgumentError, match="no segment 7"):
-        tr.put(1, 7, 0, memoryview(b"x"))
-    with pytest.raises(InvalidArgumentError, match="no segment 1"):
-        tr.get_nbi(1, 1, 0, memoryview(bytearray(1)))
-    with pytest.raises(InvalidArgumentError):
-        tr.amo(1, 0, size, AmoOp.ADD, 8, 1, 0, True)
-    with pytest.raises(InvalidArgumentError, match="aligned"):
-        tr.amo(1, 0, 6, AmoOp.ADD, 8, 1, 0, True)
-    with pytest.raises(InvalidArgumentError, match="width"):
-        tr.amo(1, 0, 0, AmoOp.ADD, 2, 1, 0, True)
-    with pytest.raises(TransportError, match="PE 5 is not reachable"):
-        tr.put(5, 0, 0, memoryview(b"x"))
-    with pytest.raises(TransportError, match="PE -1 is not reachable"):
-        tr.get(-1, 0, 0, memoryview(bytearray(1)))
-    tr.quiet()
-    assert mem[size - 16:] == b"\x5a" * 16
-    tr.put(1, 0, 0, memoryview(b"still ok"))  # the transport is still usable
-    tr.quiet()
-    assert mem[:8] == b"still ok"
+    def more(tr: Transport) -> None:
+        with pytest.raises(InvalidArgumentError):
+            tr.put_nbi(1, 0, 2**63, memoryview(b"x"))
+        with pytest.raises(InvalidArgumentError, match="no segment 1"):
+            tr.get_nbi(1, 1, 0, memoryview(bytearray(1)))
+        with pytest.raises(TransportError, match="PE 5 is not reachable"):
+            tr.put(5, 0, 0, memoryview(b"x"))
+        with pytest.raises(TransportError, match="PE -1 is not reachable"):
+            tr.get(-1, 0, 0, memoryview(bytearray(1)))
+
+    contract.range_errors_are_caught_before_sending(sm_job, more)
 
 
 def test_a_peer_without_an_address_is_not_reached(sm_job: Job) -> None:
@@ -565,25 +333,15 @@ def test_unreadable_keys_are_refused() -> None:
 
 
 def test_only_host_memory_can_be_registered() -> None:
-    tr = UcxTransport(context(0, 1))
-    seg = Segment(0, 4096)
-    try:
-        gpu = SegmentInfo(0, "opaque_fd", seg.address, 4096, seg.fd, seg.view)
-        with pytest.raises(TransportError, match="host memory only"):
-            tr.register(gpu)
-        with pytest.raises(TransportError, match="out of range"):
-            tr.register(SegmentInfo(vku.VKU_MAX_SEGS, "host", seg.address, 4096, seg.fd,
-                                    seg.view))
-        assert tr.register(seg.info())[:20] == struct.pack("<IQQ", 0, seg.address, 4096)
-        tr.register(seg.info())  # the same memory again is fine
-    finally:
-        tr.close()
-        seg.close()
+    def check_key(seg: Segment, key: bytes) -> None:
+        assert key[:20] == struct.pack("<IQQ", 0, seg.address, 4096)
+
+    contract.only_host_memory_can_be_registered(UcxTransport(context(0, 1)), vku.VKU_MAX_SEGS,
+                                                check_key)
 
 
 def test_dead_peer_times_out_naming_it() -> None:
-    j = Job(options={"tls": TLS["tcp"], "timeout": "1"})
-    try:
+    with Job(options={"tls": TLS["tcp"], "timeout": "1"}) as j:
         tr = j.t[0][0]
         tr.get(1, 0, 0, memoryview(bytearray(8)))  # endpoint open
         j.t[0][1].close()  # PE 1 stops serving
@@ -591,8 +349,6 @@ def test_dead_peer_times_out_naming_it() -> None:
         with pytest.raises(TransportError, match=r"PE 1 .*(no completion within 1 s|failed)"):
             tr.amo(1, 0, 0, AmoOp.FETCH, 8, 0, 0, True)
         assert time.monotonic() - start < 10
-    finally:
-        j.close()
 
 
 # -- options -------------------------------------------------------------------------------
@@ -645,24 +401,7 @@ def test_a_variable_ucx_rejects_is_a_transport_error() -> None:
 
 def test_close_twice_no_leaked_threads_or_fds() -> None:
     UcxTransport(context(0, 1)).close()  # UCX's one-time set-up out of the way
-    fds, threads = fd_count(), thread_count()
-    j = Job(n=3)
-    for src in range(3):
-        for dst in range(3):
-            j.t[0][src].put(dst, 0, 0, memoryview(b"abc"))
-            j.t[0][src].get(dst, 0, 0, memoryview(bytearray(3)))
-            j.t[0][src].amo(dst, 0, 8, AmoOp.ADD, 8, 1, 0, True)
-        j.t[0][src].quiet()
-    assert thread_count() >= threads + 3  # a progress thread per transport (and UCX's own)
-    j.close()
-    for tr in j.t[0]:
-        tr.close()  # second close is a no-op
-        with pytest.raises(TransportError, match="closed"):
-            tr.put(1, 0, 0, memoryview(b"x"))
-        with pytest.raises(TransportError, match="closed"):
-            tr.quiet()
-    assert fd_count() == fds
-    assert thread_count() == threads
+    contract.close_twice_without_leaks(Job, exact_threads=False, quiet_after_close_raises=True)
 
 
 def test_progress_thread_sleeps_when_idle(sm_job: Job) -> None:
