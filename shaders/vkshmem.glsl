@@ -1,17 +1,37 @@
-// vkshmem device-side API (sketch): GPU-initiated communication through a request ring.
+// vkshmem device-side API: GPU-initiated communication through a request ring.
 //
+// A user kernel (dispatched by vkshmem.gpu.UserKernel) declares the vkshmem push-constant
+// header first in its push-constant block and binds it; every call then finds the ring, the
+// symmetric GPU heap and the PE numbers itself:
+//
+//   #version 460
 //   #include "vkshmem.glsl"
-//   ... uint64_t t = vks_put(ring, pe, dst_offset, src_offset, nbytes); vks_quiet(ring);
+//   layout(local_size_x = 64) in;
+//   layout(push_constant) uniform Push {
+//       VKS_PUSH_HEADER              // 32 bytes: heap, ring, scratch, my_pe, n_pes
+//       uint64_t dst_off;            // the kernel's own push constants, from byte 32 on
+//   } pc;
+//   VKS_USE_PUSH(pc)
+//   void main() { ... vks_put((vks_my_pe() + 1u) % vks_n_pes(), pc.dst_off, 0ul, 64ul);
+//                 vks_quiet(); }
+//
+// Every call also exists with the ring's device address as an explicit first argument
+// (vks_put(ring, pe, ...)), for shaders without the header (ring_selftest.comp).
 //
 // A shader cannot drive a NIC, so it writes fixed-size request descriptors into a ring in
-// host-visible memory; the PE's host proxy thread drains the ring (vkshmem/gpu/ring.py is its
-// Python reference), performs each request through the chosen transport and then advances the
-// ring's `done` counter, which shaders wait on. shaders/README.md documents the layout; the
-// host side (vkshmem.gpu.ring) uses the same offsets.
+// host-visible memory; the PE's host side drains the ring (vkshmem.gpu.RingService), performs
+// each request through the chosen transport and then advances the ring's `done` counter,
+// which shaders wait on. shaders/README.md documents the layout; the host side
+// (vkshmem.gpu.ring) uses the same offsets.
 //
 // Addresses: dst/src are byte offsets in symmetric segments (segment ids in the flags: 0 host,
-// 1 gpu), so they mean the same on every PE; `result` is a device address of this PE where
-// the host writes a fetched value.
+// 1 gpu; the calls without _seg use the GPU segment), so they mean the same on every PE;
+// `result` is a device address of this PE where the host writes a fetched value: it must be
+// memory a running shader sees host writes to (VulkanDevice.alloc_mapped, e.g. the kernel's
+// scratch, vks_scratch()), not the GPU heap (on NVIDIA that is not host-visible).
+//
+// Failure: the host poisons the ring (bit 63 of `done`, VKS_DONE_FAILED) when a request
+// fails; every wait then returns false at once, and a full ring is given up on.
 //
 // Memory model: the ring is `coherent`; head/tail/done are read with device-scope atomic
 // loads (a plain load in a loop may never observe a host write: seen on NVIDIA), relaxed,
@@ -68,6 +88,8 @@
 #define VKS_SIGNAL_ADD 1u
 
 #define VKS_NO_TICKET 0xFFFFFFFFFFFFFFFFul
+// Bit 63 of `done`: the host failed a request; the ring is dead (every wait returns false).
+#define VKS_DONE_FAILED 0x8000000000000000ul
 
 // Passes of a wait loop, and the delay per pass. The defaults suit lavapipe (a pass there
 // costs ~5 us, so a wait gives up after ~40 ms; at most ~7 waits per shader); on a GPU,
@@ -119,6 +141,10 @@ layout(buffer_reference, std430, buffer_reference_align = 8) coherent buffer Vks
     uint64_t v;
 };
 
+layout(buffer_reference, std430, buffer_reference_align = 4) coherent buffer VksU32 {
+    uint v;
+};
+
 uint64_t vks_load(VksRingHeader r, uint which) {
     // which: 0 head, 1 tail, 2 done. Device-scope relaxed atomic loads (see above).
     if (which == 0u) {
@@ -162,6 +188,9 @@ uint64_t vks_enqueue(uint64_t ring, uint op, uint pe, uint64_t dst, uint64_t src
     for (uint i = 0u; i < VKS_SPIN_ITERATIONS; ++i) {
         uint64_t h = vks_load(r, 0u);
         if (h - vks_load(r, 1u) >= cap) {
+            if ((vks_load(r, 2u) & VKS_DONE_FAILED) != 0ul) {
+                break;  // full and the host gave up on the ring: nobody will consume
+            }
             vks_delay(r);
             continue;  // full: wait for the host to consume
         }
@@ -190,7 +219,8 @@ uint64_t vks_enqueue(uint64_t ring, uint op, uint pe, uint64_t dst, uint64_t src
 }
 
 // Wait until request `ticket` (and every earlier one) is complete. False if the spin budget
-// ran out first (the request stays queued; wait again or report it).
+// ran out first (the request stays queued; wait again or report it), or if the host failed a
+// request (VKS_DONE_FAILED: results are not to be trusted).
 bool vks_wait(uint64_t ring, uint64_t ticket) {
     if (ticket == VKS_NO_TICKET) {
         return false;
@@ -199,10 +229,19 @@ bool vks_wait(uint64_t ring, uint64_t ticket) {
     bool ok = false;
     for (uint i = 0u; i < VKS_SPIN_ITERATIONS; ++i) {
         // Several polls and slow atomics on a scratch word per pass stretch lavapipe's
-        // per-invocation loop budget.
-        if (vks_load(r, 2u) > ticket || vks_load(r, 2u) > ticket || vks_load(r, 2u) > ticket
-            || vks_load(r, 2u) > ticket) {
-            ok = true;
+        // per-invocation loop budget. A poisoned `done` (bit 63) exceeds every ticket.
+        uint64_t d = vks_load(r, 2u);
+        if (d <= ticket) {
+            d = vks_load(r, 2u);
+        }
+        if (d <= ticket) {
+            d = vks_load(r, 2u);
+        }
+        if (d <= ticket) {
+            d = vks_load(r, 2u);
+        }
+        if (d > ticket) {
+            ok = (d & VKS_DONE_FAILED) == 0ul;
             break;
         }
         vks_delay(r);
@@ -213,7 +252,15 @@ bool vks_wait(uint64_t ring, uint64_t ticket) {
     return ok;
 }
 
-// -- the API --------------------------------------------------------------------------------
+// Whether the host gave up on the ring (a request failed; see VKS_DONE_FAILED).
+bool vks_failed(uint64_t ring) {
+    return (vks_load(VksRingHeader(ring), 2u) & VKS_DONE_FAILED) != 0ul;
+}
+
+// -- the API, ring explicit --------------------------------------------------------------
+// Each call returns the request's ticket (VKS_NO_TICKET: the ring stayed full); the request
+// is complete once vks_wait(ring, ticket) returns true, or after a vks_quiet(ring) that
+// returned true.
 
 uint64_t vks_put_seg(uint64_t ring, uint pe, uint dst_seg, uint64_t dst, uint src_seg,
                      uint64_t src, uint64_t nbytes) {
@@ -221,50 +268,263 @@ uint64_t vks_put_seg(uint64_t ring, uint pe, uint dst_seg, uint64_t dst, uint sr
                        vks_flags(dst_seg, src_seg, 0u, 0u, 0u));
 }
 
+// Copy `nbytes` from offset `src` of this PE's GPU heap to offset `dst` of PE `pe`'s.
 uint64_t vks_put(uint64_t ring, uint pe, uint64_t dst, uint64_t src, uint64_t nbytes) {
     return vks_put_seg(ring, pe, VKS_SEG_GPU, dst, VKS_SEG_GPU, src, nbytes);
 }
 
-uint64_t vks_get(uint64_t ring, uint pe, uint64_t dst, uint64_t src, uint64_t nbytes) {
+// Copy `nbytes` from offset `src` of PE `pe`'s segment `src_seg` to offset `dst` of this PE's
+// segment `dst_seg`.
+uint64_t vks_get_seg(uint64_t ring, uint pe, uint dst_seg, uint64_t dst, uint src_seg,
+                     uint64_t src, uint64_t nbytes) {
     return vks_enqueue(ring, VKS_OP_GET, pe, dst, src, nbytes, 0ul, 0ul, 0ul,
-                       vks_flags(VKS_SEG_GPU, VKS_SEG_GPU, 0u, 0u, 0u));
+                       vks_flags(dst_seg, src_seg, 0u, 0u, 0u));
 }
 
-// Post an AMO on the `width`-byte word at `dst` of PE `pe` (GPU segment); when `result` is a
-// device address, the old value lands there once vks_wait(ring, ticket) returns true.
+uint64_t vks_get(uint64_t ring, uint pe, uint64_t dst, uint64_t src, uint64_t nbytes) {
+    return vks_get_seg(ring, pe, VKS_SEG_GPU, dst, VKS_SEG_GPU, src, nbytes);
+}
+
+// Post an AMO (VKS_AMO_*) on the `width`-byte (4 or 8) word at `dst` of PE `pe`'s segment
+// `seg`; when `result` is a device address, the old value lands there once
+// vks_wait(ring, ticket) returns true. CSWAP: `compare` is the condition, `value` the new value.
+uint64_t vks_atomic_post_seg(uint64_t ring, uint pe, uint seg, uint64_t dst, uint amo_op,
+                             uint width, uint64_t value, uint64_t compare, uint64_t result) {
+    return vks_enqueue(ring, VKS_OP_AMO, pe, dst, 0ul, uint64_t(width), value, compare, result,
+                       vks_flags(seg, seg, amo_op, width, 0u));
+}
+
 uint64_t vks_atomic_post(uint64_t ring, uint pe, uint64_t dst, uint amo_op, uint width,
                          uint64_t value, uint64_t compare, uint64_t result) {
-    return vks_enqueue(ring, VKS_OP_AMO, pe, dst, 0ul, uint64_t(width), value, compare, result,
-                       vks_flags(VKS_SEG_GPU, VKS_SEG_GPU, amo_op, width, 0u));
+    return vks_atomic_post_seg(ring, pe, VKS_SEG_GPU, dst, amo_op, width, value, compare,
+                               result);
+}
+
+// A blocking AMO that fetches: post, wait, read the old value from `result` (a device address
+// of host-visible memory, aligned to `width`). `ok` is false when the wait gave up.
+uint64_t vks_atomic_fetch_op(uint64_t ring, uint pe, uint64_t dst, uint amo_op, uint width,
+                             uint64_t value, uint64_t compare, uint64_t result, out bool ok) {
+    uint64_t t = vks_atomic_post(ring, pe, dst, amo_op, width, value, compare, result);
+    ok = vks_wait(ring, t);
+    if (!ok) {
+        return 0ul;
+    }
+    return width == 4u ? uint64_t(VksU32(result).v) : VksU64(result).v;
 }
 
 // Blocking fetch-add on a 64-bit word; `scratch` is a device address for the result.
 // Returns false in `ok` when the wait ran out of spin budget.
 uint64_t vks_atomic_fetch_add(uint64_t ring, uint pe, uint64_t dst, uint64_t value,
                               uint64_t scratch, out bool ok) {
-    uint64_t t = vks_atomic_post(ring, pe, dst, VKS_AMO_ADD, 8u, value, 0ul, scratch);
-    ok = vks_wait(ring, t);
-    return ok ? VksU64(scratch).v : 0ul;
+    return vks_atomic_fetch_op(ring, pe, dst, VKS_AMO_ADD, 8u, value, 0ul, scratch, ok);
+}
+
+// Signal word `sig` (a uint64 at offset `sig` of `seg` on PE `pe`): SET or ADD `value`.
+uint64_t vks_signal_seg(uint64_t ring, uint pe, uint seg, uint64_t sig, uint64_t value,
+                        uint sig_op) {
+    return vks_enqueue(ring, VKS_OP_SIGNAL, pe, sig, 0ul, 8ul, value, 0ul, 0ul,
+                       vks_flags(seg, seg, 0u, 8u, sig_op));
 }
 
 uint64_t vks_signal(uint64_t ring, uint pe, uint64_t sig, uint64_t value, uint sig_op) {
-    return vks_enqueue(ring, VKS_OP_SIGNAL, pe, sig, 0ul, 8ul, value, 0ul, 0ul,
-                       vks_flags(VKS_SEG_GPU, VKS_SEG_GPU, 0u, 8u, sig_op));
+    return vks_signal_seg(ring, pe, VKS_SEG_GPU, sig, value, sig_op);
+}
+
+// A put, then (once the data are delivered) a signal on the uint64 at `sig` of the
+// destination segment of PE `pe`.
+uint64_t vks_put_signal_seg(uint64_t ring, uint pe, uint dst_seg, uint64_t dst, uint src_seg,
+                            uint64_t src, uint64_t nbytes, uint64_t sig, uint64_t value,
+                            uint sig_op) {
+    return vks_enqueue(ring, VKS_OP_PUT_SIGNAL, pe, dst, src, nbytes, value, sig, 0ul,
+                       vks_flags(dst_seg, src_seg, 0u, 8u, sig_op));
 }
 
 uint64_t vks_put_signal(uint64_t ring, uint pe, uint64_t dst, uint64_t src, uint64_t nbytes,
                         uint64_t sig, uint64_t value, uint sig_op) {
-    return vks_enqueue(ring, VKS_OP_PUT_SIGNAL, pe, dst, src, nbytes, value, sig, 0ul,
-                       vks_flags(VKS_SEG_GPU, VKS_SEG_GPU, 0u, 8u, sig_op));
+    return vks_put_signal_seg(ring, pe, VKS_SEG_GPU, dst, VKS_SEG_GPU, src, nbytes, sig, value,
+                              sig_op);
 }
 
+// Order: puts enqueued before it are delivered before those enqueued after it, per target PE.
 uint64_t vks_fence(uint64_t ring) {
     return vks_enqueue(ring, VKS_OP_FENCE, 0u, 0ul, 0ul, 0ul, 0ul, 0ul, 0ul, 0u);
 }
 
-// Remote completion of every request enqueued before it (by any invocation).
+// Remote completion of every request enqueued before it (by any invocation). False when the
+// wait gave up or the host failed a request.
 bool vks_quiet(uint64_t ring) {
     return vks_wait(ring, vks_enqueue(ring, VKS_OP_QUIET, 0u, 0ul, 0ul, 0ul, 0ul, 0ul, 0ul, 0u));
+}
+
+// -- user kernels: the push-constant header -----------------------------------------------
+// vkshmem.gpu.UserKernel fills the first VKS_PUSH_HEADER_SIZE bytes of the push constants:
+//   0 u64 device address of this PE's symmetric GPU heap (offset 0 of segment 1)
+//   8 u64 device address of this PE's request ring
+//  16 u64 device address of the kernel's scratch (host-visible: for fetched values; 0: none)
+//  24 u32 my PE   28 u32 number of PEs
+// Put VKS_PUSH_HEADER first in the push-constant block, give the block an instance name, and
+// write VKS_USE_PUSH(<that name>) after it: that defines vks_ring(), vks_heap(),
+// vks_scratch(), vks_my_pe() and vks_n_pes(), which the calls below use. The kernel's own
+// push constants follow the header (at most 128 - 32 = 96 bytes).
+#define VKS_PUSH_HEADER_SIZE 32u
+#define VKS_PUSH_HEADER \
+    uint64_t vks_heap_base_; \
+    uint64_t vks_ring_addr_; \
+    uint64_t vks_scratch_base_; \
+    uint vks_my_pe_; \
+    uint vks_n_pes_;
+#define VKS_USE_PUSH(PC) \
+    uint64_t vks_heap() { return PC.vks_heap_base_; } \
+    uint64_t vks_ring() { return PC.vks_ring_addr_; } \
+    uint64_t vks_scratch() { return PC.vks_scratch_base_; } \
+    uint vks_my_pe() { return PC.vks_my_pe_; } \
+    uint vks_n_pes() { return PC.vks_n_pes_; }
+
+// Defined by VKS_USE_PUSH (a link error "No function definition (body) found" means it is
+// missing).
+uint64_t vks_heap();
+uint64_t vks_ring();
+uint64_t vks_scratch();
+uint vks_my_pe();
+uint vks_n_pes();
+
+// Device address of byte `offset` of this PE's GPU heap (cast it to a buffer_reference type).
+uint64_t vks_heap_addr(uint64_t offset) {
+    return vks_heap() + offset;
+}
+
+// Device address of byte `offset` of the kernel's scratch (where fetched values may land).
+uint64_t vks_scratch_addr(uint64_t offset) {
+    return vks_scratch() + offset;
+}
+
+// -- the API on the header's ring (same meaning as the calls above) -----------------------
+
+uint64_t vks_put_seg(uint pe, uint dst_seg, uint64_t dst, uint src_seg, uint64_t src,
+                     uint64_t nbytes) {
+    return vks_put_seg(vks_ring(), pe, dst_seg, dst, src_seg, src, nbytes);
+}
+
+uint64_t vks_put(uint pe, uint64_t dst, uint64_t src, uint64_t nbytes) {
+    return vks_put(vks_ring(), pe, dst, src, nbytes);
+}
+
+uint64_t vks_get_seg(uint pe, uint dst_seg, uint64_t dst, uint src_seg, uint64_t src,
+                     uint64_t nbytes) {
+    return vks_get_seg(vks_ring(), pe, dst_seg, dst, src_seg, src, nbytes);
+}
+
+uint64_t vks_get(uint pe, uint64_t dst, uint64_t src, uint64_t nbytes) {
+    return vks_get(vks_ring(), pe, dst, src, nbytes);
+}
+
+uint64_t vks_signal_seg(uint pe, uint seg, uint64_t sig, uint64_t value, uint sig_op) {
+    return vks_signal_seg(vks_ring(), pe, seg, sig, value, sig_op);
+}
+
+uint64_t vks_signal(uint pe, uint64_t sig, uint64_t value, uint sig_op) {
+    return vks_signal(vks_ring(), pe, sig, value, sig_op);
+}
+
+uint64_t vks_put_signal_seg(uint pe, uint dst_seg, uint64_t dst, uint src_seg, uint64_t src,
+                            uint64_t nbytes, uint64_t sig, uint64_t value, uint sig_op) {
+    return vks_put_signal_seg(vks_ring(), pe, dst_seg, dst, src_seg, src, nbytes, sig, value,
+                              sig_op);
+}
+
+uint64_t vks_put_signal(uint pe, uint64_t dst, uint64_t src, uint64_t nbytes, uint64_t sig,
+                        uint64_t value, uint sig_op) {
+    return vks_put_signal(vks_ring(), pe, dst, src, nbytes, sig, value, sig_op);
+}
+
+uint64_t vks_fence() {
+    return vks_fence(vks_ring());
+}
+
+bool vks_quiet() {
+    return vks_quiet(vks_ring());
+}
+
+bool vks_wait(uint64_t ticket) {
+    return vks_wait(vks_ring(), ticket);
+}
+
+bool vks_failed() {
+    return vks_failed(vks_ring());
+}
+
+// AMOs on the GPU heap. Without fetch: return the ticket (complete at a later vks_quiet()).
+uint64_t vks_atomic_post_seg(uint pe, uint seg, uint64_t dst, uint amo_op, uint width,
+                             uint64_t value, uint64_t compare, uint64_t result) {
+    return vks_atomic_post_seg(vks_ring(), pe, seg, dst, amo_op, width, value, compare,
+                               result);
+}
+
+uint64_t vks_atomic_post(uint pe, uint64_t dst, uint amo_op, uint width, uint64_t value,
+                         uint64_t compare, uint64_t result) {
+    return vks_atomic_post(vks_ring(), pe, dst, amo_op, width, value, compare, result);
+}
+
+uint64_t vks_atomic_add(uint pe, uint64_t dst, uint64_t value) {
+    return vks_atomic_post(pe, dst, VKS_AMO_ADD, 8u, value, 0ul, 0ul);
+}
+
+uint64_t vks_atomic_set(uint pe, uint64_t dst, uint64_t value) {
+    return vks_atomic_post(pe, dst, VKS_AMO_SET, 8u, value, 0ul, 0ul);
+}
+
+uint64_t vks_atomic_and(uint pe, uint64_t dst, uint64_t value) {
+    return vks_atomic_post(pe, dst, VKS_AMO_AND, 8u, value, 0ul, 0ul);
+}
+
+uint64_t vks_atomic_or(uint pe, uint64_t dst, uint64_t value) {
+    return vks_atomic_post(pe, dst, VKS_AMO_OR, 8u, value, 0ul, 0ul);
+}
+
+uint64_t vks_atomic_xor(uint pe, uint64_t dst, uint64_t value) {
+    return vks_atomic_post(pe, dst, VKS_AMO_XOR, 8u, value, 0ul, 0ul);
+}
+
+// Fetching AMOs on 64-bit words: block until the old value is back; `result` is where the
+// host writes it (host-visible memory, e.g. vks_scratch_addr(8 * i)); `ok` false when the
+// wait gave up or the ring failed (the value is then 0).
+uint64_t vks_atomic_fetch_op(uint pe, uint64_t dst, uint amo_op, uint width, uint64_t value,
+                             uint64_t compare, uint64_t result, out bool ok) {
+    return vks_atomic_fetch_op(vks_ring(), pe, dst, amo_op, width, value, compare, result, ok);
+}
+
+uint64_t vks_atomic_fetch(uint pe, uint64_t dst, uint64_t result, out bool ok) {
+    return vks_atomic_fetch_op(pe, dst, VKS_AMO_FETCH, 8u, 0ul, 0ul, result, ok);
+}
+
+uint64_t vks_atomic_fetch_add(uint pe, uint64_t dst, uint64_t value, uint64_t result,
+                              out bool ok) {
+    return vks_atomic_fetch_op(pe, dst, VKS_AMO_ADD, 8u, value, 0ul, result, ok);
+}
+
+uint64_t vks_atomic_swap(uint pe, uint64_t dst, uint64_t value, uint64_t result, out bool ok) {
+    return vks_atomic_fetch_op(pe, dst, VKS_AMO_SWAP, 8u, value, 0ul, result, ok);
+}
+
+// Replace the word with `value` if it equals `cond`; returns the old value.
+uint64_t vks_atomic_compare_swap(uint pe, uint64_t dst, uint64_t cond, uint64_t value,
+                                 uint64_t result, out bool ok) {
+    return vks_atomic_fetch_op(pe, dst, VKS_AMO_CSWAP, 8u, value, cond, result, ok);
+}
+
+uint64_t vks_atomic_fetch_and(uint pe, uint64_t dst, uint64_t value, uint64_t result,
+                              out bool ok) {
+    return vks_atomic_fetch_op(pe, dst, VKS_AMO_AND, 8u, value, 0ul, result, ok);
+}
+
+uint64_t vks_atomic_fetch_or(uint pe, uint64_t dst, uint64_t value, uint64_t result,
+                             out bool ok) {
+    return vks_atomic_fetch_op(pe, dst, VKS_AMO_OR, 8u, value, 0ul, result, ok);
+}
+
+uint64_t vks_atomic_fetch_xor(uint pe, uint64_t dst, uint64_t value, uint64_t result,
+                              out bool ok) {
+    return vks_atomic_fetch_op(pe, dst, VKS_AMO_XOR, 8u, value, 0ul, result, ok);
 }
 
 #endif  // VKSHMEM_GLSL

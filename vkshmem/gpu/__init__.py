@@ -16,11 +16,13 @@ vkshmem.gpu`` always works; a missing loader, driver or binding raises
 """
 
 from .device import ENV_DEVICE, ENV_STAGING, ENV_TIMEOUT, DeviceInfo, VulkanDevice, list_devices
-from .errors import GpuError, GpuTimeoutError
+from .errors import GpuError, GpuTimeoutError, RingError
 from .kernels import REDUCE_DTYPES, REDUCE_OPS
+from .launch import Launch, UserKernel, pack_push
 from .memory import ExportInfo, GpuMemory
 from .pipeline import ComputePipeline, load_spirv, shipped_shaders
 from .ring import Descriptor, Ring, RingOp, SignalOp
+from .ringservice import RingService
 from .segment import GpuSegment
 
 __all__ = [
@@ -37,11 +39,16 @@ __all__ = [
     "GpuMemory",
     "GpuSegment",
     "GpuTimeoutError",
+    "Launch",
     "Ring",
+    "RingError",
     "RingOp",
+    "RingService",
     "SignalOp",
+    "UserKernel",
     "VulkanDevice",
     "list_devices",
     "load_spirv",
+    "pack_push",
     "shipped_shaders",
 ]

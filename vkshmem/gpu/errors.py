@@ -7,9 +7,11 @@ the variable to set); bad arguments are :class:`~vkshmem.core.errors.InvalidArgu
 
 from __future__ import annotations
 
+from typing import Any
+
 from vkshmem.core.errors import VkshmemError, WaitTimeoutError
 
-__all__ = ["GpuError", "GpuTimeoutError"]
+__all__ = ["GpuError", "GpuTimeoutError", "RingError"]
 
 
 class GpuError(VkshmemError):
@@ -25,3 +27,14 @@ class GpuTimeoutError(GpuError, WaitTimeoutError):
 
     The work is still in flight: the command buffer involved is not reused until it finishes.
     """
+
+
+class RingError(GpuError):
+    """A request that a kernel enqueued in a request ring failed on the host (raised by
+    :meth:`RingService.check <vkshmem.gpu.ringservice.RingService.check>` and ``stop``).
+
+    ``__cause__`` is the handler's exception and ``descriptor`` the request (None when the
+    batch's flush failed). The ring was poisoned: kernels waiting on it got false.
+    """
+
+    descriptor: Any = None

@@ -13,13 +13,17 @@ Header (256 bytes; each counter on its own 64-byte line)::
     8   u32 capacity (power of two)     12 u32 descriptor size (64)
     64  u64 head   next ticket; producers claim tickets with compare-and-swap
     128 u64 tail   next ticket the host consumes (written by the host only)
-    192 u64 done   requests completed, in ticket order (written by the host only)
+    192 u64 done   requests completed, in ticket order (written by the host only); bit 63
+                   (DONE_FAILED) poisons the ring: the host failed a request, every shader
+                   wait returns false at once
     256 descriptors[capacity]
 
 Descriptor (64 bytes, slot = ticket % capacity)::
 
     0 u32 op   4 u32 pe   8 u64 dst   16 u64 src   24 u64 nbytes   32 u64 value
     40 u64 aux   48 u64 result   56 u32 flags   60 u32 seq (= uint32(ticket + 1), stored last)
+
+:class:`~vkshmem.gpu.ringservice.RingService` drains a ring on a background thread.
 
 The host reads ``seq`` before the body; on x86-64 (TSO) loads are not reordered with each
 other, so a matching ``seq`` means the body is complete. ``tail`` and ``done`` are aligned
@@ -43,7 +47,8 @@ if TYPE_CHECKING:
     from .device import VulkanDevice
     from .memory import GpuMemory
 
-__all__ = ["DESC_SIZE", "HEADER_SIZE", "RING_MAGIC", "Descriptor", "Ring", "RingOp", "SignalOp"]
+__all__ = ["DESC_SIZE", "DONE_FAILED", "HEADER_SIZE", "RING_MAGIC", "Descriptor", "Ring",
+           "RingOp", "SignalOp"]
 
 RING_MAGIC = 0x474E5256
 RING_VERSION = 1
@@ -52,6 +57,8 @@ DESC_SIZE = 64
 OFF_HEAD = 64
 OFF_TAIL = 128
 OFF_DONE = 192
+#: Bit 63 of ``done``: the ring is poisoned (``VKS_DONE_FAILED`` in vkshmem.glsl).
+DONE_FAILED = 1 << 63
 
 _HEADER = struct.Struct("<IIII")
 _U64 = struct.Struct("<Q")
@@ -74,6 +81,8 @@ class RingOp(enum.IntEnum):
 
 
 class SignalOp(enum.IntEnum):
+    """Signal updates (``VKS_SIGNAL_*``)."""
+
     SET = 0
     ADD = 1
 
@@ -122,6 +131,11 @@ class Descriptor:
     def signal_offset(self) -> int:
         """PUT_SIGNAL's signal word offset (``aux``); SIGNAL's is ``dst``."""
         return self.aux if self.op == RingOp.PUT_SIGNAL else self.dst
+
+
+def result_width(desc: Descriptor) -> int:
+    """Bytes of the fetched value written to ``desc.result``: the AMO's width (4 or 8), else 8."""
+    return desc.width if desc.op == RingOp.AMO and desc.width in (4, 8) else 8
 
 
 def flags(dst_seg: int = 1, src_seg: int = 1, amo_op: int = 0, width: int = 0,
@@ -189,7 +203,25 @@ class Ring:
 
     @property
     def done(self) -> int:
-        return _U64.unpack_from(self.buf, OFF_DONE)[0]
+        """Requests completed (without the :data:`DONE_FAILED` bit)."""
+        return _U64.unpack_from(self.buf, OFF_DONE)[0] & ~DONE_FAILED
+
+    @property
+    def failed(self) -> bool:
+        """Whether the ring was poisoned (:meth:`fail`)."""
+        return bool(_U64.unpack_from(self.buf, OFF_DONE)[0] & DONE_FAILED)
+
+    def fail(self) -> None:
+        """Poison the ring: set :data:`DONE_FAILED` in ``done``, so that every shader wait on
+        it (``vks_wait``, ``vks_quiet``, fetching AMOs) returns false at once instead of
+        spinning, and a producer facing a full ring gives up. Irreversible except by
+        :meth:`reset`."""
+        raw = _U64.unpack_from(self.buf, OFF_DONE)[0]
+        _U64.pack_into(self.buf, OFF_DONE, raw | DONE_FAILED)
+
+    def reset(self) -> None:
+        """Empty the ring and clear a failure (only while no shader uses it)."""
+        Ring.initialize(self.buf, self.capacity)
 
     # -- consuming --------------------------------------------------------------------------
 
@@ -217,6 +249,9 @@ class Ring:
 
     def complete(self, count: int = 1) -> int:
         """Mark the next ``count`` consumed requests complete (``done += count``)."""
+        if self.failed:
+            raise GpuError("the request ring was poisoned by a failed request (Ring.fail); "
+                           "reset it before reuse")
         done = self.done + count
         if done > self.tail:
             raise InvalidArgumentError(f"cannot complete {count}: only {self.tail - self.done} "
@@ -225,12 +260,12 @@ class Ring:
         return done
 
     def write_result(self, desc: Descriptor, value: int, device: VulkanDevice,
-                     width: int = 8) -> None:
+                     width: int = 8, *, allow_staged: bool = True) -> None:
         """Write a fetched ``value`` to ``desc.result`` (a device address of ``device``):
         through the mapping when that memory is host-visible, else by a staging copy (which
-        must not be waited on by a dispatch still running on the same queue). A shader waiting
-        for the value during its dispatch sees it only in :meth:`VulkanDevice.alloc_mapped`
-        memory."""
+        must not be waited on by a dispatch still running on the same queue: it runs only
+        after that dispatch; ``allow_staged=False`` refuses instead). A shader waiting for the
+        value during its dispatch sees it only in :meth:`VulkanDevice.alloc_mapped` memory."""
         if not desc.result:
             return
         mem, off = device.resolve_address(desc.result)
@@ -239,8 +274,13 @@ class Ring:
         if view is not None:
             mem.check_range(off, width, "ring result")
             view[off:off + width] = data
-        else:
+        elif allow_staged:
             device.write(mem, off, data)
+        else:
+            raise InvalidArgumentError(
+                f"result address 0x{desc.result:x} of request #{desc.ticket} is in memory the "
+                "host cannot map; a running shader would not see the value (put results in "
+                "VulkanDevice.alloc_mapped memory, e.g. a UserKernel's scratch)")
 
     def drain(self, handler: Callable[[Descriptor], int | None],
               device: VulkanDevice | None = None, limit: int | None = None) -> int:
@@ -253,8 +293,7 @@ class Ring:
             if value is not None and d.result:
                 if device is None:
                     raise InvalidArgumentError("a device is needed to write results")
-                width = d.width if d.op == RingOp.AMO and d.width in (4, 8) else 8
-                self.write_result(d, value, device, width)
+                self.write_result(d, value, device, result_width(d))
             self.complete(1)
         return len(descs)
 

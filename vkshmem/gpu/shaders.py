@@ -16,6 +16,11 @@ defines, SHA-256 of the source with its includes, SHA-256 of the SPIR-V; and the
    is reported as such ("rebuild with this glslc"), never silently passed.
 
 Installing vkshmem never needs glslc: the .spv files are package data.
+
+The test kernels in ``tests/gpu/shaders/`` (:data:`TEST_VARIANTS`, including ``vkshmem.glsl``
+from ``shaders/``) are built and checked the same way, with their own manifest next to them;
+``build`` and ``check`` on the command line cover both. :func:`compile_glsl` compiles a user
+kernel with the same flags and ``shaders/`` on the include path.
 """
 
 from __future__ import annotations
@@ -29,13 +34,14 @@ import subprocess
 import sys
 import tempfile
 from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from vkshmem.core.errors import FeatureNotAvailableError, VkshmemError
 
-__all__ = ["SPV_DIR", "VARIANTS", "CheckReport", "ShaderCheckError", "build", "check",
-           "source_dir"]
+__all__ = ["SPV_DIR", "TEST_VARIANTS", "VARIANTS", "CheckReport", "ShaderCheckError", "build",
+           "check", "compile_glsl", "source_dir", "test_shader_dir"]
 
 SPV_DIR = Path(__file__).resolve().parent / "spv"
 MANIFEST = "manifest.json"
@@ -55,6 +61,14 @@ VARIANTS: dict[str, tuple[str, dict[str, str]]] = {
     "reduce_f64": ("reduce.comp", {"DTYPE": "6"}),
     "ring_selftest": ("ring_selftest.comp", {}),
 }
+
+#: Test kernels in tests/gpu/shaders (built next to their sources, ``shaders/`` included).
+TEST_VARIANTS: dict[str, tuple[str, dict[str, str]]] = {
+    "api_selftest": ("api_selftest.comp", {}),
+    "put_signal": ("put_signal.comp", {}),
+}
+
+Variants = dict[str, tuple[str, dict[str, str]]]
 
 # SPIR-V debug instructions (no effect on execution): OpSourceContinued, OpSource,
 # OpSourceExtension, OpName, OpMemberName, OpString, OpLine, OpNoLine, OpModuleProcessed.
@@ -79,6 +93,11 @@ def source_dir() -> Path:
     return Path(__file__).resolve().parents[2] / "shaders"
 
 
+def test_shader_dir() -> Path:
+    """The repository's ``tests/gpu/shaders/`` folder (sources and SPIR-V of test kernels)."""
+    return Path(__file__).resolve().parents[2] / "tests" / "gpu" / "shaders"
+
+
 def _glslc() -> str | None:
     return shutil.which("glslc")
 
@@ -92,7 +111,16 @@ def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _source_hash(src: Path, defines: dict[str, str]) -> str:
+def _find_include(name: str, parent: Path, include_dirs: Sequence[Path]) -> Path:
+    """Where glslc finds ``#include "name"``: next to the includer, then the -I folders."""
+    for folder in (parent, *include_dirs):
+        if (folder / name).is_file():
+            return folder / name
+    raise ShaderCheckError(f"include {name!r} of {parent} not found (searched "
+                           f"{[str(d) for d in (parent, *include_dirs)]})")
+
+
+def _source_hash(src: Path, defines: dict[str, str], include_dirs: Sequence[Path] = ()) -> str:
     """SHA-256 over the source, its includes (recursively, in order) and the defines."""
     h = hashlib.sha256()
     seen: set[Path] = set()
@@ -104,7 +132,7 @@ def _source_hash(src: Path, defines: dict[str, str]) -> str:
         data = path.read_bytes()
         h.update(path.name.encode() + b"\0" + data + b"\0")
         for inc in _INCLUDE.findall(data):
-            add(path.parent / inc.decode())
+            add(_find_include(inc.decode(), path.parent, include_dirs))
 
     add(src)
     h.update(json.dumps(sorted(defines.items())).encode())
@@ -112,8 +140,9 @@ def _source_hash(src: Path, defines: dict[str, str]) -> str:
     return h.hexdigest()
 
 
-def _compile(glslc: str, src: Path, defines: dict[str, str], out: Path) -> None:
-    cmd = [glslc, *GLSLC_FLAGS, f"-I{src.parent}",
+def _compile(glslc: str, src: Path, defines: dict[str, str], out: Path,
+             include_dirs: Sequence[Path] = ()) -> None:
+    cmd = [glslc, *GLSLC_FLAGS, f"-I{src.parent}", *(f"-I{d}" for d in include_dirs),
            *(f"-D{k}={v}" for k, v in sorted(defines.items())), str(src), "-o", str(out)]
     res = subprocess.run(cmd, capture_output=True, text=True)
     if res.returncode != 0:
@@ -139,8 +168,30 @@ def normalize(spv: bytes) -> bytes:
     return array("I", out).tobytes()
 
 
-def build(src_dir: Path | None = None, out_dir: Path | None = None) -> list[Path]:
-    """Compile every variant with glslc and write the manifest; returns the .spv paths."""
+def compile_glsl(source: str | Path, output: str | Path | None = None, *,
+                 defines: dict[str, str] | None = None,
+                 include_dirs: Sequence[str | Path] = ()) -> bytes:
+    """Compile a GLSL compute shader (a user kernel) with glslc and vkshmem's flags, with
+    ``shaders/`` (``vkshmem.glsl``) on the include path; returns the SPIR-V (also written to
+    ``output`` when given). Needs glslc and a source checkout (the wheel ships no GLSL)."""
+    glslc = _glslc()
+    if glslc is None:
+        raise FeatureNotAvailableError("glslc is not installed: apt-get install glslc")
+    dirs = [Path(d) for d in include_dirs]
+    if source_dir().is_dir():
+        dirs.append(source_dir())
+    src = Path(source)
+    with tempfile.TemporaryDirectory(prefix="vkshmem-glsl-") as tmp:
+        out = Path(output) if output is not None else Path(tmp) / "out.spv"
+        _compile(glslc, src, defines or {}, out, dirs)
+        return out.read_bytes()
+
+
+def build(src_dir: Path | None = None, out_dir: Path | None = None, *,
+          variants: Variants | None = None, include_dirs: Sequence[Path] = ()) -> list[Path]:
+    """Compile every variant (default :data:`VARIANTS`) with glslc and write the manifest;
+    returns the .spv paths."""
+    variants = VARIANTS if variants is None else variants
     glslc = _glslc()
     if glslc is None:
         raise FeatureNotAvailableError("glslc is not installed: apt-get install glslc")
@@ -151,16 +202,16 @@ def build(src_dir: Path | None = None, out_dir: Path | None = None) -> list[Path
                                    "modules": {}}
     modules: dict[str, object] = {}
     written = []
-    for name, (source, defines) in sorted(VARIANTS.items()):
+    for name, (source, defines) in sorted(variants.items()):
         src = src_dir / source
         out = out_dir / f"{name}.spv"
-        _compile(glslc, src, defines, out)
+        _compile(glslc, src, defines, out, include_dirs)
         modules[name] = {"source": source, "defines": defines,
-                         "source_sha256": _source_hash(src, defines),
+                         "source_sha256": _source_hash(src, defines, include_dirs),
                          "spv_sha256": _sha(out.read_bytes())}
         written.append(out)
     for stale in out_dir.glob("*.spv"):
-        if stale.stem not in VARIANTS:
+        if stale.stem not in variants:
             stale.unlink()
     manifest["modules"] = modules
     (out_dir / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
@@ -168,11 +219,14 @@ def build(src_dir: Path | None = None, out_dir: Path | None = None) -> list[Path
 
 
 def check(src_dir: Path | None = None, spv_dir: Path | None = None,
-          require_compiler: bool = True, recompile: bool = True) -> CheckReport:
+          require_compiler: bool = True, recompile: bool = True, *,
+          variants: Variants | None = None, include_dirs: Sequence[Path] = ()) -> CheckReport:
     """Verify the shipped SPIR-V against the sources (see module doc). Raises
     ShaderCheckError on any mismatch; FeatureNotAvailableError when ``require_compiler`` and
     glslc is missing, or when the GLSL sources are not present (an installed wheel).
-    ``recompile=False`` checks only the manifest and the hashes (steps 1 and 2)."""
+    ``recompile=False`` checks only the manifest and the hashes (steps 1 and 2).
+    ``variants``/``include_dirs``: another table (the test kernels: :func:`check_tests`)."""
+    variants = VARIANTS if variants is None else variants
     src_dir = src_dir or source_dir()
     spv_dir = spv_dir or SPV_DIR
     if not src_dir.is_dir():
@@ -186,11 +240,11 @@ def check(src_dir: Path | None = None, spv_dir: Path | None = None,
     mods = manifest.get("modules", {})
     shipped = {p.stem for p in spv_dir.glob("*.spv")}
     problems = []
-    if set(mods) != set(VARIANTS):
-        problems.append(f"manifest modules {sorted(mods)} != variants {sorted(VARIANTS)}")
-    if shipped != set(VARIANTS):
-        problems.append(f"shipped .spv {sorted(shipped)} != variants {sorted(VARIANTS)}")
-    for name, (source, defines) in sorted(VARIANTS.items()):
+    if set(mods) != set(variants):
+        problems.append(f"manifest modules {sorted(mods)} != variants {sorted(variants)}")
+    if shipped != set(variants):
+        problems.append(f"shipped .spv {sorted(shipped)} != variants {sorted(variants)}")
+    for name, (source, defines) in sorted(variants.items()):
         entry = mods.get(name)
         path = spv_dir / f"{name}.spv"
         if entry is None or not path.exists():
@@ -200,7 +254,7 @@ def check(src_dir: Path | None = None, spv_dir: Path | None = None,
                             f"table says {source} {defines}")
         if _sha(path.read_bytes()) != entry["spv_sha256"]:
             problems.append(f"{name}.spv was changed after the build")
-        if _source_hash(src_dir / source, defines) != entry["source_sha256"]:
+        if _source_hash(src_dir / source, defines, include_dirs) != entry["source_sha256"]:
             problems.append(f"{name}: {source} (or an include) changed since {name}.spv was "
                             "built")
         report.modules.append(name)
@@ -217,9 +271,9 @@ def check(src_dir: Path | None = None, spv_dir: Path | None = None,
     report.compiler = glslc_version(glslc)
     same_compiler = report.compiler == manifest.get("glslc")
     with tempfile.TemporaryDirectory(prefix="vkshmem-spv-") as tmp:
-        for name, (source, defines) in sorted(VARIANTS.items()):
+        for name, (source, defines) in sorted(variants.items()):
             out = Path(tmp) / f"{name}.spv"
-            _compile(glslc, src_dir / source, defines, out)
+            _compile(glslc, src_dir / source, defines, out, include_dirs)
             new = out.read_bytes()
             old = (spv_dir / f"{name}.spv").read_bytes()
             if same_compiler:
@@ -237,21 +291,36 @@ def check(src_dir: Path | None = None, spv_dir: Path | None = None,
     return report
 
 
+def build_tests() -> list[Path]:
+    """Build the test kernels (:data:`TEST_VARIANTS`) next to their sources."""
+    folder = test_shader_dir()
+    return build(folder, folder, variants=TEST_VARIANTS, include_dirs=[source_dir()])
+
+
+def check_tests(require_compiler: bool = True, recompile: bool = True) -> CheckReport:
+    """:func:`check` for the test kernels in ``tests/gpu/shaders``."""
+    folder = test_shader_dir()
+    return check(folder, folder, require_compiler, recompile, variants=TEST_VARIANTS,
+                 include_dirs=[source_dir()])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m vkshmem.gpu.shaders",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("command", choices=["build", "check"])
     args = parser.parse_args(argv)
     try:
+        tests = test_shader_dir().is_dir()
         if args.command == "build":
-            for path in build():
+            for path in build() + (build_tests() if tests else []):
                 print(f"wrote {path}")
         else:
-            rep = check()
-            how = "byte-identical" if rep.byte_identical else "equivalent"
-            print(f"{len(rep.modules)} shaders {how} to their sources ({rep.compiler})")
-            for note in rep.notes:
-                print(f"note: {note}")
+            for what, rep in [("shaders", check())] + (
+                    [("test kernels", check_tests())] if tests else []):
+                how = "byte-identical" if rep.byte_identical else "equivalent"
+                print(f"{len(rep.modules)} {what} {how} to their sources ({rep.compiler})")
+                for note in rep.notes:
+                    print(f"note: {note}")
     except VkshmemError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
