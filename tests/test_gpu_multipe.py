@@ -51,3 +51,21 @@ def test_a_silent_gpu_proxy_times_out_naming_the_pe() -> None:
     r = launch("gpu_timeout", 2, env, timeout=120)
     assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout}\n{r.stderr}"
     assert "gpu timeout ok" in r.stdout and r.stdout.count("gpu_timeout done") == 2, r.stdout
+
+
+@pytest.mark.parametrize("mode", ["shm", "hostproxy", "ucx-tcp"])
+@pytest.mark.parametrize("npes", [1, 2, 4])
+def test_gpu_initiated_put_signal(npes: int, mode: str) -> None:
+    """Each PE's kernel puts a block into the next PE's GPU heap with a signal, through its
+    request ring and ring service; the next PE's host waits on the signal and checks."""
+    r = launch("gpu_initiated", npes, {**MODES[mode], **GPU_ENV}, timeout=240)
+    assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout}\n{r.stderr}"
+    assert r.stdout.count("gpu_initiated ok") == npes, r.stdout
+
+
+def test_gpu_initiated_unmapped() -> None:
+    """VKSHMEM_GPU_MAPPED=0: the ring service's copies are staged on the domain's device while
+    the kernels run on the launch device, as on a discrete GPU."""
+    r = launch("gpu_initiated", 2, {**GPU_ENV, "VKSHMEM_GPU_MAPPED": "0"}, timeout=240)
+    assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout}\n{r.stderr}"
+    assert r.stdout.count("gpu_initiated ok") == 2, r.stdout

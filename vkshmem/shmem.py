@@ -83,6 +83,7 @@ from ._api.collectives import (
 )
 from ._api.ctx import CTX_DEFAULT, CTX_INVALID, Ctx
 from ._api.enums import AMO, CMP, CTX, MALLOC, OP, THREAD
+from ._api.gpu import gpu_kernel, offset_of, pack_push
 from ._api.lock import Lock, clear_lock, del_lock, new_lock, set_lock, test_lock
 from ._api.query import query_initialized
 from ._api.rma import get, get_nbi, iget, iput, put, put_nbi
@@ -223,6 +224,7 @@ __all__ = [
     "get",
     "get_nbi",
     "global_exit",
+    "gpu_kernel",
     "ibget",
     "ibput",
     "iget",
@@ -238,8 +240,10 @@ __all__ = [
     "new_array",
     "new_lock",
     "new_signal",
+    "offset_of",
     "ones",
     "or_reduce",
+    "pack_push",
     "pe_accessible",
     "pe_quiet",
     "prod_reduce",

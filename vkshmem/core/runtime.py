@@ -476,8 +476,10 @@ class Runtime:
         self.closed = True
         error = None
         gpu = getattr(self, "gpu", None)
-        if gpu is not None and gpu.proxy is not None:
-            gpu.proxy.stop()  # its endpoints go with the transports, which close first
+        if gpu is not None:  # no more serving; the proxy's endpoints go with the transports
+            error = gpu.stop_threads()
+            if error is not None:
+                log.error("PE %d: GPU-initiated requests failed: %s", self.my_pe, error)
         for t in getattr(self, "transports", []):
             try:
                 t.close()
@@ -488,7 +490,7 @@ class Runtime:
                 gpu.close()
             except Exception as exc:
                 log.error("PE %d closing the GPU domain: %s", self.my_pe, exc)
-                error = exc
+                error = error or exc
         if hasattr(self, "shm"):
             self.shm.close()
         for seg in getattr(self, "segments", {}).values():

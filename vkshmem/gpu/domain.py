@@ -41,6 +41,7 @@ from .segment import GpuSegment
 if TYPE_CHECKING:
     from vkshmem.core.runtime import Runtime
 
+    from .initiated import Initiator
     from .proxy import GpuProxy
 
 __all__ = ["GPU_SEG", "SCRATCH_BYTES", "GpuDomain"]
@@ -62,6 +63,7 @@ class GpuDomain:
         self.my_pe = rt.my_pe
         self.closed = False
         self.proxy: GpuProxy | None = None
+        self.initiator: Initiator | None = None
         self.segment: GpuSegment | None = None
         self.peers: dict[int, GpuMemory] = {}
         self._seen_errors = 0
@@ -310,7 +312,31 @@ class GpuDomain:
         self.rt._collective_check(5, self.heap.block_size(off), 0, off)
         self.heap.free(off)
 
+    # -- GPU-initiated communication -------------------------------------------------------
+
+    def get_initiator(self) -> Initiator:
+        """The launch device, request ring and ring service (made on first use, not
+        collective)."""
+        if self.initiator is None:
+            from .initiated import Initiator
+            self.initiator = Initiator(self)
+        return self.initiator
+
     # -- errors and teardown ---------------------------------------------------------------------
+
+    def stop_threads(self) -> BaseException | None:
+        """Stop serving: the ring service (kernels' requests) first, then the GPU proxy
+        (peers' requests). Returns a failure of the ring service, if one was recorded."""
+        error = None
+        if self.initiator is not None:
+            try:
+                self.initiator.close()
+            except Exception as exc:
+                error = exc
+            self.initiator = None
+        if self.proxy is not None:
+            self.proxy.stop()
+        return error
 
     def check_validation(self) -> None:
         """Raise GpuError for validation-layer errors reported since the last check."""
@@ -329,6 +355,7 @@ class GpuDomain:
         if self.closed:
             return
         self.closed = True
+        failure = self.stop_threads()
         if self.proxy is not None:
             self.proxy.close()
         for pe, mem in list(self.peers.items()):
@@ -348,6 +375,8 @@ class GpuDomain:
         self.device.close()  # the layer reports leaks during close: read errors after it
         errors = self.device.validation_errors[self._seen_errors:] \
             if self.device.validation else []
+        if check and failure is not None:
+            raise failure
         if check and errors:
             raise GpuError(f"Vulkan validation errors on PE {self.my_pe} "
                            f"(VKSHMEM_GPU_VALIDATION=1): " + " | ".join(errors[:5]))

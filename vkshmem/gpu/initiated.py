@@ -1,0 +1,215 @@
+"""GPU-initiated communication wired to the runtime: user kernels whose requests reach peers.
+
+:class:`Initiator` belongs to a PE's :class:`~vkshmem.gpu.domain.GpuDomain` and is made on the
+first :func:`vkshmem.shmem.gpu_kernel`. It holds:
+
+- a **launch device**: a second Vulkan device on the same physical GPU, into which this PE's
+  GPU heap is imported. Kernels run there, so the work the host does for their requests on
+  the domain's own device (staged copies, shader AMOs) runs on another queue and never waits
+  behind the kernel that waits for it (on one queue that would deadlock until the kernel's
+  bounded wait gave up);
+- a request :class:`~vkshmem.gpu.ring.Ring` in memory of the launch device that a running
+  kernel sees the host's writes to (``alloc_mapped``);
+- a :class:`~vkshmem.gpu.ringservice.RingService` whose handler performs each request with the
+  runtime: GPU-heap targets through the domain (imported memory of same-device peers, the GPU
+  proxy for the others), host-heap targets through the PE's transports (own endpoints, so the
+  service thread never shares the application's), and completes it.
+
+Requests address symmetric offsets (segment 0 the host heap, 1 the GPU heap), so a kernel
+uses the same numbers as the host API (``DeviceArray.offset``, ``locate`` of host arrays).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import TYPE_CHECKING
+
+from vkshmem.core.errors import InvalidArgumentError
+from vkshmem.core.transport import AmoOp, Transport
+
+from .device import VulkanDevice
+from .launch import UserKernel
+from .ring import Descriptor, Ring, RingOp, SignalOp
+from .ringservice import RingService
+
+if TYPE_CHECKING:
+    from .domain import GpuDomain
+    from .memory import GpuMemory
+
+__all__ = ["Initiator"]
+
+log = logging.getLogger("vkshmem")
+
+RING_CAPACITY = 1024
+_HOST, _GPU = 0, 1
+
+
+class Initiator:
+    """The launch device, request ring and ring service of one PE (see the module doc)."""
+
+    def __init__(self, domain: GpuDomain) -> None:
+        rt = domain.rt
+        cfg = rt.config
+        self.domain = domain
+        self.rt = rt
+        self.kernels: list[UserKernel] = []
+        self._eps: dict[int, Transport] = {}
+        self._own_eps: list[Transport] = []
+        self.service: RingService | None = None
+        self.ring: Ring | None = None
+        self.heap: GpuMemory | None = None
+        self.device = VulkanDevice(domain.device.info.index, cfg.gpu_validation,
+                                   local_rank=rt.local_rank, timeout=cfg.gpu_timeout,
+                                   staging_size=64 << 10)
+        try:
+            seg = domain.segment
+            assert seg is not None
+            info = seg.export_info()
+            self.heap = self.device.import_fd(os.dup(seg.fd), info.size,
+                                              memory_type_index=info.memory_type_index,
+                                              dedicated=info.dedicated, take_ownership=True)
+            self.ring = Ring.create(self.device, RING_CAPACITY)
+            self.service = RingService(self.ring, self._handle, self.device,
+                                       name=f"vkshmem-gpu-ring-pe{rt.my_pe}")
+        except BaseException:
+            self.close(check=False)
+            raise
+
+    # -- kernels ---------------------------------------------------------------------------
+
+    def kernel(self, spirv: str | os.PathLike[str] | bytes, *, name: str | None = None,
+               entry: str = "main", scratch_bytes: int = 4096) -> UserKernel:
+        """A user kernel on the launch device with this PE's heap, ring and numbers in its
+        push header (see :class:`~vkshmem.gpu.launch.UserKernel`)."""
+        k = UserKernel(self.device, spirv, name=name, entry=entry, heap=self.heap,
+                       ring=self.ring, my_pe=self.rt.my_pe, n_pes=self.rt.n_pes,
+                       scratch_bytes=scratch_bytes)
+        self.kernels.append(k)
+        return k
+
+    def check(self) -> None:
+        """Raise the ring service's recorded failure, if a request failed."""
+        if self.service is not None:
+            self.service.check()
+
+    # -- the handler -------------------------------------------------------------------------
+
+    def _ep(self, pe: int) -> Transport:
+        t = self.rt.route_transport[pe]
+        ep = self._eps.get(id(t))
+        if ep is None:
+            ep = t.create_context()
+            self._eps[id(t)] = ep
+            if ep is not t:
+                self._own_eps.append(ep)
+        return ep
+
+    def _handle(self, d: Descriptor) -> int | None:
+        op = d.op
+        if op in (RingOp.NOP, RingOp.FENCE):
+            return None  # requests are handled in order and complete when handled
+        if op == RingOp.QUIET:
+            for ep in self._own_eps:
+                ep.quiet()
+            return None
+        if not 0 <= d.pe < self.rt.n_pes:
+            raise InvalidArgumentError(f"GPU request {op!r} names PE {d.pe}; the job has "
+                                       f"{self.rt.n_pes}")
+        if op == RingOp.PUT:
+            self._put(d.pe, d.dst_seg, d.dst, d.src_seg, d.src, d.nbytes)
+            return None
+        if op == RingOp.GET:
+            self._get(d.pe, d.src_seg, d.src, d.dst_seg, d.dst, d.nbytes)
+            return None
+        if op == RingOp.AMO:
+            return self._amo(d.pe, d.dst_seg, d.dst, d.amo_op, d.width, d.value, d.compare)
+        if op in (RingOp.SIGNAL, RingOp.PUT_SIGNAL):
+            if op == RingOp.PUT_SIGNAL:
+                self._put(d.pe, d.dst_seg, d.dst, d.src_seg, d.src, d.nbytes)
+                if d.dst_seg == _HOST:
+                    self._ep(d.pe).quiet()  # the data are delivered before the signal
+            amo = AmoOp.SET if d.signal_op == SignalOp.SET else AmoOp.ADD
+            self._amo(d.pe, d.dst_seg, d.signal_offset, amo, 8, d.value, 0)
+            return None
+        raise InvalidArgumentError(f"unknown GPU request {op!r}")
+
+    def _src_bytes(self, seg: int, off: int, n: int) -> memoryview:
+        if seg == _GPU:
+            tmp = memoryview(bytearray(n))
+            self.domain.read_local(self.domain.memory, off, tmp)
+            return tmp
+        return self.rt.host.buffer[off:off + n]
+
+    def _put(self, pe: int, dseg: int, doff: int, sseg: int, soff: int, n: int) -> None:
+        dom = self.domain
+        if sseg == _GPU and dseg == _GPU:
+            dom.put_device(pe, doff, soff, n)
+        elif dseg == _GPU:
+            dom.put(pe, _GPU, doff, self._src_bytes(sseg, soff, n))
+        else:
+            self._ep(pe).put(pe, _HOST, doff, self._src_bytes(sseg, soff, n))
+
+    def _get(self, pe: int, sseg: int, soff: int, dseg: int, doff: int, n: int) -> None:
+        dom = self.domain
+        if sseg == _GPU and dseg == _GPU:
+            dom.get_device(pe, soff, doff, n)
+            return
+        tmp = memoryview(bytearray(n))
+        if sseg == _GPU:
+            dom.get(pe, _GPU, soff, tmp)
+        else:
+            self._ep(pe).get(pe, _HOST, soff, tmp)
+        if dseg == _GPU:
+            dom.write_local(dom.memory, doff, tmp)
+        else:
+            self.rt.host.buffer[doff:doff + n] = tmp
+
+    def _amo(self, pe: int, seg: int, off: int, op: AmoOp, width: int, value: int,
+             compare: int) -> int:
+        if seg == _GPU:
+            return self.domain.amo(pe, _GPU, off, op, width, value, compare)
+        return self._ep(pe).amo(pe, _HOST, off, op, width, value, compare, True)
+
+    # -- teardown ------------------------------------------------------------------------------
+
+    def close(self, check: bool = True) -> None:
+        """Stop the service, close the kernels, the ring, the imported heap and the launch
+        device; then raise a request failure (``check``)."""
+        error: BaseException | None = None
+        if self.service is not None:
+            try:
+                self.service.stop()
+            except Exception as exc:
+                error = exc
+            self.service = None
+        for k in self.kernels:
+            try:
+                k.close()
+            except Exception as exc:
+                log.warning("closing kernel %s: %s", k.name, exc)
+        self.kernels.clear()
+        for ep in self._own_eps:
+            try:
+                ep.close()
+            except Exception as exc:
+                log.warning("closing a GPU ring endpoint: %s", exc)
+        self._own_eps.clear()
+        self._eps.clear()
+        if self.ring is not None:
+            self.ring.close()
+            self.ring = None
+        if self.heap is not None:
+            self.heap.free()
+            self.heap = None
+        self.device.close()
+        errors = self.device.validation_errors if self.device.validation else []
+        if check and error is not None:
+            raise error
+        if check and errors:
+            from .errors import GpuError
+            raise GpuError("Vulkan validation errors on the launch device (VKSHMEM_GPU_"
+                           "VALIDATION=1): " + " | ".join(errors[:5]))
+
+    def __repr__(self) -> str:
+        return f"<Initiator PE {self.rt.my_pe} on {self.device.name}>"
