@@ -425,6 +425,7 @@ class VulkanDevice:
         self.instance: Any = None
         self.handle: Any = None
         self.command_pool: Any = None
+        self.launch_pool: Any = None
         self._memories: dict[int, GpuMemory] = {}
         self._pipelines: dict[str, ComputePipeline] = {}
         self._transfer: Transfer | None = None
@@ -504,17 +505,31 @@ class VulkanDevice:
             "sType": vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, "pNext": feats})
         f2.features.shaderInt64 = 1
         f2.features.shaderFloat64 = f.shaderFloat64
-        prio = ffi.new("float[]", [1.0])
-        qinfo = ffi.new("VkDeviceQueueCreateInfo*", {
-            "sType": vk.VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO,
-            "queueFamilyIndex": family, "queueCount": 1, "pQueuePriorities": prio})
+        # A launch queue for user kernels (vkshmem.gpu.launch), so the copies and AMOs the
+        # host does for their requests on the first queue can run while a kernel waits for
+        # them: preferably from another compute family (NVIDIA's async-compute family; the
+        # H100 runs nothing else on the first family's queues while a kernel spins), else
+        # the first family's second queue, else none (lavapipe: one queue).
+        alt = next((i for i in range(n[0]) if i != family
+                    and fams[i].queueFlags & vk.VK_QUEUE_COMPUTE_BIT), None)
+        nq = 1 if alt is not None else min(2, fams[family].queueCount)
+        prio = ffi.new("float[]", [1.0, 1.0])
+        qinfo = ffi.new("VkDeviceQueueCreateInfo[]", 2)
+        for k, (fam, count) in enumerate(((family, nq), (alt, 1))):
+            if fam is None:
+                continue
+            qinfo[k].sType = vk.VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO
+            qinfo[k].queueFamilyIndex = fam
+            qinfo[k].queueCount = count
+            qinfo[k].pQueuePriorities = prio
+        self.launch_family = alt if alt is not None else family
         exts = [EXT_EXTERNAL_MEMORY_FD]
         if self.info.dma_buf:
             exts.append(EXT_DMA_BUF)
         ext, next_ = _strings(vk, exts, self._keep)
         dinfo = ffi.new("VkDeviceCreateInfo*", {
             "sType": vk.VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, "pNext": f2,
-            "queueCreateInfoCount": 1, "pQueueCreateInfos": qinfo,
+            "queueCreateInfoCount": 2 if alt is not None else 1, "pQueueCreateInfos": qinfo,
             "enabledExtensionCount": next_, "ppEnabledExtensionNames": ext})
         out = ffi.new("VkDevice*")
         check(lib.vkCreateDevice(self.physical, dinfo, ffi.NULL, out), "vkCreateDevice")
@@ -522,6 +537,13 @@ class VulkanDevice:
         q = ffi.new("VkQueue*")
         lib.vkGetDeviceQueue(self.handle, family, 0, q)
         self.queue = q[0]
+        #: the queue user kernels are submitted to (``queue`` itself on a one-queue device)
+        self.launch_queue = self.queue
+        self.queue_count = nq + (1 if alt is not None else 0)
+        if alt is not None or nq > 1:
+            lib.vkGetDeviceQueue(self.handle, self.launch_family, 0 if alt is not None else 1,
+                                 q)
+            self.launch_queue = q[0]
         pinfo = ffi.new("VkCommandPoolCreateInfo*", {
             "sType": vk.VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO,
             "flags": vk.VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT,
@@ -529,6 +551,12 @@ class VulkanDevice:
         pool = ffi.new("VkCommandPool*")
         check(lib.vkCreateCommandPool(self.handle, pinfo, ffi.NULL, pool), "vkCreateCommandPool")
         self.command_pool = pool[0]
+        self.launch_pool = self.command_pool
+        if alt is not None:
+            pinfo.queueFamilyIndex = alt
+            check(lib.vkCreateCommandPool(self.handle, pinfo, ffi.NULL, pool),
+                  "vkCreateCommandPool (launch queue)")
+            self.launch_pool = pool[0]
         self._get_memory_fd = self._device_fn("vkGetMemoryFdKHR")
         # Prebuilt structs of the hot paths (see Slot).
         self._begin_info = ffi.new("VkCommandBufferBeginInfo*", {
@@ -796,9 +824,10 @@ class VulkanDevice:
 
     # -- command buffers and fences ---------------------------------------------------------
 
-    def slot(self, name: str) -> Slot:
-        """A command buffer with its own fence (see :class:`Slot`)."""
-        return Slot(self, name)
+    def slot(self, name: str, launch: bool = False) -> Slot:
+        """A command buffer with its own fence (see :class:`Slot`), submitted to the first
+        queue, or with ``launch`` to the launch queue of user kernels."""
+        return Slot(self, name, launch)
 
     def check_open(self) -> None:
         if self._closed or self.handle is None:
@@ -839,6 +868,9 @@ class VulkanDevice:
             self._closed = True
             if self.handle is not None:
                 lib.vkDeviceWaitIdle(self.handle)
+                if self.launch_pool is not None and self.launch_pool != self.command_pool:
+                    lib.vkDestroyCommandPool(self.handle, self.launch_pool, ffi.NULL)
+                self.launch_pool = None
                 if self.command_pool is not None:
                     lib.vkDestroyCommandPool(self.handle, self.command_pool, ffi.NULL)
                     self.command_pool = None
@@ -872,17 +904,19 @@ class Slot:
     during :meth:`wait`, so one thread's long dispatch does not block another's copies.
     """
 
-    def __init__(self, device: VulkanDevice, name: str) -> None:
+    def __init__(self, device: VulkanDevice, name: str, launch: bool = False) -> None:
         vk = device._vk
         ffi, lib = vk.ffi, vk.lib
         self.device = device
+        self.queue = device.launch_queue if launch else device.queue
+        self.pool = device.launch_pool if launch else device.command_pool
         self.name = name
         self.pending = False
         self.cmd: Any = None
         self.fence: Any = None
         info = ffi.new("VkCommandBufferAllocateInfo*", {
             "sType": vk.VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
-            "commandPool": device.command_pool,
+            "commandPool": self.pool,
             "level": vk.VK_COMMAND_BUFFER_LEVEL_PRIMARY, "commandBufferCount": 1})
         self._cmds = ffi.new("VkCommandBuffer[]", 1)
         with device.lock:
@@ -893,7 +927,7 @@ class Slot:
         self._fences = ffi.new("VkFence[]", 1)
         res = lib.vkCreateFence(device.handle, finfo, ffi.NULL, self._fences)
         if res != 0:
-            lib.vkFreeCommandBuffers(device.handle, device.command_pool, 1, self._cmds)
+            lib.vkFreeCommandBuffers(device.handle, self.pool, 1, self._cmds)
             check(res, "vkCreateFence")
         self.fence = self._fences[0]
         self._submit = ffi.new("VkSubmitInfo*", {
@@ -932,7 +966,7 @@ class Slot:
     def submit(self) -> None:
         if self.pending:
             raise GpuError(f"{self.name}: command buffer submitted twice while in flight")
-        check(self._lib.vkQueueSubmit(self.device.queue, 1, self._submit, self.fence),
+        check(self._lib.vkQueueSubmit(self.queue, 1, self._submit, self.fence),
               f"vkQueueSubmit ({self.name})")
         self.pending = True
 
@@ -971,6 +1005,6 @@ class Slot:
         if self.pending:
             self.wait()  # raises GpuTimeoutError rather than freeing in-flight objects
         self._lib.vkDestroyFence(dev.handle, self.fence, self._null)
-        self._lib.vkFreeCommandBuffers(dev.handle, dev.command_pool, 1, self._cmds)
+        self._lib.vkFreeCommandBuffers(dev.handle, self.pool, 1, self._cmds)
         self.fence = None
         self.cmd = None

@@ -3,11 +3,12 @@
 :class:`Initiator` belongs to a PE's :class:`~vkshmem.gpu.domain.GpuDomain` and is made on the
 first :func:`vkshmem.shmem.gpu_kernel`. It holds:
 
-- a **launch device**: a second Vulkan device on the same physical GPU, into which this PE's
-  GPU heap is imported. Kernels run there, so the work the host does for their requests on
-  the domain's own device (staged copies, shader AMOs) runs on another queue and never waits
-  behind the kernel that waits for it (on one queue that would deadlock until the kernel's
-  bounded wait gave up);
+- a **launch queue**: kernels are submitted to a second queue of the domain's device, so the
+  work the host does for their requests (staged copies, shader AMOs, on the first queue) runs
+  beside them and never waits behind the kernel that waits for it (on one queue it would,
+  until the kernel's bounded wait gave up). Where the device has a single queue (lavapipe),
+  kernels run on a second Vulkan device on the same GPU into which this PE's heap is
+  imported;
 - a request :class:`~vkshmem.gpu.ring.Ring` in memory of the launch device that a running
   kernel sees the host's writes to (``alloc_mapped``);
 - a :class:`~vkshmem.gpu.ringservice.RingService` whose handler performs each request with the
@@ -59,16 +60,25 @@ class Initiator:
         self.service: RingService | None = None
         self.ring: Ring | None = None
         self.heap: GpuMemory | None = None
-        self.device = VulkanDevice(domain.device.info.index, cfg.gpu_validation,
-                                   local_rank=rt.local_rank, timeout=cfg.gpu_timeout,
-                                   staging_size=64 << 10)
+        # Kernels go to a second queue of the domain's device where it has one; else to a
+        # second device on the same GPU that imports the heap (lavapipe has one queue).
+        self.own_device = domain.device.queue_count < 2
+        if self.own_device:
+            self.device = VulkanDevice(domain.device.info.index, cfg.gpu_validation,
+                                       local_rank=rt.local_rank, timeout=cfg.gpu_timeout,
+                                       staging_size=64 << 10)
+        else:
+            self.device = domain.device
         try:
-            seg = domain.segment
-            assert seg is not None
-            info = seg.export_info()
-            self.heap = self.device.import_fd(os.dup(seg.fd), info.size,
-                                              memory_type_index=info.memory_type_index,
-                                              dedicated=info.dedicated, take_ownership=True)
+            if self.own_device:
+                seg = domain.segment
+                assert seg is not None
+                info = seg.export_info()
+                self.heap = self.device.import_fd(os.dup(seg.fd), info.size,
+                                                  memory_type_index=info.memory_type_index,
+                                                  dedicated=info.dedicated, take_ownership=True)
+            else:
+                self.heap = domain.memory
             self.ring = Ring.create(self.device, RING_CAPACITY)
             self.service = RingService(self.ring, self._handle, self.device,
                                        name=f"vkshmem-gpu-ring-pe{rt.my_pe}")
@@ -199,11 +209,13 @@ class Initiator:
         if self.ring is not None:
             self.ring.close()
             self.ring = None
-        if self.heap is not None:
+        if self.heap is not None and self.own_device:
             self.heap.free()
-            self.heap = None
-        self.device.close()
-        errors = self.device.validation_errors if self.device.validation else []
+        self.heap = None
+        errors: list[str] = []
+        if self.own_device:
+            self.device.close()
+            errors = self.device.validation_errors if self.device.validation else []
         if check and error is not None:
             raise error
         if check and errors:

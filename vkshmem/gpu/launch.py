@@ -345,7 +345,8 @@ class UserKernel:
             if self._closed:
                 raise GpuError(f"{self.name} is closed")
             dev.check_open()
-            slot = self._idle.pop() if self._idle else dev.slot(f"dispatch of {self.name}")
+            slot = self._idle.pop() if self._idle else dev.slot(f"dispatch of {self.name}",
+                                                                 launch=True)
         try:
             with dev.lock:
                 slot.begin()
