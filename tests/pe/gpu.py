@@ -247,5 +247,5 @@ dom = last.domain
 shmem.free(last)
 print(f"routes: {sorted({r.name for r in shmem._state.rt.routes})}")
 print(f"gpu: imported {sorted(dom.peers)}, proxy {'on' if dom.proxy else 'off'}, "
-      f"device {dom.device.name}")
+      f"device {dom.device.name} uuid {dom.device.info.uuid}")
 print(f"gpu ok: {len(DTYPES)} dtypes, {n} PEs")
