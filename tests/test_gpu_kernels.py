@@ -1,10 +1,12 @@
 """Shaders on lavapipe with the validation layer on: AMOs (amo.comp) against a numpy model,
-concurrent shader atomics, reductions (reduce.comp) for every op and dtype against numpy,
+concurrent shader atomics, reductions (reduce.comp) for every op and dtype against numpy
+(8/16-bit integers, float16 and complex included), the feature checks of the small types,
 shader copies (copy.comp), and the pipeline API."""
 
 from __future__ import annotations
 
 import dataclasses
+import re
 import struct
 import sys
 from collections.abc import Iterator
@@ -16,15 +18,17 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from gpu.helpers import device_fixture
 
-from vkshmem.core.errors import InvalidArgumentError
+from vkshmem.core.errors import FeatureNotAvailableError, InvalidArgumentError
 from vkshmem.core.transport import AmoOp
 from vkshmem.gpu import (
     REDUCE_DTYPES,
+    REDUCE_FEATURES,
     REDUCE_OPS,
     ComputePipeline,
     GpuMemory,
     VulkanDevice,
     load_spirv,
+    reduce_unsupported,
     shipped_shaders,
 )
 
@@ -146,29 +150,53 @@ def test_concurrent_shader_atomics(dev: VulkanDevice, mem: GpuMemory, width: int
 def _operands(dt: np.dtype, n: int, rng: np.random.Generator) -> np.ndarray:
     if dt.kind == "f":
         return (rng.random(n) * 20 - 10).astype(dt)
+    if dt.kind == "c":
+        return (rng.random(n) * 20 - 10 + 1j * (rng.random(n) * 20 - 10)).astype(dt)
     info = np.iinfo(dt)
     return rng.integers(info.min, info.max, n, dtype=dt, endpoint=True)
+
+
+def _cmul(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """(a + bi)(c + di) = (ac - bd) + (ad + bc)i rounded after every operation, as
+    reduce_c64/c128 compute it. numpy's own complex multiply may fuse into FMAs (its SIMD
+    loops do on x86-64 with FMA3), so it can differ from this in the last bit."""
+    a, b, c, d = x.real, x.imag, y.real, y.imag
+    out = np.empty_like(x)
+    out.real = a * c - b * d
+    out.imag = a * d + b * c
+    return out
 
 
 _NP = {"sum": np.add, "prod": np.multiply, "min": np.minimum, "max": np.maximum,
        "and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor}
 
 
+#: the ops reduce.comp defines per dtype kind (complex min/max are not defined)
+_KIND_OPS = {"i": list(REDUCE_OPS), "u": list(REDUCE_OPS), "f": ["sum", "prod", "min", "max"],
+             "c": ["sum", "prod"]}
+
+
 @pytest.mark.parametrize("dtype", [str(d) for d in REDUCE_DTYPES])
 def test_reduce_every_op_and_dtype(dev: VulkanDevice, dtype: str) -> None:
     dt = np.dtype(dtype)
+    assert reduce_unsupported(dev.info, dt, "sum") is None  # lavapipe has every feature
     rng = np.random.default_rng(len(dtype))
     n = 1000 + 13
     a = dev.alloc_exportable((n + 8) * dt.itemsize)
     b = dev.alloc_exportable((n + 8) * dt.itemsize)
     try:
         for op in REDUCE_OPS:
-            if dt.kind == "f" and op in ("and", "or", "xor"):
-                with pytest.raises(InvalidArgumentError, match="integers"):
+            if op not in _KIND_OPS[dt.kind]:
+                assert reduce_unsupported(dev.info, dt, op) is not None
+                with pytest.raises(InvalidArgumentError,
+                                   match="integers" if dt.kind == "f" else "not defined"):
                     dev.reduce(a, 0, b, 0, n, op, dt)
                 continue
             x = _operands(dt, n, rng)
             y = _operands(dt, n, rng)
+            if dt.kind in "iu" and dt.itemsize <= 2:
+                x[:4] = np.iinfo(dt).max  # wrap-around of sums and products
+                y[:4] = np.iinfo(dt).max
             off = 3 * dt.itemsize
             dev.write(a, off, x)
             dev.write(b, off + dt.itemsize, y)
@@ -177,10 +205,64 @@ def test_reduce_every_op_and_dtype(dev: VulkanDevice, dtype: str) -> None:
             dev.read(a, off, got)
             with np.errstate(over="ignore"):
                 want = _NP[op](x, y)
+            if dt.kind == "c" and op == "prod":
+                assert np.allclose(got, want, rtol=4 * np.finfo(dt).eps, atol=0)
+                want = _cmul(x, y)
             assert np.array_equal(got, want), (dtype, op)
+            # Neighbours on both sides are untouched (the small types write single bytes).
+            edge = np.empty(2, dt)
+            dev.read(a, off - dt.itemsize, edge[:1])
+            dev.read(a, off + n * dt.itemsize, edge[1:])
+            assert not edge.any(), (dtype, op)
     finally:
         a.free()
         b.free()
+
+
+@pytest.mark.parametrize("dtype", ["complex64", "complex128"])
+def test_reduce_complex_unaligned_and_chunked(dev: VulkanDevice, dtype: str) -> None:
+    """Complex elements only need their scalars' alignment; sums run as 2 * count scalars,
+    products one complex per invocation, both split across dispatches."""
+    dt = np.dtype(dtype)
+    half = dt.itemsize // 2
+    real = dev.info
+    dev.info = dataclasses.replace(real, max_workgroup_count=(2, 2, 2))  # 512 invocations
+    rng = np.random.default_rng(dt.itemsize)
+    n = 1500
+    a = dev.alloc_exportable((2 * n + 2) * dt.itemsize)
+    try:
+        for op in ("sum", "prod"):
+            x = _operands(dt, n, rng)
+            y = _operands(dt, n, rng)
+            dev.write(a, half, x)  # only half-aligned
+            dev.write(a, half + n * dt.itemsize, y)
+            dev.reduce(a, half, a, half + n * dt.itemsize, n, op, dt)
+            got = np.empty_like(x)
+            dev.read(a, half, got)
+            assert np.array_equal(got, x + y if op == "sum" else _cmul(x, y)), op
+        with pytest.raises(InvalidArgumentError, match=f"aligned to {half}"):
+            dev.reduce(a, half // 2, a, half + n * dt.itemsize, 1, "prod", dt)
+    finally:
+        dev.info = real
+        a.free()
+
+
+@pytest.mark.parametrize("dtype", [str(d) for d in REDUCE_FEATURES])
+def test_reduce_missing_feature(dev: VulkanDevice, mem: GpuMemory, dtype: str) -> None:
+    """A device without a dtype's features refuses it by name (the collectives then reduce
+    that dtype on the host)."""
+    dt = np.dtype(dtype)
+    real = dev.info
+    for feature in REDUCE_FEATURES[dt]:
+        dev.info = dataclasses.replace(real, shader_features=real.shader_features - {feature})
+        try:
+            why = reduce_unsupported(dev.info, dt, "sum")
+            assert why is not None and feature in why
+            with pytest.raises(FeatureNotAvailableError, match=feature):
+                dev.reduce(mem, 0, mem, 64, 4, "sum", dt)
+            assert reduce_unsupported(dev.info, np.int32, "sum") is None
+        finally:
+            dev.info = real
 
 
 def test_reduce_chunks_dispatches(dev: VulkanDevice) -> None:
@@ -208,8 +290,15 @@ def test_reduce_chunks_dispatches(dev: VulkanDevice) -> None:
 
 
 def test_reduce_argument_errors(dev: VulkanDevice, mem: GpuMemory) -> None:
-    with pytest.raises(InvalidArgumentError, match="int32"):
-        dev.reduce(mem, 0, mem, 0, 4, "sum", np.int16)
+    ld = re.escape(str(np.dtype(np.longdouble)))
+    with pytest.raises(InvalidArgumentError, match=rf"int8.*complex128.*got {ld}"):
+        dev.reduce(mem, 0, mem, 0, 4, "sum", np.longdouble)  # no 80-bit float on GPUs
+    with pytest.raises(InvalidArgumentError, match="got bool"):
+        dev.reduce(mem, 0, mem, 0, 4, "and", np.bool_)
+    with pytest.raises(InvalidArgumentError, match="byte order"):
+        dev.reduce(mem, 0, mem, 0, 4, "sum", np.dtype(">i4"))
+    with pytest.raises(InvalidArgumentError, match="not defined for complex64"):
+        dev.reduce(mem, 0, mem, 0, 4, "max", np.complex64)
     with pytest.raises(InvalidArgumentError, match="unknown reduction"):
         dev.reduce(mem, 0, mem, 0, 4, "mean", np.int32)
     with pytest.raises(InvalidArgumentError, match="aligned"):
@@ -241,7 +330,9 @@ def test_shader_copy_bytes_and_words(dev: VulkanDevice, mem: GpuMemory) -> None:
 def test_pipeline_api(dev: VulkanDevice, mem: GpuMemory) -> None:
     names = shipped_shaders()
     assert {"amo_u32", "amo_u64", "copy_u8", "copy_u32", "ring_selftest"} <= set(names)
-    assert {f"reduce_{t}" for t in ("i32", "i64", "u32", "u64", "f32", "f64")} <= set(names)
+    assert {f"reduce_{t}" for t in ("i8", "u8", "i16", "u16", "i32", "i64", "u32", "u64",
+                                    "f16", "f32", "f64", "c64", "c128")} <= set(names)
+    assert set(REDUCE_DTYPES.values()) <= set(names)
     spv = load_spirv("copy_u32")
     assert load_spirv(spv) == spv
     with pytest.raises(InvalidArgumentError, match="SPIR-V"):

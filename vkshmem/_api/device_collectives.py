@@ -5,9 +5,13 @@ source is read once and the host algorithm runs. With a GPU target the data move
 puts (each member pushes its blocks straight into the members' targets: imported memory on
 the same device, the GPU proxy elsewhere) between team barriers; reductions and scans gather
 every member's contribution into the team's GPU scratch slot (``SCRATCH_BYTES`` per team, in
-chunks) and reduce on the GPU with ``reduce.comp`` (int32/int64/uint32/uint64/float32/
-float64; other dtypes are reduced by numpy on the host after the gather). The fold order is
-member 0, 1, ... on every PE, so floating-point results agree everywhere.
+chunks) and reduce on the GPU with ``reduce.comp`` (every integer dtype of 8 to 64 bits,
+float16/32/64, complex64/128 sums and products: ``vkshmem.gpu.kernels.REDUCE_DTYPES``) when
+the device has the shader features the dtype needs (``REDUCE_FEATURES``: 8/16-bit types need
+shaderInt8/shaderInt16/shaderFloat16 and 8/16-bit storage, float64 shaderFloat64). Anything
+else (a device lacking a feature, bool, longdouble: GPUs have no 80-bit float) is reduced by
+numpy on the host after the gather. The fold order is member 0, 1, ... on every PE, so
+floating-point results agree everywhere.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import numpy as np
 
 from ..core.collectives import CollTeam
 from ..core.errors import InvalidArgumentError
-from ..gpu.kernels import REDUCE_DTYPES
+from ..gpu.kernels import reduce_unsupported
 from . import state
 from .args import DeviceArray, count_of, host_copy
 
@@ -165,8 +169,8 @@ def _gather_reduce(ct: CollTeam, target: DeviceArray, source: Any, cnt: int, op:
     dt = np.dtype(target.dtype)
     isz = dt.itemsize
     n = ct.n
-    on_gpu = dt.isnative and dt.newbyteorder("=") in REDUCE_DTYPES and not (
-        dt.kind == "f" and op in ("and", "or", "xor"))
+    # The device's capability decides, not just the dtype table (e.g. no shaderInt16).
+    on_gpu = reduce_unsupported(gpu.device.info, dt, op) is None
     per = gpu.scratch_bytes // (n * isz)
     if per == 0:
         raise InvalidArgumentError(f"a team of {n} PEs is too large for GPU reductions of {dt}")

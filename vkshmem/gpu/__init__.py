@@ -17,7 +17,7 @@ vkshmem.gpu`` always works; a missing loader, driver or binding raises
 
 from .device import ENV_DEVICE, ENV_STAGING, ENV_TIMEOUT, DeviceInfo, VulkanDevice, list_devices
 from .errors import GpuError, GpuTimeoutError, RingError
-from .kernels import REDUCE_DTYPES, REDUCE_OPS
+from .kernels import REDUCE_DTYPES, REDUCE_FEATURES, REDUCE_OPS, reduce_unsupported
 from .launch import Launch, UserKernel, pack_push
 from .memory import ExportInfo, GpuMemory
 from .pipeline import ComputePipeline, load_spirv, shipped_shaders
@@ -30,6 +30,7 @@ __all__ = [
     "ENV_STAGING",
     "ENV_TIMEOUT",
     "REDUCE_DTYPES",
+    "REDUCE_FEATURES",
     "REDUCE_OPS",
     "ComputePipeline",
     "Descriptor",
@@ -50,5 +51,6 @@ __all__ = [
     "list_devices",
     "load_spirv",
     "pack_push",
+    "reduce_unsupported",
     "shipped_shaders",
 ]

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from .memory import GpuMemory
     from .pipeline import ComputePipeline
 
-__all__ = ["DeviceInfo", "VulkanDevice", "list_devices"]
+__all__ = ["SHADER_FEATURES", "DeviceInfo", "VulkanDevice", "list_devices"]
 
 log = logging.getLogger("vkshmem.gpu")
 
@@ -56,6 +56,22 @@ VALIDATION_LAYER = "VK_LAYER_KHRONOS_validation"
 EXT_DEBUG_UTILS = "VK_EXT_debug_utils"
 EXT_EXTERNAL_MEMORY_FD = "VK_KHR_external_memory_fd"
 EXT_DMA_BUF = "VK_EXT_external_memory_dma_buf"
+
+#: Optional shader features recorded in :attr:`DeviceInfo.shader_features` (and enabled when
+#: the device has them), by Vulkan name -> where Vulkan reports it (VkPhysicalDeviceFeatures,
+#: VkPhysicalDeviceVulkan11Features, VkPhysicalDeviceVulkan12Features). The 8/16-bit ones are
+#: what reduce.comp's small-type variants need.
+SHADER_FEATURES = {
+    "shaderInt16": "core",
+    "shaderInt64": "core",
+    "shaderFloat64": "core",
+    "storageBuffer16BitAccess": "1.1",
+    "uniformAndStorageBuffer16BitAccess": "1.1",
+    "shaderInt8": "1.2",
+    "shaderFloat16": "1.2",
+    "storageBuffer8BitAccess": "1.2",
+    "uniformAndStorageBuffer8BitAccess": "1.2",
+}
 
 _TYPE_NAMES = {0: "other", 1: "integrated-gpu", 2: "discrete-gpu", 3: "virtual-gpu", 4: "cpu"}
 _TYPE_ORDER = {2: 0, 1: 1, 3: 2, 0: 3, 4: 4}
@@ -99,6 +115,17 @@ class DeviceInfo:
     max_workgroup_count: tuple[int, int, int]
     memory_types: tuple[tuple[int, int], ...] = field(repr=False)
     """(property flags, heap index) of each memory type."""
+    shader_features: frozenset[str] = frozenset()
+    """The optional shader features the device has among :data:`SHADER_FEATURES` (Vulkan
+    names, e.g. ``"shaderInt16"``); vkshmem enables each one it has."""
+
+    def has_features(self, *names: str) -> bool:
+        """Whether the device has every named feature of :data:`SHADER_FEATURES`."""
+        return all(n in self.shader_features for n in names)
+
+    def missing_features(self, *names: str) -> list[str]:
+        """The named features of :data:`SHADER_FEATURES` the device lacks."""
+        return [n for n in names if n not in self.shader_features]
 
     @property
     def uuid(self) -> str:
@@ -243,17 +270,24 @@ class _Physical:
             "sType": vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2,
             "pNext": drv if v12 else idp})
         lib.vkGetPhysicalDeviceProperties2(pd, p2)
+        f11 = ffi.new("VkPhysicalDeviceVulkan11Features*", {
+            "sType": vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES})
         f12 = ffi.new("VkPhysicalDeviceVulkan12Features*", {
-            "sType": vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES})
+            "sType": vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES, "pNext": f11})
         f2 = ffi.new("VkPhysicalDeviceFeatures2*", {
             "sType": vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2,
             "pNext": f12 if v12 else ffi.NULL})
         lib.vkGetPhysicalDeviceFeatures2(pd, f2)
         # cffi trap: a nested struct read from an ffi.new object does not keep that object
         # alive; hold the owners for as long as the views are used.
-        self._owners = (f2, f12)
+        self._owners = (f2, f12, f11)
         self.features = f2.features
         self.f12 = f12[0]
+        self.f11 = f11[0]
+        structs = {"core": self.features, "1.1": self.f11, "1.2": self.f12}
+        shader_features = frozenset(
+            name for name, where in SHADER_FEATURES.items()
+            if (v12 or where == "core") and getattr(structs[where], name))
         mp = ffi.new("VkPhysicalDeviceMemoryProperties*")
         lib.vkGetPhysicalDeviceMemoryProperties(pd, mp)
         self.memory_types = tuple(
@@ -292,6 +326,7 @@ class _Physical:
             max_push_constants_size=lim.maxPushConstantsSize,
             max_workgroup_count=tuple(lim.maxComputeWorkGroupCount[i] for i in range(3)),
             memory_types=self.memory_types,
+            shader_features=shader_features,
         )
 
 
@@ -491,12 +526,20 @@ class VulkanDevice:
         # Features: everything our shaders may use that the device has.
         f = phys.features
         f12 = phys.f12
+        f11 = ffi.new("VkPhysicalDeviceVulkan11Features*", {
+            "sType": vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES,
+            "storageBuffer16BitAccess": phys.f11.storageBuffer16BitAccess,
+            "uniformAndStorageBuffer16BitAccess": phys.f11.uniformAndStorageBuffer16BitAccess,
+        })
         feats = ffi.new("VkPhysicalDeviceVulkan12Features*", {
             "sType": vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES,
             "bufferDeviceAddress": 1,
             "shaderBufferInt64Atomics": f12.shaderBufferInt64Atomics,
+            "pNext": f11,
             "shaderInt8": f12.shaderInt8,
+            "shaderFloat16": f12.shaderFloat16,
             "storageBuffer8BitAccess": f12.storageBuffer8BitAccess,
+            "uniformAndStorageBuffer8BitAccess": f12.uniformAndStorageBuffer8BitAccess,
             "scalarBlockLayout": f12.scalarBlockLayout,
             "vulkanMemoryModel": f12.vulkanMemoryModel,
             "vulkanMemoryModelDeviceScope": f12.vulkanMemoryModelDeviceScope,
@@ -505,6 +548,7 @@ class VulkanDevice:
             "sType": vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, "pNext": feats})
         f2.features.shaderInt64 = 1
         f2.features.shaderFloat64 = f.shaderFloat64
+        f2.features.shaderInt16 = f.shaderInt16
         # A launch queue for user kernels (vkshmem.gpu.launch), so the copies and AMOs the
         # host does for their requests on the first queue can run while a kernel waits for
         # them: preferably from another compute family (NVIDIA's async-compute family; the

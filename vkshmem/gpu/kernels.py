@@ -21,17 +21,78 @@ from vkshmem.core.errors import FeatureNotAvailableError, InvalidArgumentError
 from vkshmem.core.transport import AmoOp
 
 if TYPE_CHECKING:
-    from .device import Slot, VulkanDevice
+    from .device import DeviceInfo, Slot, VulkanDevice
     from .memory import GpuMemory
 
-__all__ = ["REDUCE_DTYPES", "REDUCE_OPS", "Kernels"]
+__all__ = ["REDUCE_DTYPES", "REDUCE_FEATURES", "REDUCE_OPS", "Kernels", "reduce_unsupported"]
 
 #: Reduction op codes of reduce.comp (the names the core's collectives use).
 REDUCE_OPS = {"sum": 0, "prod": 1, "min": 2, "max": 3, "and": 4, "or": 5, "xor": 6}
-#: numpy dtype -> shipped reduce variant.
-REDUCE_DTYPES = {np.dtype(np.int32): "reduce_i32", np.dtype(np.int64): "reduce_i64",
+#: numpy dtype -> shipped reduce variant. complex64/complex128 sums run on reduce_f32/f64
+#: over twice as many scalars; their products on reduce_c64/c128. longdouble stays on the
+#: host: GPUs have no 80-bit (x87 extended) or 128-bit float type, and no SPIR-V type for it.
+REDUCE_DTYPES = {np.dtype(np.int8): "reduce_i8", np.dtype(np.uint8): "reduce_u8",
+                 np.dtype(np.int16): "reduce_i16", np.dtype(np.uint16): "reduce_u16",
+                 np.dtype(np.int32): "reduce_i32", np.dtype(np.int64): "reduce_i64",
                  np.dtype(np.uint32): "reduce_u32", np.dtype(np.uint64): "reduce_u64",
-                 np.dtype(np.float32): "reduce_f32", np.dtype(np.float64): "reduce_f64"}
+                 np.dtype(np.float16): "reduce_f16",
+                 np.dtype(np.float32): "reduce_f32", np.dtype(np.float64): "reduce_f64",
+                 np.dtype(np.complex64): "reduce_c64", np.dtype(np.complex128): "reduce_c128"}
+#: numpy dtype -> the device features (:data:`vkshmem.gpu.device.SHADER_FEATURES` names) its
+#: variants need; a dtype not listed needs nothing optional.
+REDUCE_FEATURES: dict[np.dtype, tuple[str, ...]] = {
+    np.dtype(np.int8): ("shaderInt8", "storageBuffer8BitAccess"),
+    np.dtype(np.uint8): ("shaderInt8", "storageBuffer8BitAccess"),
+    np.dtype(np.int16): ("shaderInt16", "storageBuffer16BitAccess"),
+    np.dtype(np.uint16): ("shaderInt16", "storageBuffer16BitAccess"),
+    np.dtype(np.float16): ("shaderFloat16", "storageBuffer16BitAccess"),
+    np.dtype(np.float64): ("shaderFloat64",),
+    np.dtype(np.complex128): ("shaderFloat64",),
+}
+#: complex dtype -> the float variant its sums use
+_COMPLEX_SUM = {np.dtype(np.complex64): "reduce_f32", np.dtype(np.complex128): "reduce_f64"}
+_FLOAT_OPS = ("sum", "prod", "min", "max")
+_COMPLEX_OPS = ("sum", "prod")
+
+
+def _reduce_plan(dtype: Any, op: str) -> tuple[str, int, int, int]:
+    """(variant, op code, scalar size in bytes, scalars per element) of a GPU reduction, or
+    InvalidArgumentError when the dtype or op is not one reduce.comp has."""
+    dt = np.dtype(dtype)
+    key = dt.newbyteorder("=") if dt.isnative else None
+    name = REDUCE_DTYPES.get(key) if key is not None else None
+    if name is None:
+        raise InvalidArgumentError(
+            "GPU reductions take " + ", ".join(str(d) for d in REDUCE_DTYPES)
+            + f" (native byte order); got {dt}")
+    opname = str(op).lower()
+    code = REDUCE_OPS.get(opname)
+    if code is None:
+        raise InvalidArgumentError(f"unknown reduction {op!r} (one of {sorted(REDUCE_OPS)})")
+    if dt.kind == "f" and opname not in _FLOAT_OPS:
+        raise InvalidArgumentError(f"reduction {op!r} takes integers, not {dt}")
+    if dt.kind == "c":
+        if opname not in _COMPLEX_OPS:
+            raise InvalidArgumentError(f"reduction {op!r} is not defined for {dt}")
+        half = dt.itemsize // 2
+        if opname == "sum":  # elementwise on the (re, im) scalars
+            return _COMPLEX_SUM[key], code, half, 2
+        return name, code, half, 1
+    return name, code, dt.itemsize, 1
+
+
+def reduce_unsupported(info: DeviceInfo, dtype: Any, op: str) -> str | None:
+    """None when :meth:`Kernels.reduce` can do ``op`` on ``dtype`` on the device described by
+    ``info``; else why not (the dtype or op has no variant, or the device lacks a feature)."""
+    try:
+        _reduce_plan(dtype, op)
+    except InvalidArgumentError as exc:
+        return str(exc)
+    missing = info.missing_features(*REDUCE_FEATURES.get(np.dtype(dtype).newbyteorder("="), ()))
+    if missing:
+        return f"{info.name} lacks {', '.join(missing)} for {np.dtype(dtype)} reductions"
+    return None
+
 
 _GROUP = 256  # local_size_x of reduce.comp and copy.comp
 _AMO_GROUP = 64  # local_size_x of amo.comp
@@ -167,20 +228,15 @@ class Kernels:
                count: int, op: str, dtype: Any, *, timeout: float | None = None) -> None:
         """``dst[i] = op(dst[i], src[i])`` for ``count`` elements (see reduce.comp)."""
         dt = np.dtype(dtype)
-        name = REDUCE_DTYPES.get(dt.newbyteorder("=")) if dt.isnative else None
-        if name is None:
-            raise InvalidArgumentError(
-                f"GPU reductions take int32, int64, uint32, uint64, float32, float64; got {dt}")
-        code = REDUCE_OPS.get(str(op).lower())
-        if code is None:
-            raise InvalidArgumentError(f"unknown reduction {op!r} (one of {sorted(REDUCE_OPS)})")
-        if dt.kind == "f" and code >= 4:
-            raise InvalidArgumentError(f"reduction {op!r} takes integers, not {dt}")
-        if dt == np.float64 and not self.device.info.float64:
-            raise FeatureNotAvailableError(f"{self.device.info.name} has no float64 in shaders")
+        name, code, scalar, per = _reduce_plan(dt, op)
+        missing = self.device.info.missing_features(*REDUCE_FEATURES.get(dt.newbyteorder("="),
+                                                                           ()))
+        if missing:
+            raise FeatureNotAvailableError(
+                f"{self.device.info.name} lacks {', '.join(missing)} for {dt} reductions")
         size = dt.itemsize
-        if dst_offset % size or src_offset % size:
-            raise InvalidArgumentError(f"{dt} reductions need offsets aligned to {size} bytes")
+        if dst_offset % scalar or src_offset % scalar:
+            raise InvalidArgumentError(f"{dt} reductions need offsets aligned to {scalar} bytes")
         dst.check_range(dst_offset, count * size, "reduction destination")
         src.check_range(src_offset, count * size, "reduction source")
         if count == 0:
@@ -191,8 +247,9 @@ class Kernels:
         pipe = self.device.pipeline(name)
         da = dst.device_address + dst_offset
         sa = src.device_address + src_offset
-        items = [(-(-k // _GROUP), _PUSH_2ADDR.pack(da + s * size, sa + s * size, k, code))
-                 for s, k in self._chunks(count)]
+        step = size // per  # bytes per invocation
+        items = [(-(-k // _GROUP), _PUSH_2ADDR.pack(da + s * step, sa + s * step, k, code))
+                 for s, k in self._chunks(count * per)]
         pipe.dispatch_many(items, timeout=timeout)
 
     def shader_copy(self, dst: GpuMemory, dst_offset: int, src: GpuMemory, src_offset: int,

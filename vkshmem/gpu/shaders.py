@@ -59,6 +59,13 @@ VARIANTS: dict[str, tuple[str, dict[str, str]]] = {
     "reduce_u64": ("reduce.comp", {"DTYPE": "4"}),
     "reduce_f32": ("reduce.comp", {"DTYPE": "5"}),
     "reduce_f64": ("reduce.comp", {"DTYPE": "6"}),
+    "reduce_i8": ("reduce.comp", {"DTYPE": "7"}),
+    "reduce_u8": ("reduce.comp", {"DTYPE": "8"}),
+    "reduce_i16": ("reduce.comp", {"DTYPE": "9"}),
+    "reduce_u16": ("reduce.comp", {"DTYPE": "10"}),
+    "reduce_f16": ("reduce.comp", {"DTYPE": "11"}),
+    "reduce_c64": ("reduce.comp", {"DTYPE": "12"}),
+    "reduce_c128": ("reduce.comp", {"DTYPE": "13"}),
     "ring_selftest": ("ring_selftest.comp", {}),
 }
 
