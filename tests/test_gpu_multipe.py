@@ -6,8 +6,12 @@ reached through its GPU proxy over hostproxy or UCX). Runs on lavapipe without a
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
-from test_multipe import MODES, expected_route, launch
+from test_multipe import MODES, PE_DIR, expected_route, launch
 
 GPU_ENV = {"VKSHMEM_GPU_SYMMETRIC_SIZE": "64M", "VKSHMEM_GPU_VALIDATION": "1"}
 
@@ -72,3 +76,14 @@ def test_gpu_initiated_unmapped() -> None:
     r = launch("gpu_initiated", 2, {**GPU_ENV, "VKSHMEM_GPU_MAPPED": "0"}, timeout=240)
     assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout}\n{r.stderr}"
     assert r.stdout.count("gpu_initiated ok") == 2, r.stdout
+
+
+def test_stale_device_arrays_are_refused() -> None:
+    """After finalize + init, a DeviceArray of the old heap raises instead of writing into the
+    new heap at the same offset; DeviceArray.view refuses shapes numpy refuses."""
+    # plain python, a 1-PE job (the launcher's rendezvous takes each rank once)
+    env = {**os.environ, **GPU_ENV, "VKSHMEM_SYMMETRIC_SIZE": "64M"}
+    r = subprocess.run([sys.executable, str(PE_DIR / "gpu_stale.py")], env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout}\n{r.stderr}"
+    assert "gpu_stale ok" in r.stdout, r.stdout

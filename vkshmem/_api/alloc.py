@@ -20,7 +20,7 @@ from ..core.errors import InvalidArgumentError
 from ..core.heap import MIN_ALIGN
 from ..core.runtime import HOST_SEG
 from . import state
-from .args import DeviceArray, locate
+from .args import DeviceArray, live, locate
 
 __all__ = ["alloc", "array", "del_array", "empty", "free", "fromalloc", "full", "new_array",
            "ones", "realloc", "zeros"]
@@ -87,6 +87,7 @@ def alloc(count: int, size: int = 1, align: int | None = None, hints: int | None
 
 def _offset(obj: Any, what: str) -> int:
     if type(obj) is DeviceArray:
+        live(obj, what)
         if obj.base is not None:
             raise InvalidArgumentError(f"{what}: pass the allocated DeviceArray, not a view")
         return obj.offset

@@ -17,7 +17,7 @@ from ..gpu.domain import GPU_SEG
 from . import state
 
 __all__ = ["GPU_SEG", "DeviceArray", "check_pe", "contiguous", "count_of", "element_count",
-           "host_copy", "is_device", "locate", "resolve", "same_dtype", "segment_route"]
+           "host_copy", "live", "locate", "resolve", "same_dtype", "segment_route"]
 
 _MASK48 = (1 << 48) - 1
 
@@ -52,6 +52,7 @@ def locate(a: np.ndarray, nbytes: int, what: str) -> tuple[int, int]:
         r = lib.vk_locate(ffi.from_buffer(a), nbytes)
     except (TypeError, BufferError, ValueError):
         if type(a) is DeviceArray:
+            live(a, what)
             if a.offset + nbytes > a.domain.size:
                 raise InvalidArgumentError(f"{what}: {nbytes} bytes from this DeviceArray run "
                                            "past the end of the GPU heap") from None
@@ -73,12 +74,12 @@ def locate(a: np.ndarray, nbytes: int, what: str) -> tuple[int, int]:
         "new_array (or a view/slice of such an array)")
 
 
-def is_device(*arrays: Any) -> bool:
-    """Whether any of ``arrays`` is a DeviceArray (the GPU-domain paths take over)."""
-    for a in arrays:
-        if type(a) is DeviceArray:
-            return True
-    return False
+def live(a: DeviceArray, what: str) -> DeviceArray:
+    """``a``, or an error when it belongs to a GPU heap that is gone (an earlier ``init``)."""
+    if a.domain is not state.rt.gpu or a.domain.closed:
+        raise InvalidArgumentError(f"{what}: this DeviceArray belongs to a GPU heap that was "
+                                   "released (finalize); allocate it again")
+    return a
 
 
 def host_copy(a: Any) -> Any:

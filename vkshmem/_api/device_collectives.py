@@ -25,7 +25,7 @@ from ..core.collectives import CollTeam
 from ..core.errors import InvalidArgumentError
 from ..gpu.kernels import reduce_unsupported
 from . import state
-from .args import DeviceArray, count_of, host_copy
+from .args import GPU_SEG, DeviceArray, count_of, host_copy, live
 
 __all__ = ["alltoall", "broadcast", "collect", "fcollect", "reduce", "scan"]
 
@@ -34,6 +34,7 @@ _Host = Callable[[Any, Any], None]
 
 
 def _check(target: Any, source: Any, what: str) -> np.dtype:
+    live(target, f"{what} target")
     dt = np.dtype(target.dtype)
     if np.dtype(source.dtype) != dt:
         raise InvalidArgumentError(f"{what}: dtype mismatch: target is {dt}, source is "
@@ -50,7 +51,7 @@ class _Source:
         self.gpu = state.rt.gpu
         self.device = type(source) is DeviceArray
         if self.device:
-            self.offset = source.offset
+            self.offset = live(source, "collective source").offset
         else:
             flat = np.ascontiguousarray(source).reshape(-1)
             self.bytes = memoryview(flat).cast("B")
@@ -61,7 +62,7 @@ class _Source:
         if self.device:
             self.gpu.put_device(pe, dst_off, self.offset + lo, nbytes)
         else:
-            self.gpu.put(pe, 1, dst_off, self.bytes[lo:lo + nbytes])
+            self.gpu.put(pe, GPU_SEG, dst_off, self.bytes[lo:lo + nbytes])
 
 
 def _done(ct: CollTeam) -> None:
@@ -119,7 +120,7 @@ def collect(ct: CollTeam, target: DeviceArray, source: Any, size: Any,
     ct.ts.sync()
     mine = np.array([cnt], np.uint64)
     for pe in ct.pes:
-        gpu.put(pe, 1, scratch + 8 * ct.me, memoryview(mine).cast("B"))
+        gpu.put(pe, GPU_SEG, scratch + 8 * ct.me, memoryview(mine).cast("B"))
     _done(ct)
     counts = np.empty(ct.n, np.uint64)
     gpu.read_local(gpu.memory, scratch, memoryview(counts).cast("B"))
@@ -157,7 +158,7 @@ def alltoall(ct: CollTeam, target: DeviceArray, source: Any, cnt: int, tst: int,
             block = np.ascontiguousarray(flat[j * cnt * sst:(j * cnt + cnt - 1) * sst + 1:sst])
             for i in range(cnt):
                 at = target.offset + (me * cnt + i) * tst * isz
-                gpu.put(pe, 1, at, memoryview(block[i:i + 1]).cast("B"))
+                gpu.put(pe, GPU_SEG, at, memoryview(block[i:i + 1]).cast("B"))
     _done(ct)
 
 

@@ -17,7 +17,7 @@ import numpy as np
 from ..core.errors import InvalidArgumentError
 from ..gpu.launch import UserKernel, pack_push
 from . import state
-from .args import DeviceArray, locate
+from .args import GPU_SEG, DeviceArray, live, locate
 
 __all__ = ["gpu_kernel", "offset_of", "pack_push"]
 
@@ -36,7 +36,7 @@ def offset_of(a: Any) -> tuple[int, int]:
     """``(segment, offset)`` of symmetric array ``a`` as kernels address it: segment 0 the
     host heap, 1 the GPU heap; the same numbers on every PE."""
     if type(a) is DeviceArray:
-        return 1, a.offset
+        return GPU_SEG, live(a, "offset_of").offset
     if not isinstance(a, (np.ndarray, memoryview)):
         raise InvalidArgumentError(f"offset_of takes a symmetric array, got {type(a).__name__}")
     return locate(a, 0, "offset_of")

@@ -15,11 +15,13 @@ from ..core._native import ffi, lib
 from ..core.errors import InvalidArgumentError
 from . import state
 from .args import (
+    GPU_SEG,
     DeviceArray,
     contiguous,
     count_of,
     element_count,
     host_copy,
+    live,
     locate,
     resolve,
     same_dtype,
@@ -209,9 +211,9 @@ def _put_device(target: Any, source: Any, pe: int, t: Any, n: int, nbytes: int) 
     _seg, off = locate(target, nbytes, "put target")
     gpu = state.rt.gpu
     if type(source) is DeviceArray:
-        gpu.put_device(pe, off, source.offset, nbytes)
+        gpu.put_device(pe, off, live(source, "put source").offset, nbytes)
     else:
-        gpu.put(pe, 1, off, _src_bytes(source, n, nbytes))
+        gpu.put(pe, GPU_SEG, off, _src_bytes(source, n, nbytes))
 
 
 def _get_device(target: Any, source: Any, pe: int, t: Any, n: int, nbytes: int) -> None:
@@ -225,14 +227,14 @@ def _get_device(target: Any, source: Any, pe: int, t: Any, n: int, nbytes: int) 
     _seg, off = locate(source, nbytes, "get source")
     gpu = state.rt.gpu
     if type(target) is DeviceArray:
-        gpu.get_device(pe, off, target.offset, nbytes)
+        gpu.get_device(pe, off, live(target, "get target").offset, nbytes)
         return
     dst = _dst_bytes(target, nbytes)
     if dst is not None:
-        gpu.get(pe, 1, off, dst)
+        gpu.get(pe, GPU_SEG, off, dst)
         return
     tmp = np.empty(n, source.dtype)
-    gpu.get(pe, 1, off, memoryview(tmp).cast("B"))
+    gpu.get(pe, GPU_SEG, off, memoryview(tmp).cast("B"))
     target.flat[:n] = tmp
 
 

@@ -29,7 +29,7 @@ from ..core.errors import InvalidArgumentError
 from ..core.transport import AmoOp
 from . import state
 from .alloc import free, new_array
-from .args import GPU_SEG, DeviceArray, locate, resolve
+from .args import GPU_SEG, DeviceArray, live, locate, resolve, segment_route
 from .enums import cmp_function
 from .rma import put, put_nbi
 
@@ -91,7 +91,7 @@ def _signal_word(signal: Any, what: str) -> tuple[int, int]:
     dt = getattr(signal, "dtype", None)
     if type(signal) is DeviceArray and dt in _DTYPES and signal.size == 1 \
             and not signal.offset & 7:
-        return GPU_SEG, signal.offset
+        return GPU_SEG, live(signal, what).offset
     if not isinstance(signal, (np.ndarray, DeviceArray)) or dt is None:
         raise InvalidArgumentError(f"{what}: a signal is a one-element symmetric uint64 array "
                                    f"(from shmem.new_signal()), got {type(signal).__name__}")
@@ -186,7 +186,7 @@ def _update(signal: np.ndarray, value: Any, pe: int, ctx: Any, op: AmoOp, what: 
     v = value & _MASK64 if type(value) is int else _value(value, what)
     seg, off = _signal_word(signal, what)
     pe, t = resolve(ctx, pe)
-    (state.rt.gpu if seg == GPU_SEG else t).amo(pe, seg, off, op, 8, v, 0, False)
+    segment_route(t, seg).amo(pe, seg, off, op, 8, v, 0, False)
 
 
 def signal_add(signal: np.ndarray, value: int, pe: int, ctx: Any = None) -> None:

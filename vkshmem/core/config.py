@@ -165,9 +165,16 @@ _var("VKSHMEM_GPU_DEVICE", "int", "",
      "Vulkan device of this PE, by number in 'vkshmem info' order (GPUs first, CPU drivers "
      "such as lavapipe last); empty: the PE's local rank modulo the number of GPUs.",
      _parse_device)
+def _parse_positive_seconds(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise ValueError("must be > 0 (GPU waits always have a limit)")
+    return value
+
+
 _var("VKSHMEM_GPU_TIMEOUT", "seconds", "30",
      "Seconds any wait for GPU work (or for a peer's GPU proxy) may take before it raises "
-     "GpuTimeoutError.", _parse_seconds)
+     "GpuTimeoutError (> 0).", _parse_positive_seconds)
 _var("VKSHMEM_GPU_STAGING_SIZE", "size", "8M",
      "Host-visible staging buffer of each PE's Vulkan device (host <-> GPU copies go through "
      "it in two halves).", parse_size)
@@ -176,7 +183,7 @@ _var("VKSHMEM_GPU_SPIN_US", "float", "200",
      _parse_seconds)
 _var("VKSHMEM_GPU_VALIDATION", "bool", "0",
      "Load the Khronos validation layer for the GPU domain; its errors make vkshmem raise "
-     "GpuError at the next synchronisation and at finalize (CI sets it).", _parse_bool)
+     "GpuError after the next barrier_all and at finalize (CI sets it).", _parse_bool)
 _var("VKSHMEM_GPU_MAPPED", "bool", "1",
      "Where GPU memory is host-visible (lavapipe, resizable-BAR GPUs), copy, wait and zero "
      "through its CPU mapping (and, on CPU drivers, apply AMOs with CPU atomics). 0 takes the "

@@ -298,8 +298,6 @@ class Runtime:
         lib.vk_fence()
         for t in self.transports:
             t.quiet()
-        if self.gpu is not None:
-            self.gpu.quiet()
 
     def fence(self) -> None:
         """Order earlier operations to each PE before later ones (quiet where an operation to
@@ -346,9 +344,12 @@ class Runtime:
         self.world.sync()
 
     def barrier_all(self) -> None:
-        """Collective: quiet, then sync_all."""
+        """Collective: quiet, then sync_all (then GPU validation errors, once every PE is
+        past the barrier, so raising on one PE leaves none of the others waiting)."""
         self.quiet()
         self.sync_all()
+        if self.gpu is not None:
+            self.gpu.check_validation()
 
     # -- the GPU domain ---------------------------------------------------------------------
 

@@ -153,8 +153,11 @@ class DeviceArray:
     def view(self, dtype: Any) -> DeviceArray:
         """Reinterpret the bytes as ``dtype`` (the last axis rescales, as numpy's ``view``)."""
         dt = np.dtype(dtype)
-        if self.nbytes % dt.itemsize:
-            raise InvalidArgumentError(f"{self.nbytes} bytes are not a whole number of {dt}")
+        last = self.shape[-1] * self.itemsize if self.shape else self.itemsize
+        if last % dt.itemsize or self.offset % dt.itemsize:
+            raise InvalidArgumentError(
+                f"cannot view {self.dtype} with shape {self.shape} at offset {self.offset} as "
+                f"{dt}: the last axis ({last} bytes) and the offset must be whole {dt}s")
         shape = (*self.shape[:-1], self.shape[-1] * self.itemsize // dt.itemsize) \
             if self.shape else (self.itemsize // dt.itemsize,)
         return self._view(self.offset, shape, dt)

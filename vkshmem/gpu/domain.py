@@ -23,6 +23,7 @@ from __future__ import annotations
 import ctypes
 import json
 import logging
+import os
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -119,16 +120,24 @@ class GpuDomain:
                   if pe != self.my_pe and mine is not None and groups[pe] == mine]
         got = exchange_fds(f"{rt.token}.gpu", self.my_pe, direct, [seg.fd],
                            rt.bootstrap.barrier, cfg.bootstrap_timeout)
-        for pe, fds in sorted(got.items()):
-            info = ExportInfo.unpack(bytes.fromhex(infos[pe]["export"]))
-            try:
-                self.peers[pe] = dev.import_fd(fds[0], info.size,
-                                               memory_type_index=info.memory_type_index,
-                                               dedicated=info.dedicated, take_ownership=True)
-            except Exception as exc:
-                raise GpuError(f"PE {self.my_pe} cannot import the GPU heap of PE {pe} on the "
-                               f"same device ({dev.name}): {exc}. VKSHMEM_SHM=0 reaches it "
-                               "through the GPU proxy instead") from exc
+        pending = dict(got)  # fds not yet owned by Vulkan: closed if an import fails
+        try:
+            for pe in sorted(got):
+                fd = pending.pop(pe)[0]
+                info = ExportInfo.unpack(bytes.fromhex(infos[pe]["export"]))
+                try:
+                    self.peers[pe] = dev.import_fd(fd, info.size,
+                                                   memory_type_index=info.memory_type_index,
+                                                   dedicated=info.dedicated,
+                                                   take_ownership=True)
+                except Exception as exc:
+                    raise GpuError(f"PE {self.my_pe} cannot import the GPU heap of PE {pe} on "
+                                   f"the same device ({dev.name}): {exc}. VKSHMEM_SHM=0 "
+                                   "reaches it through the GPU proxy instead") from exc
+        finally:
+            for fds in pending.values():
+                for fd in fds:
+                    os.close(fd)
         self.peers[self.my_pe] = self.memory
         #: per PE, its GPU heap imported here, or None (reached through the proxy)
         self.route: list[GpuMemory | None] = [self.peers.get(pe) for pe in range(rt.n_pes)]
@@ -159,6 +168,9 @@ class GpuDomain:
                   compare: int) -> int:
         """One AMO on ``mem``, atomic with shader atomics on the word; returns the old value."""
         mem.check_range(offset, width, "GPU AMO")
+        if width not in (4, 8) or offset % width:
+            raise InvalidArgumentError(f"GPU AMOs take aligned 4- or 8-byte words; got {width} "
+                                       f"bytes at offset {offset}")
         if self.cpu_atomics and mem.host_address:
             return int(_core.vk_amo(mem.host_address + offset, int(op), width, operand,
                                     compare))
@@ -231,8 +243,7 @@ class GpuDomain:
             self.write_local(self.memory, dst_off + lo, piece)
 
     def quiet(self) -> None:
-        """GPU operations complete before they return; this reports validation errors."""
-        self.check_validation()
+        """Nothing to wait for: GPU operations complete before they return."""
 
     def fence(self) -> None:
         """Nothing to order (see :meth:`quiet`)."""
@@ -357,7 +368,7 @@ class GpuDomain:
         self.closed = True
         failure = self.stop_threads()
         if self.proxy is not None:
-            self.proxy.close()
+            self.proxy.close()  # its thread is stopped: this releases the endpoints
         for pe, mem in list(self.peers.items()):
             if pe != self.my_pe:
                 try:

@@ -80,6 +80,8 @@ class Initiator:
             else:
                 self.heap = domain.memory
             self.ring = Ring.create(self.device, RING_CAPACITY)
+            for pe in range(rt.n_pes):  # endpoints made here, on the application's thread
+                self._ep(pe)
             self.service = RingService(self.ring, self._handle, self.device,
                                        name=f"vkshmem-gpu-ring-pe{rt.my_pe}")
         except BaseException:
@@ -117,11 +119,16 @@ class Initiator:
 
     def _handle(self, d: Descriptor) -> int | None:
         op = d.op
-        if op in (RingOp.NOP, RingOp.FENCE):
-            return None  # requests are handled in order and complete when handled
-        if op == RingOp.QUIET:
-            for ep in self._own_eps:
-                ep.quiet()
+        if op == RingOp.NOP:
+            return None
+        if op in (RingOp.FENCE, RingOp.QUIET):
+            # GPU-heap requests complete when handled; host-heap puts may be in flight on a
+            # transport: complete them (a fence where the transport orders natively)
+            for ep in self._eps.values():
+                if op == RingOp.FENCE and ep.spec.native_fence:
+                    ep.fence()
+                else:
+                    ep.quiet()
             return None
         if not 0 <= d.pe < self.rt.n_pes:
             raise InvalidArgumentError(f"GPU request {op!r} names PE {d.pe}; the job has "
@@ -144,7 +151,15 @@ class Initiator:
             return None
         raise InvalidArgumentError(f"unknown GPU request {op!r}")
 
+    def _range(self, seg: int, off: int, n: int) -> None:
+        """Reject a kernel's request that runs outside this PE's segment (no truncation)."""
+        size = self.domain.size if seg == _GPU else self.rt.host.size
+        if seg not in (_HOST, _GPU) or off < 0 or n < 0 or off + n > size:
+            raise InvalidArgumentError(f"GPU request: {n} bytes at offset {off} of segment "
+                                       f"{seg} are outside it ({size} bytes)")
+
     def _src_bytes(self, seg: int, off: int, n: int) -> memoryview:
+        self._range(seg, off, n)
         if seg == _GPU:
             tmp = memoryview(bytearray(n))
             self.domain.read_local(self.domain.memory, off, tmp)
@@ -152,6 +167,8 @@ class Initiator:
         return self.rt.host.buffer[off:off + n]
 
     def _put(self, pe: int, dseg: int, doff: int, sseg: int, soff: int, n: int) -> None:
+        self._range(sseg, soff, n)
+        self._range(dseg, doff, n)
         dom = self.domain
         if sseg == _GPU and dseg == _GPU:
             dom.put_device(pe, doff, soff, n)
@@ -161,6 +178,8 @@ class Initiator:
             self._ep(pe).put(pe, _HOST, doff, self._src_bytes(sseg, soff, n))
 
     def _get(self, pe: int, sseg: int, soff: int, dseg: int, doff: int, n: int) -> None:
+        self._range(sseg, soff, n)
+        self._range(dseg, doff, n)
         dom = self.domain
         if sseg == _GPU and dseg == _GPU:
             dom.get_device(pe, soff, doff, n)

@@ -79,6 +79,10 @@ class GpuProxy:
         self._ctx_serve: dict[int, Transport] = {}
         self._contexts: list[Transport] = []
         self._tmp = bytearray(self.chunk)
+        # Endpoints made here, on the application's thread, for every route in use.
+        for pe in range(self.n):
+            self._endpoint(pe, self._ctx_send)
+            self._endpoint(pe, self._ctx_serve)
         self._stop = threading.Event()
         self.error: BaseException | None = None
         self._thread = threading.Thread(target=self._serve_loop, name="vkshmem-gpu-proxy",
@@ -223,16 +227,20 @@ class GpuProxy:
 
     # -- teardown ------------------------------------------------------------------------------
 
-    def stop(self) -> None:
-        """Stop the proxy thread (peers' requests are no longer served)."""
+    def stop(self) -> bool:
+        """Stop the proxy thread (peers' requests are no longer served); whether it ended."""
         self._stop.set()
-        self._thread.join(5)
+        if self._thread.is_alive():
+            self._thread.join(5)
+        return not self._thread.is_alive()
 
     def close(self) -> None:
         """Stop the proxy thread and release its endpoints (the mailbox goes with the heap).
         At the end of the job the runtime closes the transports first: closing a context of
         a closed transport releases only what is left."""
-        self.stop()
+        if not self.stop():  # stuck in a transport call: leak rather than close under it
+            log.warning("GPU proxy of PE %d did not stop; its endpoints stay open", self.me)
+            return
         for ep in self._contexts:
             try:
                 ep.close()
