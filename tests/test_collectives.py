@@ -7,19 +7,15 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 import pytest
-from test_multipe import MODES, expected_route, launch
+from test_multipe import MODES, check_run, launch
 
 from vkshmem.core.collectives import find_offload
 from vkshmem.core.transport import CollectiveArgs, PeerInfo, SegmentInfo, Transport
 
 
 def _run(npes: int, mode: str, extra: Mapping[str, str] | None = None) -> None:
-    r = launch("coll", npes, {**MODES[mode], **(extra or {})}, timeout=150)
-    assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout}\n{r.stderr}"
-    assert r.stdout.count("coll ok") == npes, r.stdout
-    routes = [line for line in r.stdout.splitlines() if "routes:" in line]
-    want = expected_route(mode)
-    assert len(routes) == npes and all(f"routes: ['{want}']" in x for x in routes), routes
+    check_run(launch("coll", npes, {**MODES[mode], **(extra or {})}, timeout=150), "coll",
+              npes, mode)
 
 
 @pytest.mark.parametrize("mode", list(MODES))

@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from test_multipe import MODES, PE_DIR, expected_route, launch
+from test_multipe import MODES, PE_DIR, check_run, launch
 
 GPU_ENV = {"VKSHMEM_GPU_SYMMETRIC_SIZE": "64M", "VKSHMEM_GPU_VALIDATION": "1"}
 
@@ -20,10 +20,7 @@ GPU_ENV = {"VKSHMEM_GPU_SYMMETRIC_SIZE": "64M", "VKSHMEM_GPU_VALIDATION": "1"}
 @pytest.mark.parametrize("npes", [1, 2, 4])
 def test_gpu_script(npes: int, mode: str) -> None:
     r = launch("gpu", npes, {**MODES[mode], **GPU_ENV}, timeout=240)
-    assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout}\n{r.stderr}"
-    assert r.stdout.count("gpu ok") == npes, r.stdout
-    routes = [line for line in r.stdout.splitlines() if "routes:" in line]
-    assert all(f"routes: ['{expected_route(mode)}']" in line for line in routes), routes
+    check_run(r, "gpu", npes, mode)
     gpu = [line for line in r.stdout.splitlines() if "gpu: imported" in line]
     assert len(gpu) == npes, r.stdout
     one_device = len({line.split(" uuid ")[-1] for line in gpu}) == 1

@@ -41,17 +41,22 @@ def launch(script: str, npes: int, env: dict[str, str],
                           timeout=timeout + 30)
 
 
-@pytest.mark.parametrize("mode", list(MODES))
-@pytest.mark.parametrize("npes", [1, 2, 3, 4])
-@pytest.mark.parametrize("script", SCRIPTS)
-def test_script(script: str, npes: int, mode: str) -> None:
-    r = launch(script, npes, MODES[mode])
+def check_run(r: subprocess.CompletedProcess[str], script: str, npes: int, mode: str) -> None:
+    """The run succeeded, every PE printed ``<script> ok``, and every PE's routes are the
+    one route of ``mode``."""
     assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout}\n{r.stderr}"
     assert r.stdout.count(f"{script} ok") == npes, r.stdout
     routes = [line for line in r.stdout.splitlines() if "routes:" in line]
     assert len(routes) == npes, r.stdout
     want = expected_route(mode)
     assert all(f"routes: ['{want}']" in line for line in routes), routes
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize("npes", [1, 2, 3, 4])
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_script(script: str, npes: int, mode: str) -> None:
+    check_run(launch(script, npes, MODES[mode]), script, npes, mode)
 
 
 def test_allocation_mismatch_is_reported() -> None:

@@ -5,7 +5,7 @@ over the shm path and, with it off, over hostproxy and UCX (the modes of test_mu
 from __future__ import annotations
 
 import pytest
-from test_multipe import MODES, expected_route, launch
+from test_multipe import MODES, check_run, launch
 
 SCRIPTS = ["signals", "lock", "amo_nbi"]
 
@@ -14,10 +14,4 @@ SCRIPTS = ["signals", "lock", "amo_nbi"]
 @pytest.mark.parametrize("npes", [1, 2, 3, 4])
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_spec_script(script: str, npes: int, mode: str) -> None:
-    r = launch(script, npes, MODES[mode])
-    assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout}\n{r.stderr}"
-    assert r.stdout.count(f"{script} ok") == npes, r.stdout
-    routes = [line for line in r.stdout.splitlines() if "routes:" in line]
-    assert len(routes) == npes, r.stdout
-    want = expected_route(mode)
-    assert all(f"routes: ['{want}']" in line for line in routes), routes
+    check_run(launch(script, npes, MODES[mode]), script, npes, mode)
