@@ -30,6 +30,7 @@ from vkshmem.core.errors import InvalidArgumentError
 from vkshmem.core.transport import AmoOp, Transport
 
 from .device import VulkanDevice
+from .endpoints import Endpoints
 from .launch import UserKernel
 from .ring import Descriptor, Ring, RingOp, SignalOp
 from .ringservice import RingService
@@ -55,8 +56,7 @@ class Initiator:
         self.domain = domain
         self.rt = rt
         self.kernels: list[UserKernel] = []
-        self._eps: dict[int, Transport] = {}
-        self._own_eps: list[Transport] = []
+        self._eps: Endpoints | None = None
         self.service: RingService | None = None
         self.ring: Ring | None = None
         self.heap: GpuMemory | None = None
@@ -80,8 +80,7 @@ class Initiator:
             else:
                 self.heap = domain.memory
             self.ring = Ring.create(self.device, RING_CAPACITY)
-            for pe in range(rt.n_pes):  # endpoints made here, on the application's thread
-                self._ep(pe)
+            self._eps = Endpoints(rt)  # made here, on the application's thread
             self.service = RingService(self.ring, self._handle, self.device,
                                        name=f"vkshmem-gpu-ring-pe{rt.my_pe}")
         except BaseException:
@@ -108,14 +107,11 @@ class Initiator:
     # -- the handler -------------------------------------------------------------------------
 
     def _ep(self, pe: int) -> Transport:
-        t = self.rt.route_transport[pe]
-        ep = self._eps.get(id(t))
-        if ep is None:
-            ep = t.create_context()
-            self._eps[id(t)] = ep
-            if ep is not t:
-                self._own_eps.append(ep)
-        return ep
+        assert self._eps is not None
+        return self._eps[pe]
+
+    def _eps_all(self) -> list[Transport]:
+        return self._eps.all if self._eps is not None else []
 
     def _handle(self, d: Descriptor) -> int | None:
         op = d.op
@@ -124,7 +120,7 @@ class Initiator:
         if op in (RingOp.FENCE, RingOp.QUIET):
             # GPU-heap requests complete when handled; host-heap puts may be in flight on a
             # transport: complete them (a fence where the transport orders natively)
-            for ep in self._eps.values():
+            for ep in self._eps_all():
                 if op == RingOp.FENCE and ep.spec.native_fence:
                     ep.fence()
                 else:
@@ -218,13 +214,9 @@ class Initiator:
             except Exception as exc:
                 log.warning("closing kernel %s: %s", k.name, exc)
         self.kernels.clear()
-        for ep in self._own_eps:
-            try:
-                ep.close()
-            except Exception as exc:
-                log.warning("closing a GPU ring endpoint: %s", exc)
-        self._own_eps.clear()
-        self._eps.clear()
+        if self._eps is not None:
+            self._eps.close()
+            self._eps = None
         if self.ring is not None:
             self.ring.close()
             self.ring = None

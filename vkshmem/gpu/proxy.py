@@ -33,9 +33,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from vkshmem.core.transport import AmoOp, Transport
+from vkshmem.core.transport import AmoOp
 from vkshmem.core.wait import Waiter
 
+from .endpoints import Endpoints
 from .errors import GpuError
 
 if TYPE_CHECKING:
@@ -75,31 +76,14 @@ class GpuProxy:
         self._waiter = Waiter(self.timeout, rt.transports)
         # Own endpoints for the sending side and for the proxy thread, so neither shares a
         # transport's default endpoint with the application's thread.
-        self._ctx_send: dict[int, Transport] = {}
-        self._ctx_serve: dict[int, Transport] = {}
-        self._contexts: list[Transport] = []
+        self._send = Endpoints(rt)
+        self._serve_eps = Endpoints(rt)
         self._tmp = bytearray(self.chunk)
-        # Endpoints made here, on the application's thread, for every route in use.
-        for pe in range(self.n):
-            self._endpoint(pe, self._ctx_send)
-            self._endpoint(pe, self._ctx_serve)
         self._stop = threading.Event()
         self.error: BaseException | None = None
         self._thread = threading.Thread(target=self._serve_loop, name="vkshmem-gpu-proxy",
                                         daemon=True)
         self._thread.start()
-
-    # -- endpoints ---------------------------------------------------------------------------
-
-    def _endpoint(self, pe: int, table: dict[int, Transport]) -> Transport:
-        t = self.rt.route_transport[pe]
-        ep = table.get(id(t))
-        if ep is None:
-            ep = t.create_context()
-            table[id(t)] = ep
-            if ep is not t:
-                self._contexts.append(ep)
-        return ep
 
     # -- sending side ------------------------------------------------------------------------
 
@@ -113,7 +97,7 @@ class GpuProxy:
         with self._send_lock:
             seq = self._seq[pe] + 1
             self._seq[pe] = seq
-            t = self._endpoint(pe, self._ctx_send)
+            t = self._send[pe]
             if payload is not None and nbytes:
                 t.put(pe, 0, remote + 128, payload)
             t.put(pe, 0, remote + 8, memoryview(_HDR.pack(op, width, offset, nbytes, operand,
@@ -215,7 +199,7 @@ class GpuProxy:
         except Exception as exc:
             status = 1
             payload = memoryview(f"{type(exc).__name__}: {exc}".encode()[:500] + b"\0")
-        t = self._endpoint(s, self._ctx_serve)
+        t = self._serve_eps[s]
         back = self.base + self.me * blk
         if payload is not None and payload.nbytes:
             t.put(s, 0, back + 128 + self.chunk, payload)
@@ -241,13 +225,7 @@ class GpuProxy:
         if not self.stop():  # stuck in a transport call: leak rather than close under it
             log.warning("GPU proxy of PE %d did not stop; its endpoints stay open", self.me)
             return
-        for ep in self._contexts:
-            try:
-                ep.close()
-            except Exception as exc:
-                log.warning("closing a GPU proxy endpoint: %s", exc)
-        self._contexts.clear()
-        self._ctx_send.clear()
-        self._ctx_serve.clear()
+        self._send.close()
+        self._serve_eps.close()
         # numpy views over the host heap would keep its mapping from being released
         self._box = self._requests = np.zeros(0, np.uint64)
