@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import random
 import re
 import shutil
 import socket
@@ -45,9 +46,19 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A free port below Linux's ephemeral range (32768-60999): a port the kernel hands out
+    can be taken by another test's outgoing connection before the job binds it (seen in CI)."""
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(20000, 32000, 2)  # even: torchrun style also uses port + 1
+        try:
+            for p in (port, port + 1):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", p))
+        except OSError:
+            continue
+        return port
+    raise RuntimeError("no free port pair between 20000 and 32000")
 
 
 def threads(n: int, fn: Callable[[int], Any], timeout: float = 20) -> list[Any]:
