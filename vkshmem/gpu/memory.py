@@ -140,7 +140,10 @@ class GpuMemory:
                         memory_type_index=memory_type_index, dedicated=dedicated)
         except BaseException:
             if own >= 0 and mem.memory is None:  # Vulkan did not take it
-                os.close(own)
+                try:
+                    os.close(own)
+                except OSError:  # lavapipe 22.3 closes it even when the import fails
+                    pass
             mem._destroy()
             raise
         mem.imported = True
