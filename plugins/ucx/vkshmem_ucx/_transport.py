@@ -431,7 +431,8 @@ class UcxTransport(Transport):
                 and offset + width <= local[1]:
             # This PE's own word: the core's CPU atomic, atomic with the peers' (UCX's self
             # transport was seen to lose an add under contention, about 1 run in 30)
-            old = sh.cpu_amo(local[0] + offset, int(op), width, operand & _M64,
+            code = AmoOp.SWAP if op == AmoOp.SET else op  # a fetching SET returns the old word
+            old = sh.cpu_amo(local[0] + offset, int(code), width, operand & _M64,
                              compare & _M64)
             return int(old) if fetch else 0
         out = _new("uint64_t *")
