@@ -71,8 +71,8 @@ amo = timed(lambda: shmem.atomic_fetch_add(word, 1, peer), SMALL)
 
 if me == 0:
     dom = word.domain
-    path = "GPU proxy" if dom.route[peer] is None else "imported memory"
-    print(f"\nvkshmem GPU domain at {n} PEs: {dom.device.name}, peer reached through {path}, "
+    path = shmem._state.rt.heaps[dom.spec.name].route_names[peer]
+    print(f"\nvkshmem GPU domain at {n} PEs: {dom.device.name}, route to the peer {path!r}, "
           f"mapped shortcuts {'on' if dom.mapped and dom.memory.host_visible else 'off'}")
     print(f"{'pair':<12} {'put 8 B (us)':>13} {'get 8 B (us)':>13} {'put 1 MiB (GB/s)':>17}")
     for name, lat, get, bw in rows:

@@ -44,10 +44,17 @@ def main(args: argparse.Namespace) -> int:
           f"({'on' if cfg.shm else 'off: VKSHMEM_SHM=0'})")
     for spec in sorted(reg.transports.values(), key=lambda s: -s.priority):
         reach = "+".join(sorted(spec.reach))
+        kinds = "+".join(sorted(spec.memory_kinds))
         print(f"   {spec.name:12s} priority {spec.priority:<5d} {reg.origin[spec.name]:10s} "
-              f"reach {reach}; {spec.description}")
+              f"reach {reach}, registers {kinds}; {spec.description}")
+    print("\nMemory domains (segment 0 host, 1 internal, then the plugins in name order):")
+    print(f"   {'host':12s} segment 0     core       memfd host heap (VKSHMEM_SYMMETRIC_SIZE)")
+    for seg, spec in enumerate(sorted(reg.domains.values(), key=lambda s: s.name), start=2):
+        print(f"   {spec.name:12s} segment {seg:<5d} {reg.origin[spec.name]:10s} "
+              f"family {spec.family}, priority {spec.priority}; {spec.description}")
     _gpu_devices()
-    print(f"\nRoutes of a {args.npes}-PE job on this node (vkshmem run -n {args.npes}):")
+    print(f"\nRoutes of a {args.npes}-PE job on this node (vkshmem run -n {args.npes}), per "
+          "peer and domain (domains are opened here to show them):")
     sys.stdout.flush()
     script = Path(__file__).with_name("_routes.py")
     cmd = [sys.executable, "-m", "vkshmem", "run", "-n", str(args.npes), "--timeout", "120",

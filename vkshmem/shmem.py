@@ -63,7 +63,7 @@ from ._api.amo_nbi import (
     atomic_fetch_xor_nbi,
     atomic_swap_nbi,
 )
-from ._api.args import DeviceArray
+from ._api.args import heap_of
 from ._api.collectives import (
     alltoall,
     alltoalls,
@@ -83,7 +83,6 @@ from ._api.collectives import (
 )
 from ._api.ctx import CTX_DEFAULT, CTX_INVALID, Ctx
 from ._api.enums import AMO, CMP, CTX, MALLOC, OP, THREAD
-from ._api.gpu import gpu_kernel, offset_of, pack_push
 from ._api.lock import Lock, clear_lock, del_lock, new_lock, set_lock, test_lock
 from ._api.query import query_initialized
 from ._api.rma import get, get_nbi, iget, iput, put, put_nbi
@@ -124,7 +123,10 @@ from ._api.sync import (
 from ._api.team import TEAM_INVALID, TEAM_SHARED, TEAM_WORLD, Team, sync, team_ptr
 from .core import runtime as _runtime
 from .core.config import load as _load_config
+from .core.domain import DomainArray
 from .core.errors import InvalidArgumentError
+from .gpu.api import gpu_kernel, offset_of, pack_push
+from .gpu.array import DeviceArray
 
 __all__ = [
     "AMO",
@@ -174,6 +176,7 @@ __all__ = [
     "VENDOR_STRING",
     "Ctx",
     "DeviceArray",
+    "DomainArray",
     "Lock",
     "Team",
     "addr_accessible",
@@ -366,8 +369,9 @@ def pe_accessible(pe: int) -> bool:
 
 def addr_accessible(addr: Any, pe: int) -> bool:
     """Whether ``addr`` is symmetric (usable as a remote address on ``pe``)."""
-    if type(addr) is DeviceArray:
-        return pe_accessible(pe) and not addr.domain.closed
+    if isinstance(addr, DomainArray):
+        heap = _state.rt.heaps.get(addr.domain.spec.name)
+        return pe_accessible(pe) and heap is not None and heap.owns(addr)
     if not pe_accessible(pe) or not isinstance(addr, np.ndarray):
         return False
     try:
@@ -395,9 +399,10 @@ def ptr(target: np.ndarray, pe: int) -> np.ndarray | None:
 
     rt = _state.rt
     pe = check_pe(pe)
-    if type(target) is DeviceArray:  # a CPU view of a peer's GPU heap, where one exists
-        mem = rt.gpu.route[pe]
-        view = mem.map() if mem is not None else None
+    if isinstance(target, DomainArray):  # a CPU view of a peer's device heap, if one exists
+        heap = heap_of(target, "ptr target")
+        mem = heap.direct[pe]
+        view = heap.domain.host_view(mem) if mem is not None else None
         if view is None:
             return None
         return np.frombuffer(view, target.dtype, target.size, target.offset).reshape(

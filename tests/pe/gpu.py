@@ -172,7 +172,7 @@ shmem.del_signal(sig)
 
 # -- collectives on GPU memory ------------------------------------------------------------------
 M = 37
-gpu_dev = shmem._state.rt.gpu.device
+gpu_dev = shmem._state.rt.domain("gpu").domain.device
 for dt in DTYPES:  # on the GPU where reduce.comp has the dtype (not longdouble: numpy)
     tol = {"rtol": 1e-2, "atol": 1e-3} if dt == np.float16 else {"rtol": 1e-5}
     src = shmem.array(data(dt, M, seed=7 * me + 1), domain="gpu")
@@ -258,9 +258,9 @@ for bad, what in ((lambda: shmem.put(e, np.zeros(4, np.int64), right), "dtype"),
 shmem.free(e)
 
 last = shmem.zeros(1, np.int8, domain="gpu")
-dom = last.domain
+dom = shmem._state.rt.heaps[last.domain.spec.name]  # the domain's heap: its routes
 shmem.free(last)
 print(f"routes: {sorted({r.name for r in shmem._state.rt.routes})}")
 print(f"gpu: imported {sorted(dom.peers)}, proxy {'on' if dom.proxy else 'off'}, "
-      f"device {dom.device.name} uuid {dom.device.info.uuid}")
+      f"device {last.domain.device.name} uuid {last.domain.device.info.uuid}")
 print(f"gpu ok: {len(DTYPES)} dtypes, {n} PEs")

@@ -4,9 +4,11 @@ Allocations are aligned to at least 64 bytes, zero-filled (or filled) before the
 barrier, and checked cheaply to be the same on every PE.
 
 ``domain`` picks the memory: ``'host'`` (default; numpy arrays over the host heap), ``'gpu'``
-(:class:`~vkshmem.gpu.array.DeviceArray` over the symmetric GPU heap, opened on first use —
-collective like every allocation), or ``'auto'`` (the GPU when every PE has a real GPU, not
-only a CPU Vulkan driver such as lavapipe; host memory otherwise).
+(the highest-priority GPU memory domain installed, e.g. ``'vulkan'``: its arrays, such as
+:class:`~vkshmem.gpu.array.DeviceArray`, over its symmetric heap, opened on first use —
+collective like every allocation), ``'auto'`` (that GPU domain when every PE has a real GPU,
+not only a CPU Vulkan driver such as lavapipe; host memory otherwise), or an installed memory
+domain's name (``vkshmem info`` lists them).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from ..core.errors import InvalidArgumentError
 from ..core.heap import MIN_ALIGN
 from ..core.runtime import HOST_SEG
 from . import state
-from .args import DeviceArray, live, locate
+from .args import DomainArray, heap_of, locate
 
 __all__ = ["alloc", "array", "del_array", "empty", "free", "fromalloc", "full", "new_array",
            "ones", "realloc", "zeros"]
@@ -29,21 +31,20 @@ Shape = int | Sequence[int]
 
 
 def _check_domain(domain: str) -> str:
-    """``'host'`` or ``'gpu'`` (``'auto'`` resolved; collective the first time)."""
-    if domain == "host" or domain == "gpu":
+    """``'host'`` or an installed domain's name (``'gpu'``, ``'auto'`` resolved; collective
+    the first time)."""
+    if domain == "host":
         return domain
-    if domain == "auto":
-        return state.rt.auto_domain()
-    raise InvalidArgumentError(
-        f"unknown memory domain {domain!r}: use 'host', 'gpu' or 'auto'")
+    return state.rt.resolve_domain(domain)
 
 
-def _gpu_array(shape: Shape, dt: np.dtype, align: int | None, clear: bool,
-               value: Any = None, order: str = "C") -> DeviceArray:
-    """Collective: a DeviceArray (zeroed when ``clear``, else filled with ``value`` if given)."""
+def _domain_array(where: str, shape: Shape, dt: np.dtype, align: int | None, clear: bool,
+               value: Any = None, order: str = "C") -> Any:
+    """Collective: an array of domain ``where`` (zeroed when ``clear``, else filled with
+    ``value`` if given)."""
     if order == "F":
-        raise InvalidArgumentError("GPU arrays are C-ordered: order='F' is not available")
-    gpu = state.rt.gpu_domain()
+        raise InvalidArgumentError(f"{where} arrays are C-ordered: order='F' is not available")
+    heap = state.rt.domain(where)
     count = int(np.prod(shape, dtype=np.int64))
     nbytes = count * dt.itemsize
     fill = None
@@ -52,10 +53,10 @@ def _gpu_array(shape: Shape, dt: np.dtype, align: int | None, clear: bool,
 
         def fill(off: int) -> None:
             if nbytes:
-                gpu.write_local(gpu.memory, off, memoryview(data.reshape(-1)).cast("B"))
+                heap.write_local(off, memoryview(data.reshape(-1)).cast("B"))
 
-    off = gpu.alloc(nbytes, align or MIN_ALIGN, clear and value is None, fill)
-    return DeviceArray(gpu, off, _dims(shape), dt)
+    off = heap.alloc(nbytes, align or MIN_ALIGN, clear and value is None, fill)
+    return heap.domain.make_array(off, _dims(shape), dt)
 
 
 def _dims(shape: Shape) -> tuple[int, ...]:
@@ -80,33 +81,37 @@ def alloc(count: int, size: int = 1, align: int | None = None, hints: int | None
     nbytes = int(count) * int(size)
     if nbytes < 0:
         raise InvalidArgumentError(f"cannot allocate {count} x {size} bytes")
-    if where == "gpu":
-        return _gpu_array(nbytes, np.dtype(np.uint8), align, clear)  # type: ignore[return-value]
+    if where != "host":
+        return _domain_array(where, nbytes, np.dtype(np.uint8), align, clear)  # type: ignore
     return _allocate(nbytes, align, clear)
 
 
-def _offset(obj: Any, what: str) -> int:
-    if type(obj) is DeviceArray:
-        live(obj, what)
+def _place(obj: Any, what: str) -> tuple[int, int]:
+    """``(segment, offset)`` of an allocation as the allocation functions returned it."""
+    if isinstance(obj, DomainArray):
+        heap = heap_of(obj, what)
         if obj.base is not None:
-            raise InvalidArgumentError(f"{what}: pass the allocated DeviceArray, not a view")
-        return obj.offset
+            raise InvalidArgumentError(f"{what}: pass the allocated {type(obj).__name__}, not "
+                                       "a view")
+        return heap.seg_id, obj.offset
     mem = obj.base if isinstance(obj, np.ndarray) and isinstance(obj.base, memoryview) else obj
     if not isinstance(mem, (memoryview, np.ndarray)):
         raise InvalidArgumentError(f"{what} takes a symmetric array or memoryview, got "
                                    f"{type(obj).__name__}")
-    seg, off = locate(mem, 0, what)
-    if seg != HOST_SEG:
-        raise InvalidArgumentError(f"{what}: not a host-heap allocation")
-    return off
+    return locate(mem, 0, what)
 
 
 def free(mem: memoryview | np.ndarray) -> None:
     """Collective: release a symmetric allocation (the array or memoryview it returned)."""
-    if type(mem) is DeviceArray:
-        mem.domain.free(_offset(mem, "free"))
-        return
-    state.rt.free(_offset(mem, "free"))
+    rt = state.rt
+    seg, off = _place(mem, "free")
+    heap = rt.seg_heaps[seg]
+    if heap is not None:  # a domain's array (or numpy array over a domain's CPU memory)
+        heap.free(off)
+    elif seg == HOST_SEG:
+        rt.free(off)
+    else:
+        raise InvalidArgumentError("free: not a symmetric allocation")
 
 
 def realloc(mem: memoryview | np.ndarray, count: int, size: int | None = None,
@@ -117,15 +122,18 @@ def realloc(mem: memoryview | np.ndarray, count: int, size: int | None = None,
     ``count`` elements of its dtype. The old object must not be used afterwards.
     """
     rt = state.rt
-    off = _offset(mem, "realloc")
-    if type(mem) is DeviceArray:
-        elements = int(count) * int(size) // mem.itemsize if size else int(count)
-        new = _gpu_array(elements, mem.dtype, align, True)
+    seg, off = _place(mem, "realloc")
+    if seg != HOST_SEG and not isinstance(mem, DomainArray):
+        raise InvalidArgumentError(f"realloc: only host-heap and GPU allocations can be "
+                                   f"resized (this one is in segment {seg})")
+    if isinstance(mem, DomainArray):
+        heap = heap_of(mem, "realloc")
+        elements = int(count) * int(size) // mem.dtype.itemsize if size else int(count)
+        new = _domain_array(heap.name, elements, mem.dtype, align, True)
         n = min(new.nbytes, mem.nbytes)
         if n:
-            gpu = mem.domain
-            gpu.copy_local(gpu.memory, new.offset, gpu.memory, off, n)
-        mem.domain.free(off)
+            heap.copy_local(new.offset, off, n)
+        heap.free(off)
         return new
     if isinstance(mem, np.ndarray):
         dt = mem.dtype
@@ -151,14 +159,14 @@ def fromalloc(mem: memoryview, shape: Shape | None = None, dtype: Any = None,
 def new_array(shape: Shape, dtype: Any = float, order: Literal["C", "F"] = "C", *,
               align: int | None = None, hints: int | None = None, clear: bool = True,
               domain: str = "host") -> np.ndarray:
-    """Collective: a new symmetric array (zero-filled when ``clear``); a DeviceArray with
-    ``domain='gpu'``."""
+    """Collective: a new symmetric array (zero-filled when ``clear``); the domain's array type
+    (a DeviceArray with ``domain='gpu'``) for other domains."""
     where = _check_domain(domain)
     dt = np.dtype(dtype)
     if dt.hasobject:
         raise InvalidArgumentError("symmetric arrays cannot hold Python objects")
-    if where == "gpu":
-        return _gpu_array(shape, dt, align, clear, order=order)  # type: ignore[return-value]
+    if where != "host":
+        return _domain_array(where, shape, dt, align, clear, order=order)  # type: ignore
     count = int(np.prod(shape, dtype=np.int64))
     return fromalloc(_allocate(count * dt.itemsize, align, clear), shape, dt, order)
 
@@ -196,8 +204,9 @@ def ones(shape: Shape, dtype: Any = float, order: Literal["C", "F"] = "C", *,
          align: int | None = None, hints: int | None = None,
          domain: str = "host") -> np.ndarray:
     """Collective: a symmetric array of ones."""
-    if _check_domain(domain) == "gpu":
-        return _gpu_array(shape, np.dtype(dtype), align, False, 1, order)  # type: ignore
+    where = _check_domain(domain)
+    if where != "host":
+        return _domain_array(where, shape, np.dtype(dtype), align, False, 1, order)  # type: ignore
     return _filled(shape, np.dtype(dtype), order, align, 1)
 
 
@@ -207,8 +216,8 @@ def full(shape: Shape, fill_value: Any, dtype: Any = None, order: Literal["C", "
     """Collective: a symmetric array filled with ``fill_value``."""
     where = _check_domain(domain)
     dt = np.array(fill_value).dtype if dtype is None else np.dtype(dtype)
-    if where == "gpu":
-        return _gpu_array(shape, dt, align, False, fill_value, order)  # type: ignore
+    if where != "host":
+        return _domain_array(where, shape, dt, align, False, fill_value, order)  # type: ignore
     return _filled(shape, dt, order, align, fill_value)
 
 
@@ -218,8 +227,8 @@ def array(obj: Any, dtype: Any = None, *, order: Literal["K", "A", "C", "F"] = "
     """Collective: a symmetric copy of ``obj`` (every PE passes its own data)."""
     where = _check_domain(domain)
     tmp = np.asarray(obj, dtype=dtype)
-    if where == "gpu":
-        return _gpu_array(tmp.shape, tmp.dtype, align, False, tmp)  # type: ignore
+    if where != "host":
+        return _domain_array(where, tmp.shape, tmp.dtype, align, False, tmp)  # type: ignore
     layout: Literal["C", "F"] = "F" if (order == "F" or (
         order in "KA" and tmp.flags.f_contiguous and not tmp.flags.c_contiguous)) else "C"
     return _filled(tmp.shape, tmp.dtype, layout, align, tmp)

@@ -16,7 +16,7 @@ from ..core._native import ffi, lib
 from ..core.errors import InvalidArgumentError
 from ..core.transport import AmoOp
 from . import state
-from .args import DeviceArray, locate, resolve, segment_route
+from .args import ND, DomainArray, locate, resolve, segment_route
 
 __all__ = [
     "atomic_add", "atomic_and", "atomic_compare_swap", "atomic_fetch", "atomic_fetch_add",
@@ -102,7 +102,8 @@ def _amo(target: np.ndarray, pe: int, op: AmoOp, value: Any, cond: Any, fetch: b
     operand = enc(value)
     compare = enc(cond) if op == _CSWAP else 0
     pe, t = resolve(ctx, pe)
-    if t is rt.shm and type(target) is not DeviceArray:  # the shm fast path: one native call
+    if t is rt.shm and (type(target) is ND or not isinstance(target, DomainArray)):
+        # the shm fast path: one native call
         u = lib.vk_direct_amo(ffi.from_buffer(target), pe, op, kind.width, operand, compare)
         if u != _SENTINEL or lib.vk_last_error() == 0:
             return kind.decode(u) if fetch else None

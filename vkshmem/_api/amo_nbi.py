@@ -17,7 +17,7 @@ import numpy as np
 from ..core.errors import InvalidArgumentError
 from ..core.transport import AmoOp
 from .amo import _amo, _op
-from .args import DeviceArray
+from .args import DomainArray
 
 __all__ = [
     "atomic_compare_swap_nbi", "atomic_fetch_add_nbi", "atomic_fetch_and_nbi",
@@ -28,10 +28,11 @@ __all__ = [
 
 def _nbi(fetch: np.ndarray, target: np.ndarray, pe: int, op: AmoOp, value: Any, cond: Any,
          ints_only: bool, what: str, ctx: Any) -> None:
-    device = type(fetch) is DeviceArray
+    device = isinstance(fetch, DomainArray)
     if not device and not isinstance(fetch, np.ndarray):
-        raise InvalidArgumentError(f"{what}: fetch must be a one-element numpy array (or "
-                                   f"DeviceArray), got {type(fetch).__name__}")
+        raise InvalidArgumentError(f"{what}: fetch must be a one-element numpy array (or a "
+                                   f"domain's array such as a DeviceArray), got "
+                                   f"{type(fetch).__name__}")
     tdt = getattr(target, "dtype", None)
     if tdt is not None and fetch.dtype != tdt:
         raise InvalidArgumentError(f"{what}: fetch has dtype {fetch.dtype}, the target {tdt}; "

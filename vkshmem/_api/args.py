@@ -11,15 +11,24 @@ from typing import Any
 import numpy as np
 
 from ..core._native import ffi, lib
+from ..core.domain import DomainArray
+from ..core.domainheap import DomainHeap
 from ..core.errors import InvalidArgumentError
-from ..gpu.array import DeviceArray
-from ..gpu.domain import GPU_SEG
 from . import state
 
-__all__ = ["GPU_SEG", "DeviceArray", "check_pe", "contiguous", "count_of", "element_count",
-           "host_copy", "live", "locate", "resolve", "same_dtype", "segment_route"]
+__all__ = ["ND", "DomainArray", "check_pe", "contiguous", "count_of", "element_count",
+           "foreign", "heap_of", "host_copy", "locate", "resolve", "same_dtype",
+           "segment_route"]
 
 _MASK48 = (1 << 48) - 1
+#: numpy's array type: the hot paths test ``type(a) is not ND`` before anything slower
+ND = np.ndarray
+
+
+def foreign(*arrays: Any) -> bool:
+    """Whether any of ``arrays`` lives in a domain's memory the CPU cannot address (an array
+    type of a domain plugin, e.g. a DeviceArray); cheap for numpy arrays."""
+    return any(type(a) is not ND and isinstance(a, DomainArray) for a in arrays)
 
 
 def check_pe(pe: Any) -> int:
@@ -47,16 +56,17 @@ def contiguous(a: np.ndarray) -> np.ndarray | None:
 
 def locate(a: np.ndarray, nbytes: int, what: str) -> tuple[int, int]:
     """``(segment, offset)`` of symmetric array ``a`` whose first ``nbytes`` will be accessed
-    (a host-heap numpy array or memoryview, or a DeviceArray of the GPU heap)."""
+    (a numpy array or memoryview over a CPU-addressable segment, or a domain's array)."""
     try:
         r = lib.vk_locate(ffi.from_buffer(a), nbytes)
     except (TypeError, BufferError, ValueError):
-        if type(a) is DeviceArray:
-            live(a, what)
-            if a.offset + nbytes > a.domain.size:
-                raise InvalidArgumentError(f"{what}: {nbytes} bytes from this DeviceArray run "
-                                           "past the end of the GPU heap") from None
-            return GPU_SEG, a.offset
+        if isinstance(a, DomainArray):
+            heap = heap_of(a, what)
+            if a.offset + nbytes > heap.size:
+                raise InvalidArgumentError(
+                    f"{what}: {nbytes} bytes from this {type(a).__name__} run past the end of "
+                    f"the {heap.name} heap") from None
+            return heap.seg_id, a.offset
         if not isinstance(a, np.ndarray):
             raise InvalidArgumentError(
                 f"{what} must be a numpy array from the symmetric heap, got "
@@ -74,22 +84,27 @@ def locate(a: np.ndarray, nbytes: int, what: str) -> tuple[int, int]:
         "new_array (or a view/slice of such an array)")
 
 
-def live(a: DeviceArray, what: str) -> DeviceArray:
-    """``a``, or an error when it belongs to a GPU heap that is gone (an earlier ``init``)."""
-    if a.domain is not state.rt.gpu or a.domain.closed:
-        raise InvalidArgumentError(f"{what}: this DeviceArray belongs to a GPU heap that was "
-                                   "released (finalize); allocate it again")
-    return a
+def heap_of(a: DomainArray, what: str) -> DomainHeap:
+    """The open heap ``a`` belongs to, or an error when that heap is gone (an earlier
+    ``init``)."""
+    heap = state.rt.heaps.get(a.domain.spec.name)
+    if heap is None or not heap.owns(a):
+        raise InvalidArgumentError(f"{what}: this {type(a).__name__} belongs to a "
+                                   f"{a.domain.spec.name} heap that was released (finalize); "
+                                   "allocate it again")
+    return heap
 
 
 def host_copy(a: Any) -> Any:
-    """``a`` itself, or for a DeviceArray a numpy copy of its contents (a local source)."""
-    return a.to_numpy() if type(a) is DeviceArray else a
+    """``a`` itself, or for a domain's array a numpy copy of its contents (a local source)."""
+    return a.to_numpy() if type(a) is not ND and isinstance(a, DomainArray) else a
 
 
 def segment_route(t: Any, seg: int) -> Any:
-    """The endpoint for segment ``seg``: ``t``, or the GPU domain for the GPU heap."""
-    return state.rt.gpu if seg == GPU_SEG else t
+    """The endpoint for segment ``seg``: ``t`` for the host heap, else the domain's heap
+    (which routes each peer: imported memory, a transport, or the domain proxy)."""
+    heap = state.rt.seg_heaps[seg]
+    return t if heap is None else heap
 
 
 def same_dtype(target: np.ndarray, source: np.ndarray) -> np.dtype:

@@ -26,7 +26,7 @@ from ..core.errors import InvalidArgumentError
 from ..core.transport import CollectiveArgs
 from . import device_collectives as _dev
 from . import state
-from .args import DeviceArray, contiguous, count_of, element_count, locate, same_dtype
+from .args import ND, contiguous, count_of, element_count, foreign, locate, same_dtype
 from .enums import OP
 
 __all__ = [
@@ -160,7 +160,7 @@ def broadcast(target: np.ndarray, source: np.ndarray, root: int, size: int | Non
     """Collective over ``team``: copy ``size`` elements (default: the shorter array) of
     ``source`` on team PE ``root`` into ``target`` on every member, the root included
     (``source`` may be, or overlap, ``target``)."""
-    if type(target) is DeviceArray or type(source) is DeviceArray:
+    if (type(target) is not ND or type(source) is not ND) and foreign(target, source):
         _dev.broadcast(_team(team), target, source, int(root), size,
                        lambda t, s: broadcast(t, s, root, size, team))
         return
@@ -194,7 +194,7 @@ def fcollect(target: np.ndarray, source: np.ndarray, size: int | None = None,
     the same count on every member) of each member's ``source`` in team order into
     ``target`` on every member (``MPI_Allgather``). ``source`` may be this member's own block
     of ``target`` (in place); any other overlap is refused."""
-    if type(target) is DeviceArray or type(source) is DeviceArray:
+    if (type(target) is not ND or type(source) is not ND) and foreign(target, source):
         _dev.fcollect(_team(team), target, source, size,
                       lambda t, s: fcollect(t, s, size, team))
         return
@@ -226,7 +226,7 @@ def collect(target: np.ndarray, source: np.ndarray, size: int | None = None,
     (checked on every member after the counts are exchanged, before any data moves).
     ``source`` may be this member's own block of ``target`` (in place); any other overlap is
     refused."""
-    if type(target) is DeviceArray or type(source) is DeviceArray:
+    if (type(target) is not ND or type(source) is not ND) and foreign(target, source):
         _dev.collect(_team(team), target, source, size, lambda t, s: collect(t, s, size, team))
         return
     ct = _team(team)
@@ -271,7 +271,7 @@ def alltoall(target: np.ndarray, source: np.ndarray, size: int | None = None,
     """Collective over ``team``: block ``j`` (``size`` elements; default: an equal share of
     the shorter array) of this member's ``source`` goes to block ``my_pe`` of member ``j``'s
     ``target``. ``source`` and ``target`` must not overlap."""
-    if type(target) is DeviceArray or type(source) is DeviceArray:
+    if (type(target) is not ND or type(source) is not ND) and foreign(target, source):
         alltoalls(target, source, 1, 1, size, team)
         return
     ct = _team(team)
@@ -296,7 +296,7 @@ def alltoalls(target: np.ndarray, source: np.ndarray, tst: int = 1, sst: int = 1
     """Collective over ``team``: strided ``alltoall``. Element ``i`` of the block for member
     ``j`` is ``source[(j*size + i)*sst]``; it lands in ``target[(my_pe*size + i)*tst]`` on
     member ``j``. ``source`` and ``target`` must not overlap."""
-    if type(target) is DeviceArray or type(source) is DeviceArray:
+    if (type(target) is not ND or type(source) is not ND) and foreign(target, source):
         ct = _team(team)
         tst, sst = element_count(tst), element_count(sst)
         if tst < 1 or sst < 1:
@@ -368,7 +368,7 @@ def reduce(target: np.ndarray, source: np.ndarray, op: OP | str = OP.SUM,
     ``source`` (``size`` elements; default: the shorter array), on every member. ``and``,
     ``or``, ``xor`` take integers; ``max``, ``min`` integers and floats; ``sum``, ``prod``
     every numeric dtype, complex included. ``source`` may be, or overlap, ``target``."""
-    if type(target) is DeviceArray or type(source) is DeviceArray:
+    if (type(target) is not ND or type(source) is not ND) and foreign(target, source):
         _dev.reduce(_team(team), target, source, _op(op, np.dtype(target.dtype)), size,
                     lambda t, s: reduce(t, s, op, size, team))
         return
@@ -437,7 +437,7 @@ def prod_reduce(target: np.ndarray, source: np.ndarray, size: int | None = None,
 def _scan(target: np.ndarray, source: np.ndarray, size: Any, team: Any,
           inclusive: bool) -> None:
     what = "sum_inscan" if inclusive else "sum_exscan"
-    if type(target) is DeviceArray or type(source) is DeviceArray:
+    if (type(target) is not ND or type(source) is not ND) and foreign(target, source):
         _dev.scan(_team(team), target, source, size, inclusive,
                   lambda t, s: _scan(t, s, size, team, inclusive))
         return

@@ -1,16 +1,15 @@
-"""Collectives whose target or source is GPU memory (a DeviceArray).
+"""Collectives whose target or source is a domain's array (e.g. a DeviceArray in GPU memory).
 
-Called by :mod:`.collectives` when a DeviceArray is involved. With a host target the GPU
-source is read once and the host algorithm runs. With a GPU target the data moves by GPU
-puts (each member pushes its blocks straight into the members' targets: imported memory on
-the same device, the GPU proxy elsewhere) between team barriers; reductions and scans gather
-every member's contribution into the team's GPU scratch slot (``SCRATCH_BYTES`` per team, in
-chunks) and reduce on the GPU with ``reduce.comp`` (every integer dtype of 8 to 64 bits,
-float16/32/64, complex64/128 sums and products: ``vkshmem.gpu.kernels.REDUCE_DTYPES``) when
-the device has the shader features the dtype needs (``REDUCE_FEATURES``: 8/16-bit types need
-shaderInt8/shaderInt16/shaderFloat16 and 8/16-bit storage, float64 shaderFloat64). Anything
-else (a device lacking a feature, bool, longdouble: GPUs have no 80-bit float) is reduced by
-numpy on the host after the gather. The fold order is member 0, 1, ... on every PE, so
+Called by :mod:`.collectives` when such an array is involved. With a host target the device
+source is read once and the host algorithm runs. With a device target the data moves by
+domain puts (each member pushes its blocks straight into the members' targets: imported
+memory on the same device, a transport or the domain proxy elsewhere) between team barriers;
+reductions and scans gather every member's contribution into the team's scratch slot of the
+domain's heap (``SCRATCH_BYTES`` per team, in chunks) and reduce on the device with the
+domain's ``reduce`` (the Vulkan domain: ``reduce.comp`` for every integer dtype of 8 to 64 bits,
+float16/32/64, complex64/128 sums and products, where the device has the shader features the
+dtype needs). Anything else (a device lacking a feature, bool, longdouble) is reduced by numpy
+on the host after the gather. The fold order is member 0, 1, ... on every PE, so
 floating-point results agree everywhere.
 """
 
@@ -22,10 +21,10 @@ from typing import Any
 import numpy as np
 
 from ..core.collectives import CollTeam
+from ..core.domainheap import DomainHeap
 from ..core.errors import InvalidArgumentError
-from ..gpu.kernels import reduce_unsupported
 from . import state
-from .args import GPU_SEG, DeviceArray, count_of, host_copy, live
+from .args import DomainArray, count_of, heap_of, host_copy
 
 __all__ = ["alltoall", "broadcast", "collect", "fcollect", "reduce", "scan"]
 
@@ -34,7 +33,7 @@ _Host = Callable[[Any, Any], None]
 
 
 def _check(target: Any, source: Any, what: str) -> np.dtype:
-    live(target, f"{what} target")
+    heap_of(target, f"{what} target")
     dt = np.dtype(target.dtype)
     if np.dtype(source.dtype) != dt:
         raise InvalidArgumentError(f"{what}: dtype mismatch: target is {dt}, source is "
@@ -45,14 +44,16 @@ def _check(target: Any, source: Any, what: str) -> np.dtype:
 
 
 class _Source:
-    """Byte ranges of a local source (GPU or host) pushed into peers' GPU memory."""
+    """Byte ranges of a local source (device or host) pushed into peers' device memory."""
 
-    def __init__(self, source: Any) -> None:
-        self.gpu = state.rt.gpu
-        self.device = type(source) is DeviceArray
+    def __init__(self, heap: DomainHeap, source: Any) -> None:
+        self.gpu = heap
+        self.device = isinstance(source, DomainArray) and source.domain is heap.domain
         if self.device:
-            self.offset = live(source, "collective source").offset
+            heap_of(source, "collective source")
+            self.offset = source.offset
         else:
+            source = host_copy(source)
             flat = np.ascontiguousarray(source).reshape(-1)
             self.bytes = memoryview(flat).cast("B")
 
@@ -62,7 +63,7 @@ class _Source:
         if self.device:
             self.gpu.put_device(pe, dst_off, self.offset + lo, nbytes)
         else:
-            self.gpu.put(pe, GPU_SEG, dst_off, self.bytes[lo:lo + nbytes])
+            self.gpu.put(pe, self.gpu.seg_id, dst_off, self.bytes[lo:lo + nbytes])
 
 
 def _done(ct: CollTeam) -> None:
@@ -70,10 +71,10 @@ def _done(ct: CollTeam) -> None:
     ct.ts.sync()
 
 
-def broadcast(ct: CollTeam, target: DeviceArray, source: Any, root: int, size: Any,
+def broadcast(ct: CollTeam, target: DomainArray, source: Any, root: int, size: Any,
               host: _Host) -> None:
     """See :func:`vkshmem.shmem.broadcast`."""
-    if type(target) is not DeviceArray:
+    if not isinstance(target, DomainArray):
         host(target, host_copy(source))
         return
     dt = _check(target, source, "broadcast")
@@ -82,16 +83,16 @@ def broadcast(ct: CollTeam, target: DeviceArray, source: Any, root: int, size: A
         raise InvalidArgumentError(f"root {root} is not a PE of this team of {ct.n} PEs")
     ct.ts.sync()  # every member's target is free to be written
     if ct.me == root:
-        src = _Source(source)
+        src = _Source(heap_of(target, "collective target"), source)
         for pe in ct.pes:
             src.push(pe, target.offset, 0, cnt * dt.itemsize)
     _done(ct)
 
 
-def fcollect(ct: CollTeam, target: DeviceArray, source: Any, size: Any,
+def fcollect(ct: CollTeam, target: DomainArray, source: Any, size: Any,
              host: _Host) -> None:
     """See :func:`vkshmem.shmem.fcollect`."""
-    if type(target) is not DeviceArray:
+    if not isinstance(target, DomainArray):
         host(target, host_copy(source))
         return
     dt = _check(target, source, "fcollect")
@@ -101,46 +102,46 @@ def fcollect(ct: CollTeam, target: DeviceArray, source: Any, size: Any,
                                    f"target of {target.size}")
     isz = dt.itemsize
     ct.ts.sync()
-    src = _Source(source)
+    src = _Source(heap_of(target, "collective target"), source)
     for pe in ct.pes:
         src.push(pe, target.offset + ct.me * cnt * isz, 0, cnt * isz)
     _done(ct)
 
 
-def collect(ct: CollTeam, target: DeviceArray, source: Any, size: Any,
+def collect(ct: CollTeam, target: DomainArray, source: Any, size: Any,
             host: _Host) -> None:
     """See :func:`vkshmem.shmem.collect`: the counts travel through the GPU scratch first."""
-    if type(target) is not DeviceArray:
+    if not isinstance(target, DomainArray):
         host(target, host_copy(source))
         return
     dt = _check(target, source, "collect")
     cnt = source.size if size is None else count_of(source, source, size)
-    gpu = state.rt.gpu
+    gpu = heap_of(target, "collect target")
     scratch = gpu.scratch_off + ct.ts.slot * gpu.scratch_bytes
     ct.ts.sync()
     mine = np.array([cnt], np.uint64)
     for pe in ct.pes:
-        gpu.put(pe, GPU_SEG, scratch + 8 * ct.me, memoryview(mine).cast("B"))
+        gpu.put(pe, gpu.seg_id, scratch + 8 * ct.me, memoryview(mine).cast("B"))
     _done(ct)
     counts = np.empty(ct.n, np.uint64)
-    gpu.read_local(gpu.memory, scratch, memoryview(counts).cast("B"))
+    gpu.read_local(scratch, memoryview(counts).cast("B"))
     total = int(counts.sum())
     if total > target.size:
         raise InvalidArgumentError(f"collect: {total} elements from {ct.n} PEs do not fit in "
                                    f"a target of {target.size}")
     isz = dt.itemsize
     start = int(counts[:ct.me].sum())
-    src = _Source(source)
+    src = _Source(heap_of(target, "collective target"), source)
     for pe in ct.pes:
         src.push(pe, target.offset + start * isz, 0, cnt * isz)
     _done(ct)
 
 
-def alltoall(ct: CollTeam, target: DeviceArray, source: Any, cnt: int, tst: int, sst: int,
+def alltoall(ct: CollTeam, target: DomainArray, source: Any, cnt: int, tst: int, sst: int,
              host: _Host) -> None:
     """See :func:`vkshmem.shmem.alltoalls` (``alltoall`` is ``tst = sst = 1``); ``cnt`` is
     the checked element count per member."""
-    if type(target) is not DeviceArray:
+    if not isinstance(target, DomainArray):
         host(target, host_copy(source))
         return
     dt = _check(target, source, "alltoall")
@@ -148,36 +149,35 @@ def alltoall(ct: CollTeam, target: DeviceArray, source: Any, cnt: int, tst: int,
     me = ct.me
     ct.ts.sync()
     if tst == 1 and sst == 1:
-        src = _Source(source)
+        src = _Source(heap_of(target, "collective target"), source)
         for j, pe in enumerate(ct.pes):
             src.push(pe, target.offset + me * cnt * isz, j * cnt * isz, cnt * isz)
     else:
         flat = np.ascontiguousarray(host_copy(source)).reshape(-1)
-        gpu = state.rt.gpu
+        gpu = heap_of(target, "alltoall target")
         for j, pe in enumerate(ct.pes):
             block = np.ascontiguousarray(flat[j * cnt * sst:(j * cnt + cnt - 1) * sst + 1:sst])
             for i in range(cnt):
                 at = target.offset + (me * cnt + i) * tst * isz
-                gpu.put(pe, GPU_SEG, at, memoryview(block[i:i + 1]).cast("B"))
+                gpu.put(pe, gpu.seg_id, at, memoryview(block[i:i + 1]).cast("B"))
     _done(ct)
 
 
-def _gather_reduce(ct: CollTeam, target: DeviceArray, source: Any, cnt: int, op: str,
+def _gather_reduce(ct: CollTeam, target: DomainArray, source: Any, cnt: int, op: str,
                    ufunc: np.ufunc, members: Callable[[int], range]) -> None:
-    """target[i] = op over members(me) of their source[i], gathered through GPU scratch."""
-    rt = state.rt
-    gpu = rt.gpu
+    """target[i] = op over members(me) of their source[i], gathered through the domain's
+    scratch and reduced on the device where the domain can (else by numpy)."""
+    heap = heap_of(target, "collective target")
     dt = np.dtype(target.dtype)
     isz = dt.itemsize
     n = ct.n
-    # The device's capability decides, not just the dtype table (e.g. no shaderInt16).
-    on_gpu = reduce_unsupported(gpu.device.info, dt, op) is None
-    per = gpu.scratch_bytes // (n * isz)
+    per = heap.scratch_bytes // (n * isz)
     if per == 0:
-        raise InvalidArgumentError(f"a team of {n} PEs is too large for GPU reductions of {dt}")
-    scratch = gpu.scratch_off + ct.ts.slot * gpu.scratch_bytes
-    src = _Source(source)
-    mem = gpu.memory
+        raise InvalidArgumentError(f"a team of {n} PEs is too large for {heap.name} reductions "
+                                   f"of {dt}")
+    scratch = heap.scratch_off + ct.ts.slot * heap.scratch_bytes
+    src = _Source(heap, source)
+    on_device = True  # until the domain says it cannot (the device's features decide)
     for lo in range(0, cnt, per):
         m = min(per, cnt - lo)
         ct.ts.sync()  # the scratch is free (everyone finished the previous chunk)
@@ -187,25 +187,24 @@ def _gather_reduce(ct: CollTeam, target: DeviceArray, source: Any, cnt: int, op:
         want = members(ct.me)
         dst = target.offset + lo * isz
         if not want:
-            gpu.zero(dst, m * isz)
+            heap.zero(dst, m * isz)
             continue
-        if on_gpu:
-            first = want[0]
-            gpu.copy_local(mem, dst, mem, scratch + first * m * isz, m * isz)
-            for j in want[1:]:
-                gpu.device.reduce(mem, dst, mem, scratch + j * m * isz, m, op, dt)
-        else:
+        if on_device:
+            heap.copy_local(dst, scratch + want[0] * m * isz, m * isz)
+            on_device = all(heap.reduce(dst, scratch + j * m * isz, m, op, dt)
+                            for j in want[1:])
+        if not on_device:
             parts = np.empty((n, m), dt)
-            gpu.read_local(mem, scratch, memoryview(parts.reshape(-1)).cast("B"))
+            heap.read_local(scratch, memoryview(parts.reshape(-1)).cast("B"))
             out = ufunc.reduce(parts[want.start:want.stop], axis=0)
-            gpu.write_local(mem, dst, memoryview(np.ascontiguousarray(out, dt)).cast("B"))
+            heap.write_local(dst, memoryview(np.ascontiguousarray(out, dt)).cast("B"))
     ct.ts.sync()  # nobody reuses the scratch while a member still reads it
 
 
 def reduce(ct: CollTeam, target: Any, source: Any, entry: tuple[str, np.ufunc, str],
            size: Any, host: _Host) -> None:
     """See :func:`vkshmem.shmem.reduce` (``entry`` is the checked op)."""
-    if type(target) is not DeviceArray:
+    if not isinstance(target, DomainArray):
         host(target, host_copy(source))
         return
     _check(target, source, "reduce")
@@ -217,7 +216,7 @@ def reduce(ct: CollTeam, target: Any, source: Any, entry: tuple[str, np.ufunc, s
 def scan(ct: CollTeam, target: Any, source: Any, size: Any, inclusive: bool,
          host: _Host) -> None:
     """See :func:`vkshmem.shmem.sum_inscan` / ``sum_exscan``."""
-    if type(target) is not DeviceArray:
+    if not isinstance(target, DomainArray):
         host(target, host_copy(source))
         return
     dt = _check(target, source, "sum_inscan" if inclusive else "sum_exscan")

@@ -15,13 +15,14 @@ from ..core._native import ffi, lib
 from ..core.errors import InvalidArgumentError
 from . import state
 from .args import (
-    GPU_SEG,
-    DeviceArray,
+    ND,
+    DomainArray,
     contiguous,
     count_of,
     element_count,
+    foreign,
+    heap_of,
     host_copy,
-    live,
     locate,
     resolve,
     same_dtype,
@@ -32,7 +33,7 @@ __all__ = ["get", "get_nbi", "iget", "iput", "put", "put_nbi"]
 
 
 def _sym(a: np.ndarray, nbytes: int, what: str) -> tuple[int, int]:
-    if type(a) is DeviceArray:
+    if type(a) is not ND and isinstance(a, DomainArray):
         return locate(a, nbytes, what)
     c = a if a.flags.c_contiguous else contiguous(a)
     return locate(a if c is None else c, nbytes, what)
@@ -65,14 +66,16 @@ def put(target: np.ndarray, source: np.ndarray, pe: int, size: int | None = None
     n = count_of(target, source, size)
     nbytes = n * dt.itemsize
     pe, t = resolve(ctx, pe)
-    if type(target) is DeviceArray or type(source) is DeviceArray:
+    if (type(target) is not ND or type(source) is not ND) and foreign(target, source):
         _put_device(target, source, pe, t, n, nbytes)
         return
     if t is rt.shm and target.flags.c_contiguous and source.flags.c_contiguous and \
             lib.vk_direct_put(ffi.from_buffer(target), ffi.from_buffer(source), nbytes, pe) == 0:
         return  # the shm fast path: one native call
     seg, off = _sym(target, nbytes, "put target")
-    if nbytes >= rt.stripe_threshold and ctx is None and rt.stripes[pe] is not None:
+    if seg and rt.seg_heaps[seg] is not None:  # a domain's CPU-addressable segment
+        t = rt.seg_heaps[seg]
+    elif nbytes >= rt.stripe_threshold and ctx is None and rt.stripes[pe] is not None:
         rt.striped_put(pe, seg, off, _src_bytes(source, n, nbytes))
         return
     t.put(pe, seg, off, _src_bytes(source, n, nbytes))
@@ -84,12 +87,12 @@ def put_nbi(target: np.ndarray, source: np.ndarray, pe: int, size: int | None = 
     dt = same_dtype(target, source)
     n = count_of(target, source, size)
     nbytes = n * dt.itemsize
-    if type(target) is DeviceArray or type(source) is DeviceArray:
+    if (type(target) is not ND or type(source) is not ND) and foreign(target, source):
         put(target, source, pe, n, ctx)  # GPU operations complete when they return
         return
     seg, off = _sym(target, nbytes, "put_nbi target")
     pe, t = resolve(ctx, pe)
-    t.put_nbi(pe, seg, off, _src_bytes(source, n, nbytes))
+    segment_route(t, seg).put_nbi(pe, seg, off, _src_bytes(source, n, nbytes))
 
 
 def get(target: np.ndarray, source: np.ndarray, pe: int, size: int | None = None,
@@ -100,7 +103,7 @@ def get(target: np.ndarray, source: np.ndarray, pe: int, size: int | None = None
     n = count_of(target, source, size)
     nbytes = n * dt.itemsize
     pe, t = resolve(ctx, pe)
-    if type(target) is DeviceArray or type(source) is DeviceArray:
+    if (type(target) is not ND or type(source) is not ND) and foreign(target, source):
         _get_device(target, source, pe, t, n, nbytes)
         return
     flags = target.flags
@@ -109,9 +112,12 @@ def get(target: np.ndarray, source: np.ndarray, pe: int, size: int | None = None
                                   ffi.from_buffer(source), nbytes, pe) == 0:
         return  # the shm fast path: one native call
     seg, off = _sym(source, nbytes, "get source")
+    if seg and rt.seg_heaps[seg] is not None:  # a domain's CPU-addressable segment
+        t = rt.seg_heaps[seg]
     dst = _dst_bytes(target, nbytes)
     if dst is not None:
-        if nbytes >= rt.stripe_threshold and ctx is None and rt.stripes[pe] is not None:
+        if nbytes >= rt.stripe_threshold and ctx is None and rt.stripes[pe] is not None \
+                and t is not rt.seg_heaps[seg]:
             rt.striped_get(pe, seg, off, dst)
         else:
             t.get(pe, seg, off, dst)
@@ -128,7 +134,7 @@ def get_nbi(target: np.ndarray, source: np.ndarray, pe: int, size: int | None = 
     dt = same_dtype(target, source)
     n = count_of(target, source, size)
     nbytes = n * dt.itemsize
-    if type(target) is DeviceArray or type(source) is DeviceArray:
+    if (type(target) is not ND or type(source) is not ND) and foreign(target, source):
         get(target, source, pe, n, ctx)
         return
     seg, off = _sym(source, nbytes, "get_nbi source")
@@ -137,7 +143,7 @@ def get_nbi(target: np.ndarray, source: np.ndarray, pe: int, size: int | None = 
     if dst is None:
         get(target, source, pe, n)  # pe is a world PE now
         return
-    t.get_nbi(pe, seg, off, dst)
+    segment_route(t, seg).get_nbi(pe, seg, off, dst)
 
 
 def _strided_count(target: np.ndarray, source: np.ndarray, tst: int, sst: int,
@@ -188,7 +194,7 @@ def iget(target: np.ndarray, source: np.ndarray, pe: int, tst: int = 1, sst: int
     n = _strided_count(target, source, tst, sst, size)
     if n == 0:
         return
-    device_target = type(target) is DeviceArray
+    device_target = isinstance(target, DomainArray)
     if not device_target and not target.flags.writeable:
         raise InvalidArgumentError("iget target is read-only")
     span = (n - 1) * sst + 1
@@ -203,43 +209,51 @@ def iget(target: np.ndarray, source: np.ndarray, pe: int, tst: int = 1, sst: int
 
 
 def _put_device(target: Any, source: Any, pe: int, t: Any, n: int, nbytes: int) -> None:
-    """put with a DeviceArray on either side (``pe`` a world PE, ``t`` its endpoint)."""
-    if type(target) is not DeviceArray:  # GPU -> host: read locally, then a host put
+    """put with a domain's array on either side (``pe`` a world PE, ``t`` its endpoint)."""
+    if not isinstance(target, DomainArray):  # device -> host: read locally, then a host put
         seg, off = _sym(target, nbytes, "put target")
-        t.put(pe, seg, off, memoryview(source.ravel()[:n].to_numpy()).cast("B"))
+        segment_route(t, seg).put(pe, seg, off,
+                                  memoryview(source.ravel()[:n].to_numpy()).cast("B"))
         return
-    _seg, off = locate(target, nbytes, "put target")
-    gpu = state.rt.gpu
-    if type(source) is DeviceArray:
-        gpu.put_device(pe, off, live(source, "put source").offset, nbytes)
+    seg, off = locate(target, nbytes, "put target")
+    heap = heap_of(target, "put target")
+    if isinstance(source, DomainArray) and source.domain is target.domain:
+        heap_of(source, "put source")
+        heap.put_device(pe, off, source.offset, nbytes)
     else:
-        gpu.put(pe, GPU_SEG, off, _src_bytes(source, n, nbytes))
+        heap.put(pe, seg, off, _src_bytes(host_copy(source), n, nbytes))
 
 
 def _get_device(target: Any, source: Any, pe: int, t: Any, n: int, nbytes: int) -> None:
-    """get with a DeviceArray on either side (``pe`` a world PE, ``t`` its endpoint)."""
-    if type(source) is not DeviceArray:  # host -> GPU: a host get, then a local write
+    """get with a domain's array on either side (``pe`` a world PE, ``t`` its endpoint)."""
+    if not isinstance(source, DomainArray):  # host -> device: a host get, then a local write
         seg, off = _sym(source, nbytes, "get source")
         tmp = np.empty(n, source.dtype)
-        t.get(pe, seg, off, memoryview(tmp).cast("B"))
+        segment_route(t, seg).get(pe, seg, off, memoryview(tmp).cast("B"))
         target.ravel()[:n].copy_from(tmp)
         return
-    _seg, off = locate(source, nbytes, "get source")
-    gpu = state.rt.gpu
-    if type(target) is DeviceArray:
-        gpu.get_device(pe, off, live(target, "get target").offset, nbytes)
+    seg, off = locate(source, nbytes, "get source")
+    heap = heap_of(source, "get source")
+    if isinstance(target, DomainArray):
+        if target.domain is source.domain:
+            heap_of(target, "get target")
+            heap.get_device(pe, off, target.offset, nbytes)
+            return
+        tmp = np.empty(n, source.dtype)
+        heap.get(pe, seg, off, memoryview(tmp).cast("B"))
+        target.ravel()[:n].copy_from(tmp)
         return
     dst = _dst_bytes(target, nbytes)
     if dst is not None:
-        gpu.get(pe, GPU_SEG, off, dst)
+        heap.get(pe, seg, off, dst)
         return
     tmp = np.empty(n, source.dtype)
-    gpu.get(pe, GPU_SEG, off, memoryview(tmp).cast("B"))
+    heap.get(pe, seg, off, memoryview(tmp).cast("B"))
     target.flat[:n] = tmp
 
 
-def _scatter_device(target: DeviceArray, values: np.ndarray, stride: int) -> None:
-    """Write ``values`` into every ``stride``-th element of local DeviceArray ``target``."""
+def _scatter_device(target: DomainArray, values: np.ndarray, stride: int) -> None:
+    """Write ``values`` into every ``stride``-th element of local array ``target``."""
     flat = target.ravel()
     if stride == 1:
         flat[:values.size].copy_from(values)

@@ -17,7 +17,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from ..core.errors import InvalidArgumentError
 from . import state
-from .args import DeviceArray, element_count, host_copy, resolve, same_dtype, segment_route
+from .args import DomainArray, element_count, host_copy, resolve, same_dtype, segment_route
 from .rma import _scatter_device, _sym
 from .sync import quiet
 
@@ -87,7 +87,7 @@ def ibget(target: np.ndarray, source: np.ndarray, pe: int, tst: int, sst: int, b
     dt, tst, sst, bsize, nblocks = _shape(target, source, tst, sst, bsize, nblocks, "ibget")
     if not (nblocks and bsize):
         return
-    device_target = type(target) is DeviceArray
+    device_target = isinstance(target, DomainArray)
     if not device_target and not target.flags.writeable:
         raise InvalidArgumentError("ibget target is read-only")
     isz = dt.itemsize

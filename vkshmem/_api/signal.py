@@ -29,7 +29,7 @@ from ..core.errors import InvalidArgumentError
 from ..core.transport import AmoOp
 from . import state
 from .alloc import free, new_array
-from .args import GPU_SEG, DeviceArray, live, locate, resolve, segment_route
+from .args import DomainArray, foreign, heap_of, locate, resolve, segment_route
 from .enums import cmp_function
 from .rma import put, put_nbi
 
@@ -89,10 +89,10 @@ def _signal_word(signal: Any, what: str) -> tuple[int, int]:
     if r >= 0 and not r & 7:
         return r >> 48, r & _MASK48
     dt = getattr(signal, "dtype", None)
-    if type(signal) is DeviceArray and dt in _DTYPES and signal.size == 1 \
+    if isinstance(signal, DomainArray) and dt in _DTYPES and signal.size == 1 \
             and not signal.offset & 7:
-        return GPU_SEG, live(signal, what).offset
-    if not isinstance(signal, (np.ndarray, DeviceArray)) or dt is None:
+        return heap_of(signal, what).seg_id, signal.offset
+    if not isinstance(signal, (np.ndarray, DomainArray)) or dt is None:
         raise InvalidArgumentError(f"{what}: a signal is a one-element symmetric uint64 array "
                                    f"(from shmem.new_signal()), got {type(signal).__name__}")
     if dt.kind not in "iu" or dt.itemsize != 8 or not dt.isnative:
@@ -115,15 +115,15 @@ def _read(signal: Any, what: str) -> int:
     except (AttributeError, TypeError, BufferError, ValueError):
         pass
     seg, off = _signal_word(signal, what)  # raises the precise error
-    if seg == GPU_SEG:
-        gpu = state.rt.gpu
-        return gpu.amo_local(gpu.memory, off, AmoOp.FETCH, 8, 0, 0)
+    heap = state.rt.seg_heaps[seg]
+    if heap is not None:
+        return heap.amo_on(heap.local, off, AmoOp.FETCH, 8, 0, 0)
     raise InvalidArgumentError(f"{what}: this PE's signal memory is not mapped")
 
 
 def new_signal(domain: str = "host") -> Any:
-    """Collective: a new signal, a one-element symmetric ``uint64`` array set to 0 (a
-    DeviceArray with ``domain='gpu'``, where shaders can watch it)."""
+    """Collective: a new signal, a one-element symmetric ``uint64`` array set to 0 (in the
+    memory of ``domain``: a DeviceArray with ``domain='gpu'``, where shaders can watch it)."""
     return new_array(1, np.uint64, domain=domain)
 
 
@@ -144,14 +144,12 @@ def _put_signal(target: np.ndarray, source: np.ndarray, pe: int, signal: np.ndar
         put(target, source, pe, size, ctx)
     rt = state.rt
     wpe, t = resolve(ctx, pe)
-    if sseg == GPU_SEG or type(target) is DeviceArray:
-        # GPU puts are complete on return; a host put took t: complete it first
-        if type(target) is not DeviceArray:
-            t.quiet()
-        if sseg == GPU_SEG:
-            rt.gpu.amo(wpe, sseg, soff, op, 8, v, 0, False)
-        else:
-            t.amo(wpe, sseg, soff, op, 8, v, 0, False)
+    if rt.seg_heaps[sseg] is not None or foreign(target):
+        # puts into a domain's memory imported here or through its proxy are complete on
+        # return; a put a transport carries is complete after a quiet
+        if not foreign(target) or heap_of(target, what).carrier[wpe] is not None:
+            rt.quiet()
+        segment_route(t, sseg).amo(wpe, sseg, soff, op, 8, v, 0, False)
         return
     if t is rt.shm:  # the copy is done, and the seq-cst atomic that follows is ordered
         lib.vk_shm_amo(sseg, wpe, soff, op, 8, v, 0)  # after it (its fence is built in)
@@ -221,19 +219,19 @@ def signal_wait_until(signal: np.ndarray, cmp: Any, value: int) -> int:
     seg, off = _signal_word(signal, "signal_wait_until")
     what = f"signal_wait_until(signal {cmp} {v})"
     box = [seen]
-    if seg == GPU_SEG and not rt.gpu.watch_address(off):
+    heap = rt.seg_heaps[seg]
+    addr = heap.watch_address(off) if heap is not None \
+        else int(lib.vk_peer_base(seg, rt.my_pe)) + off
+    if not addr:  # device memory the CPU cannot watch: poll copies of it
+        assert heap is not None
         snap = np.zeros(1, np.uint64)
 
         def poll() -> bool:
             box[0] = int(snap[0])
             return bool(f(box[0], v))
 
-        rt.gpu.wait(poll, off, memoryview(snap).cast("B"), what)
+        heap.wait(poll, off, memoryview(snap).cast("B"), what)
         return box[0]
-    if seg == GPU_SEG:
-        addr = rt.gpu.watch_address(off)
-    else:
-        addr = int(lib.vk_peer_base(seg, rt.my_pe)) + off
     amo = lib.vk_amo
 
     def pred() -> bool:

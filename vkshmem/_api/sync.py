@@ -14,7 +14,7 @@ import numpy as np
 
 from ..core.errors import InvalidArgumentError
 from . import state
-from .args import DeviceArray
+from .args import ND, DomainArray, heap_of
 from .enums import cmp_function
 
 try:
@@ -60,10 +60,10 @@ def sync_all() -> None:
 def _flat(ivars: Any, what: str) -> tuple[np.ndarray, int, int]:
     """``(flat values, address, nbytes)``; the address is -1 for GPU memory without a CPU
     view (the values are then a copy that :func:`_wait` refreshes)."""
-    if type(ivars) is DeviceArray:
+    if type(ivars) is not ND and isinstance(ivars, DomainArray):
         if ivars.size == 0:
             raise InvalidArgumentError(f"{what}: empty array")
-        addr = ivars.domain.watch_address(ivars.offset)
+        addr = heap_of(ivars, what).watch_address(ivars.offset)
         if addr:
             return ivars.to_numpy(zero_copy=True).reshape(-1), addr, ivars.nbytes
         return ivars.to_numpy().reshape(-1), -1, ivars.nbytes
@@ -80,8 +80,8 @@ def _wait(pred: Callable[[], object], ivars: Any, flat: np.ndarray, addr: int, n
     rt = state.rt
     if addr >= 0:
         rt.waiter.wait(pred, addr, nbytes, what)
-    else:  # GPU memory the CPU cannot see: poll copies of it
-        rt.gpu.wait(pred, ivars.offset, memoryview(flat).cast("B"), what)
+    else:  # device memory the CPU cannot see: poll copies of it
+        heap_of(ivars, what).wait(pred, ivars.offset, memoryview(flat).cast("B"), what)
 
 
 def _active(status: Sequence[int] | None, n: int) -> np.ndarray | None:

@@ -1,8 +1,9 @@
 """The hooks a vkshmem plugin can implement.
 
 A plugin is a module (or object) exposed through an entry point in the group
-``vkshmem.transports`` (transports) or ``vkshmem.bootstraps`` (bootstraps), with functions
-decorated by :data:`hookimpl`::
+``vkshmem.transports`` (transports), ``vkshmem.bootstraps`` (bootstraps) or
+``vkshmem.domains`` (memory domains, :mod:`vkshmem.core.domain`), with functions decorated by
+:data:`hookimpl`::
 
     from vkshmem.core.hookspecs import hookimpl
     from vkshmem.core.transport import TransportSpec
@@ -22,7 +23,8 @@ from typing import Any
 
 import pluggy
 
-__all__ = ["PROJECT", "hookimpl", "hookspec", "register_bootstraps", "register_transports"]
+__all__ = ["PROJECT", "hookimpl", "hookspec", "register_bootstraps", "register_domains",
+           "register_transports"]
 
 PROJECT = "vkshmem"
 hookspec = pluggy.HookspecMarker(PROJECT)
@@ -37,3 +39,8 @@ def register_transports(register: Callable[[Any], None]) -> None:
 @hookspec
 def register_bootstraps(register: Callable[[Any], None]) -> None:
     """Call ``register(BootstrapSpec(...))`` once for each bootstrap this plugin offers."""
+
+
+@hookspec
+def register_domains(register: Callable[[Any], None]) -> None:
+    """Call ``register(DomainSpec(...))`` once for each memory domain this plugin offers."""

@@ -17,13 +17,16 @@ import pluggy
 from . import hookspecs
 from .bootstrap.base import BootstrapSpec
 from .config import Config
+from .domain import DOMAIN_API_VERSION, DomainSpec
 from .errors import PluginError
 from .transport import API_VERSION, TransportSpec
 
-__all__ = ["GROUPS", "LoadedPlugin", "Registry", "load_plugins"]
+__all__ = ["GROUPS", "RESERVED_DOMAINS", "LoadedPlugin", "Registry", "load_plugins"]
 
-GROUPS = ("vkshmem.bootstraps", "vkshmem.transports")
+GROUPS = ("vkshmem.bootstraps", "vkshmem.domains", "vkshmem.transports")
 log = logging.getLogger("vkshmem")
+#: domain names that are not plugins: the built-in host heap and the families users ask for
+RESERVED_DOMAINS = frozenset({"host", "gpu", "auto"})
 
 
 @dataclass
@@ -46,6 +49,7 @@ class Registry:
     bootstraps: dict[str, BootstrapSpec]
     plugins: list[LoadedPlugin]
     origin: dict[str, str]  # spec name -> distribution
+    domains: dict[str, DomainSpec] = field(default_factory=dict)
 
 
 def _fail(strict: bool, message: str) -> None:
@@ -57,7 +61,7 @@ def _fail(strict: bool, message: str) -> None:
 
 def load_plugins(config: Config) -> Registry:
     """Discover, filter and load every plugin; collect the specs they register."""
-    reg = Registry({}, {}, [], {})
+    reg = Registry({}, {}, [], {}, {})
     for group in GROUPS:
         for ep in metadata.entry_points(group=group):
             dist = ep.dist.name if ep.dist is not None else "?"
@@ -84,24 +88,32 @@ def _load_one(config: Config, ep: metadata.EntryPoint, rec: LoadedPlugin, reg: R
         pm.register(module, name=f"{rec.distribution}:{ep.name}")
         pm.hook.register_transports(register=found.append)
         pm.hook.register_bootstraps(register=found.append)
+        pm.hook.register_domains(register=found.append)
     except Exception as exc:  # a third party's bug must not take the job down
         rec.status = f"failed: {type(exc).__name__}: {exc}"
         _fail(config.plugins_strict, f"plugin {ep.name!r} from {rec.distribution} failed to load: "
               f"{type(exc).__name__}: {exc}")
         return
+    versions = {TransportSpec: ("transport", API_VERSION, reg.transports),
+                DomainSpec: ("memory domain", DOMAIN_API_VERSION, reg.domains)}
     for spec in found:
-        if isinstance(spec, TransportSpec):
-            if spec.api_version != API_VERSION:
+        if type(spec) in versions:
+            what, version, table = versions[type(spec)]
+            if spec.api_version != version:
                 _fail(config.plugins_strict,
-                      f"transport {spec.name!r} from {rec.distribution} declares API version "
-                      f"{spec.api_version}, this vkshmem speaks {API_VERSION}")
+                      f"{what} {spec.name!r} from {rec.distribution} declares API version "
+                      f"{spec.api_version}, this vkshmem speaks {version}")
                 continue
-            table: dict = reg.transports
         elif isinstance(spec, BootstrapSpec):
             table = reg.bootstraps
         else:
             _fail(config.plugins_strict, f"plugin {ep.name!r} from {rec.distribution} registered "
-                  f"{spec!r}, which is neither a TransportSpec nor a BootstrapSpec")
+                  f"{spec!r}, which is not a TransportSpec, DomainSpec or BootstrapSpec")
+            continue
+        if isinstance(spec, DomainSpec) and spec.name in RESERVED_DOMAINS:
+            _fail(config.plugins_strict, f"memory domain {spec.name!r} from "
+                  f"{rec.distribution}: {', '.join(sorted(RESERVED_DOMAINS))} are reserved "
+                  "names (the core's host heap and what users ask for)")
             continue
         if spec.name in table:
             _fail(config.plugins_strict, f"{spec.name!r} from {rec.distribution} is already "

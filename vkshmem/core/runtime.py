@@ -8,6 +8,10 @@ API (:mod:`vkshmem.shmem`) reads :data:`current`. Start-up order:
 3. transports for the rails (only if some peer needs one), registration, all-gather of their
    addresses and remote keys, connect, and one route per peer;
 4. the internal symmetric area (barrier counters, allocation check slots); a barrier.
+
+Segments: 0 is the host heap, 1 the internal area, then one per installed memory domain
+(plugins of ``vkshmem.domains``, in name order); a domain's segment is made when the domain is
+first used (:meth:`Runtime.domain`, collective), never at start-up.
 """
 
 from __future__ import annotations
@@ -21,23 +25,29 @@ import secrets
 import socket
 import struct
 import sys
-import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
-from ._native import lib
+from ._native import ffi, lib
 from .bootstrap.base import Bootstrap
 from .bootstrap.select import open_bootstrap
-from .config import Config, RailSpec
+from .config import Config
 from .config import load as load_config
-from .errors import ConfigError, InvalidArgumentError, TransportError, VkshmemError
+from .domain import DomainSpec
+from .domainheap import DomainHeap
+from .errors import (
+    ConfigError,
+    FeatureNotAvailableError,
+    InvalidArgumentError,
+    VkshmemError,
+)
 from .fdshare import exchange_fds
 from .heap import Allocator, HostSegment
 from .plugins import Registry, load_plugins
+from .rails import Rail, Route, TransportRoutes
 from .shm import ShmTransport
 from .teams import INTERNAL_SEG, TeamState
-from .transport import PeerInfo, Transport, TransportContext, TransportSpec
+from .transport import Transport
 from .wait import Waiter
 
 __all__ = ["HOST_SEG", "Route", "Runtime", "current", "start", "stop"]
@@ -45,28 +55,11 @@ __all__ = ["HOST_SEG", "Route", "Runtime", "current", "start", "stop"]
 log = logging.getLogger("vkshmem")
 
 HOST_SEG = 0
-_N_SEGS = 3  # 0 host heap, 1 the GPU heap (vkshmem.gpu.domain), 2 internal (team slots)
+_FIRST_DOMAIN_SEG = INTERNAL_SEG + 1
 _CHECK = struct.Struct("<QQQQ")  # seq, kind+nbytes, align, offset
+_CHECK_OPS = ("?", "alloc", "free", "realloc")  # kind = segment * 4 + index
 
 current: Runtime | None = None
-
-
-@dataclass
-class Route:
-    """How traffic to one PE travels."""
-
-    pe: int
-    transport: Transport
-    name: str
-    rail: int | None  # None for the shm path
-    stripes: list[Transport] = field(default_factory=list)  # >1: large transfers split
-
-
-@dataclass
-class _Rail:
-    index: int
-    spec: RailSpec | None  # None: automatic choice among candidates
-    transports: list[Transport] = field(default_factory=list)
 
 
 def _node_id() -> str:
@@ -81,8 +74,9 @@ def _node_id() -> str:
     return ":".join(parts)
 
 
-class Runtime:
-    """Everything one PE holds while vkshmem is initialised."""
+class Runtime(TransportRoutes):
+    """Everything one PE holds while vkshmem is initialised (its transports and routes:
+    :class:`~vkshmem.core.rails.TransportRoutes`)."""
 
     def __init__(self, config: Config) -> None:
         self.config = config
@@ -94,9 +88,15 @@ class Runtime:
         self.my_pe = self.bootstrap.rank
         self.n_pes = self.bootstrap.size
         self.transports: list[Transport] = []
-        self.rails: list[_Rail] = []
-        self.gpu: Any = None  # the GPU domain (vkshmem.gpu.domain.GpuDomain), made on demand
-        self._auto_domain: str | None = None
+        self.rails: list[Rail] = []
+        #: installed memory domains in segment order (segments 2, 3, ...)
+        self.domain_specs: list[DomainSpec] = sorted(self.registry.domains.values(),
+                                                     key=lambda s: s.name)
+        #: per segment id, the open domain heap (None: host, internal, or not opened yet)
+        self.seg_heaps: list[DomainHeap | None] = [None] * (_FIRST_DOMAIN_SEG +
+                                                            len(self.domain_specs))
+        self.heaps: dict[str, DomainHeap] = {}
+        self._resolved: dict[str, str] = {}
         try:
             self._start()
         except BaseException:
@@ -108,20 +108,27 @@ class Runtime:
     def _start(self) -> None:
         cfg = self.config
         me = {"node": _node_id(), "heap": cfg.symmetric_size, "pid": os.getpid(),
-              "token": secrets.token_hex(8)}
+              "token": secrets.token_hex(8), "domains": [d.name for d in self.domain_specs]}
         infos = [json.loads(b) for b in self.bootstrap.allgather(json.dumps(me).encode())]
         sizes = {i["heap"] for i in infos}
         if len(sizes) > 1:
             raise ConfigError("VKSHMEM_SYMMETRIC_SIZE",
                               f"PEs disagree on the heap size ({sorted(sizes)}); set the same "
                               "value for every PE")
+        for pe, i in enumerate(infos):
+            if i["domains"] != me["domains"]:
+                raise ConfigError("VKSHMEM_PLUGINS_ALLOW",
+                                  f"PE {pe} has the memory domains {i['domains']}, PE "
+                                  f"{self.my_pe} has {me['domains']}: install the same domain "
+                                  "plugins for every PE (or filter them alike with "
+                                  "VKSHMEM_PLUGINS_ALLOW/VKSHMEM_PLUGINS_DENY)")
         self.token = infos[0]["token"]
         self.node_ids = [i["node"] for i in infos]
         my_node = self.node_ids[self.my_pe]
         self.node_pes = [pe for pe, n in enumerate(self.node_ids) if n == my_node]
         self.local_rank = self.node_pes.index(self.my_pe)
 
-        if lib.vk_table_init(self.n_pes, _N_SEGS) != 0:
+        if lib.vk_table_init(self.n_pes, len(self.seg_heaps)) != 0:
             raise MemoryError("cannot allocate the peer table")
         self.host = HostSegment(HOST_SEG, cfg.symmetric_size, f"vkshmem-heap-pe{self.my_pe}",
                                 cfg.host_pin)
@@ -159,138 +166,6 @@ class Runtime:
         self._check_buf = bytearray(_CHECK.size)
         self.bootstrap.barrier()
 
-    def _candidates(self) -> list[TransportSpec]:
-        specs = self.registry.transports
-        if self.config.transports:
-            missing = [n for n in self.config.transports if n not in specs]
-            if missing:
-                raise ConfigError("VKSHMEM_TRANSPORTS",
-                                  f"no installed plugin provides {', '.join(missing)} "
-                                  f"(installed: {', '.join(sorted(specs)) or 'none'})")
-            return [specs[n] for n in self.config.transports]
-        return sorted(specs.values(), key=lambda s: -s.priority)
-
-    def _context(self, rail: int, options: dict[str, str]) -> TransportContext:
-        return TransportContext(
-            my_pe=self.my_pe, n_pes=self.n_pes, rail=rail, options=options,
-            node_id=self.node_ids[self.my_pe], host_address=self.bootstrap.host_address(),
-            amo_function=int(lib.vk_amo_address()),
-        )
-
-    def _open(self, spec: TransportSpec, rail: int, options: dict[str, str],
-              named: bool) -> Transport | None:
-        try:
-            t = spec.factory(self._context(rail, options))
-        except Exception as exc:
-            where = f"VKSHMEM_RAIL{rail}" if self.config.rails else "VKSHMEM_TRANSPORTS"
-            msg = f"cannot open transport {spec.name!r} on rail {rail}: {exc}"
-            if named:
-                raise TransportError(spec.name, f"{msg} (named by {where})") from exc
-            warnings.warn(msg + "; skipped", RuntimeWarning, stacklevel=2)
-            return None
-        self.transports.append(t)
-        return t
-
-    def _open_rails(self) -> None:
-        cfg = self.config
-        specs = self.registry.transports
-        candidates = self._candidates()  # validates VKSHMEM_TRANSPORTS
-        for rs in cfg.rails:
-            if rs.transport not in specs:
-                raise ConfigError(f"VKSHMEM_RAIL{rs.index}",
-                                  f"no installed plugin provides transport {rs.transport!r} "
-                                  f"(installed: {', '.join(sorted(specs)) or 'none'})")
-            if cfg.transports and rs.transport not in cfg.transports:
-                raise ConfigError(f"VKSHMEM_RAIL{rs.index}",
-                                  f"{rs.transport!r} is not in VKSHMEM_TRANSPORTS")
-        needed = not cfg.shm or len(self.node_pes) < self.n_pes
-        if not needed:
-            return  # every peer is reached by the shm path (decided alike on every PE)
-        if cfg.rails:
-            for rs in cfg.rails:
-                rail = _Rail(rs.index, rs)
-                t = self._open(specs[rs.transport], rs.index, dict(rs.options), named=True)
-                rail.transports.append(t)  # type: ignore[arg-type]
-                self.rails.append(rail)
-        else:
-            rail = _Rail(0, None)
-            named = bool(cfg.transports)
-            for spec in candidates:
-                t = self._open(spec, 0, {}, named)
-                if t is not None:
-                    rail.transports.append(t)
-            self.rails.append(rail)
-
-    def _route(self) -> None:
-        """Exchange transport addresses and keys; choose one transport per peer."""
-        mine: dict[str, dict[str, str]] = {}
-        for t in self.transports:
-            rkeys = {str(s.seg_id): t.register(s.info()).hex() for s in self.segments.values()}
-            key = f"{t.spec.name}@{self._rail_of(t)}"
-            mine[key] = {"addr": t.address().hex(), **{f"rkey{k}": v for k, v in rkeys.items()}}
-        blobs = self.bootstrap.allgather(json.dumps(mine).encode())
-        tables = [json.loads(b) for b in blobs]
-        my_node = self.node_ids[self.my_pe]
-        self.routes: list[Route] = []
-        for t in self.transports:
-            key = f"{t.spec.name}@{self._rail_of(t)}"
-            t.connect({pe: self._peer(pe, tables[pe].get(key), my_node)
-                       for pe in range(self.n_pes)})
-        for pe in range(self.n_pes):
-            same = self.node_ids[pe] == my_node
-            if self.config.shm and same:
-                self.routes.append(Route(pe, self.shm, "shm", None))
-                continue
-            rail = self.rails[pe % len(self.rails)]
-            chosen = None
-            for t in rail.transports:
-                key = f"{t.spec.name}@{rail.index}"
-                if t.reaches(self._peer(pe, tables[pe].get(key), my_node)):
-                    chosen = t
-                    break
-            if chosen is None:
-                tried = ", ".join(t.spec.name for t in rail.transports) or "none opened"
-                raise TransportError(
-                    "-", f"no transport on rail {rail.index} reaches PE {pe} "
-                    f"(node {self.node_ids[pe]}; tried: {tried}). Check VKSHMEM_TRANSPORTS / "
-                    f"VKSHMEM_RAIL{rail.index}, or VKSHMEM_SHM=1 for same-node peers")
-            self.routes.append(Route(pe, chosen, chosen.spec.name, rail.index,
-                                     self._stripes(pe, tables, my_node)))
-        self.route_transport = [r.transport for r in self.routes]
-        #: per PE, the transports a large transfer is split over (None: no striping)
-        self.stripes = [r.stripes if len(r.stripes) > 1 else None for r in self.routes]
-        self.stripe_threshold = self.config.stripe_threshold
-        log.info("PE %d routes: %s", self.my_pe,
-                 ", ".join(f"{r.pe}:{r.name}" for r in self.routes))
-
-    def _stripes(self, pe: int, tables: list[dict], my_node: str) -> list[Transport]:
-        """One transport per configured rail that reaches ``pe`` (striping needs 2 or more)."""
-        if len(self.rails) < 2:
-            return []
-        out = []
-        for rail in self.rails:
-            for t in rail.transports:
-                if t.reaches(self._peer(pe, tables[pe].get(f"{t.spec.name}@{rail.index}"),
-                                        my_node)):
-                    out.append(t)
-                    break
-        return out
-
-    def _rail_of(self, t: Transport) -> int:
-        for rail in self.rails:
-            if any(x is t for x in rail.transports):
-                return rail.index
-        return -1
-
-    def _peer(self, pe: int, entry: dict[str, str] | None, my_node: str) -> PeerInfo:
-        rkeys = {}
-        if entry:
-            rkeys = {int(k[4:]): bytes.fromhex(v) for k, v in entry.items()
-                     if k.startswith("rkey")}
-        return PeerInfo(pe=pe, node_id=self.node_ids[pe],
-                        same_node=self.node_ids[pe] == my_node,
-                        address=bytes.fromhex(entry["addr"]) if entry else None, rkeys=rkeys)
-
     # -- ordering and synchronisation ---------------------------------------------------------
 
     def quiet(self) -> None:
@@ -310,35 +185,6 @@ class Runtime:
             else:
                 t.quiet()
 
-    def striped_put(self, pe: int, seg: int, offset: int, src: memoryview) -> None:
-        """Put ``src`` split over every rail reaching ``pe``; returns remotely complete."""
-        self._striped(pe, seg, offset, src, put=True)
-
-    def striped_get(self, pe: int, seg: int, offset: int, dst: memoryview) -> None:
-        """Get into ``dst`` split over every rail reaching ``pe``."""
-        self._striped(pe, seg, offset, dst, put=False)
-
-    def _striped(self, pe: int, seg: int, offset: int, buf: memoryview, put: bool) -> None:
-        rails = self.stripes[pe]
-        assert rails is not None
-        n = buf.nbytes
-        k = len(rails)
-        share = -(-n // k)
-        step = -(-share // 64) * 64  # pieces of about n/k bytes, 64-byte aligned
-        used = []
-        for i, t in enumerate(rails):
-            lo = i * step
-            if lo >= n:
-                break
-            piece = buf[lo:min(n, lo + step)]
-            if put:
-                t.put_nbi(pe, seg, offset + lo, piece)
-            else:
-                t.get_nbi(pe, seg, offset + lo, piece)
-            used.append(t)
-        for t in used:
-            t.quiet()
-
     def sync_all(self) -> None:
         """Collective: barrier over every PE (does not complete earlier puts)."""
         self.world.sync()
@@ -348,37 +194,83 @@ class Runtime:
         past the barrier, so raising on one PE leaves none of the others waiting)."""
         self.quiet()
         self.sync_all()
-        if self.gpu is not None:
-            self.gpu.check_validation()
+        for heap in self.seg_heaps:
+            if heap is not None:
+                heap.domain.check_errors()
 
-    # -- the GPU domain ---------------------------------------------------------------------
+    # -- memory domains ------------------------------------------------------------------------
 
-    def gpu_domain(self) -> Any:
-        """Collective the first time: the GPU domain (segment 1), opened on first use."""
-        if self.gpu is None:
-            from ..gpu.domain import GpuDomain
-            self.gpu = GpuDomain(self)
-        return self.gpu
-
-    def auto_domain(self) -> str:
-        """Collective the first time: what ``domain='auto'`` means in this job — ``'gpu'`` when
-        every PE's Vulkan device is a GPU (not a CPU driver such as lavapipe), else ``'host'``."""
-        if self._auto_domain is None:
-            if self.gpu is not None:
-                ok = not self.gpu.device.info.is_cpu
-            else:
-                try:
-                    from ..gpu.device import list_devices
-                    devices = list_devices()
-                    pick = self.config.gpu_device
-                    ok = any(not d.is_cpu for d in devices) if pick is None else (
-                        pick < len(devices) and not devices[pick].is_cpu)
-                except Exception as exc:  # no loader, driver or binding: host memory
-                    log.info("domain='auto': no Vulkan GPU (%s)", exc)
-                    ok = False
+    def resolve_domain(self, name: str) -> str:
+        """The domain ``name`` means: ``'host'``, or an installed domain's name. ``'gpu'`` is
+        the highest-priority installed domain of the gpu family; ``'auto'`` is that domain when
+        every PE has a real accelerator for it (not a CPU emulation such as lavapipe), else
+        ``'host'`` (collective the first time ``'auto'`` is asked)."""
+        if name == "host":
+            return name
+        got = self._resolved.get(name)
+        if got is not None:
+            return got
+        specs = {s.name: s for s in self.domain_specs}
+        if name in specs:
+            return name
+        gpus = sorted((s for s in self.domain_specs if s.family == "gpu"),
+                      key=lambda s: (-s.priority, s.name))
+        installed = ", ".join(["host", *specs]) + (", gpu, auto" if gpus else ", auto")
+        if name == "gpu":
+            if not gpus:
+                raise FeatureNotAvailableError(
+                    "domain='gpu': no GPU memory domain is installed or allowed (install "
+                    "vkshmem[gpu] for the Vulkan domain; see VKSHMEM_PLUGINS_ALLOW/DENY)")
+            got = gpus[0].name
+        elif name == "auto":
+            spec = gpus[0] if gpus else None
+            ok = spec is not None and spec.accelerator is not None \
+                and spec.accelerator(self.config)
             votes = self.bootstrap.allgather(b"1" if ok else b"0")
-            self._auto_domain = "gpu" if all(v == b"1" for v in votes) else "host"
-        return self._auto_domain
+            got = spec.name if spec and all(v == b"1" for v in votes) else "host"
+        else:
+            raise InvalidArgumentError(f"unknown memory domain {name!r}: use one of {installed}")
+        self._resolved[name] = got
+        return got
+
+    def domain(self, name: str) -> DomainHeap:
+        """Collective the first time: the open heap of domain ``name`` (see
+        :meth:`resolve_domain`; not ``'host'``)."""
+        heap = self.heaps.get(name)
+        if heap is not None:
+            return heap
+        real = self.resolve_domain(name)
+        heap = self.heaps.get(real)
+        if heap is None:
+            if real == "host":
+                raise InvalidArgumentError("the host heap is not a domain plugin")
+            index = [s.name for s in self.domain_specs].index(real)
+            seg = _FIRST_DOMAIN_SEG + index
+            heap = DomainHeap(self, self.domain_specs[index], seg)
+            self.seg_heaps[seg] = heap
+            self.heaps[real] = heap
+            if heap.info is not None and heap.info.kind == "host" and heap.info.address:
+                self._map_host_domain(heap)
+        self.heaps[name] = heap
+        return heap
+
+    def _map_host_domain(self, heap: DomainHeap) -> None:
+        """A domain of CPU-addressable memory joins the native address table, so numpy arrays
+        over it take the host paths; imported peers' segments become shm peers."""
+        info = heap.info
+        assert info is not None
+        lib.vk_set_local(info.seg_id, info.address, info.size)
+        lib.vk_set_peer(info.seg_id, self.my_pe, info.address)
+        for pe, mem in heap.peers.items():
+            view = heap.domain.host_view(mem)
+            if pe != self.my_pe and view is not None:
+                cdata = ffi.from_buffer(view)
+                lib.vk_set_peer(info.seg_id, pe, int(ffi.cast("uintptr_t", cdata)))
+                ffi.release(cdata)
+
+    def heap_of(self, seg: int) -> DomainHeap | None:
+        """The open domain heap of segment ``seg`` (None for the host heap and internal area)."""
+        return self.seg_heaps[seg]
 
     # -- collective allocation ----------------------------------------------------------------
 
@@ -391,7 +283,7 @@ class Runtime:
             ctypes.memset(self.host.address + off, 0, self.heap.block_size(off))
         elif fill is not None:
             fill(self.host.buffer[off:off + nbytes])
-        self._collective_check(1, nbytes, align, off)
+        self.collective_check("alloc", nbytes, align, off)
         return off
 
     def peer_buffer(self, pe: int, seg: int) -> Any:
@@ -399,6 +291,10 @@ class Runtime:
         path is on and ``pe`` is on this node), else None."""
         if self.route_transport[pe] is not self.shm:
             return None
+        heap = self.seg_heaps[seg]
+        if heap is not None:  # a domain's segment, imported here or not
+            mem = heap.direct[pe]
+            return None if mem is None else heap.domain.host_view(mem)
         if pe == self.my_pe:
             return self.segments[seg].buffer
         return self.shm.peer_buffer(pe, seg)
@@ -410,7 +306,7 @@ class Runtime:
                 f"free: offset {off} is not the start of a live symmetric allocation (double "
                 "free, or a slice instead of the allocated array?)")
         self.quiet()
-        self._collective_check(2, self.heap.block_size(off), 0, off)
+        self.collective_check("free", self.heap.block_size(off), 0, off)
         self.heap.free(off)
 
     def realloc(self, off: int, nbytes: int, align: int) -> int:
@@ -426,12 +322,15 @@ class Runtime:
             n = min(old, nbytes)
             self.host.buffer[new:new + n] = self.host.buffer[off:off + n]
             self.heap.free(off)
-        self._collective_check(3, nbytes, align, new)
+        self.collective_check("realloc", nbytes, align, new)
         return new
 
-    def _collective_check(self, kind: int, nbytes: int, align: int, off: int) -> None:
-        """Barrier that also proves every PE made the same allocation call (cheaply: each PE
-        compares its call with its right neighbour's, so any difference is seen somewhere)."""
+    def collective_check(self, op: str, nbytes: int, align: int, off: int,
+                         seg: int = HOST_SEG) -> None:
+        """Barrier that also proves every PE made the same allocation call ``op``
+        (``'alloc'``, ``'free'`` or ``'realloc'``) on segment ``seg`` cheaply: each PE
+        compares its call with its right neighbour's, so any difference is seen somewhere."""
+        kind = seg * 4 + _CHECK_OPS.index(op)
         self._alloc_seq += 1
         seq = self._alloc_seq
         slot = self.world.check_offset + (seq % 2) * _CHECK.size
@@ -445,10 +344,14 @@ class Runtime:
         self.route_transport[right].get(right, INTERNAL_SEG, slot, view)
         theirs = _CHECK.unpack(self._check_buf)
         if theirs != record:
-            names = {1: "alloc", 2: "free", 3: "realloc", 4: "gpu alloc", 5: "gpu free"}
+            def name(k: int) -> str:
+                seg, op = divmod(k, 4)
+                heap = self.seg_heaps[seg] if seg < len(self.seg_heaps) else None
+                where = "" if seg == HOST_SEG else f"{heap.name if heap else seg} "
+                return where + (_CHECK_OPS[op] if op else "?")
 
             def say(r: tuple[int, ...]) -> str:
-                return (f"call #{r[0]} = {names.get(r[1] >> 56, '?')}({r[1] & (2**56 - 1)} "
+                return (f"call #{r[0]} = {name(r[1] >> 56)}({r[1] & (2**56 - 1)} "
                         f"bytes, align {r[2]}) at offset {r[3]}")
 
             raise InvalidArgumentError(
@@ -473,24 +376,26 @@ class Runtime:
             raise error
 
     def _teardown(self) -> BaseException | None:
-        """Release everything; returns the GPU domain's closing error (validation errors)."""
+        """Release everything; returns the first closing error of a domain (e.g. a failed
+        device-initiated request, validation errors)."""
         self.closed = True
         error = None
-        gpu = getattr(self, "gpu", None)
-        if gpu is not None:  # no more serving; the proxy's endpoints go with the transports
-            error = gpu.stop_threads()
-            if error is not None:
-                log.error("PE %d: GPU-initiated requests failed: %s", self.my_pe, error)
+        heaps = [h for h in getattr(self, "seg_heaps", []) if h is not None]
+        for heap in heaps:  # no more serving; the proxies' endpoints go with the transports
+            failure = heap.stop_threads()
+            if failure is not None:
+                log.error("PE %d: the %s domain failed: %s", self.my_pe, heap.name, failure)
+                error = error or failure
         for t in getattr(self, "transports", []):
             try:
                 t.close()
             except Exception as exc:  # keep releasing the rest
                 log.warning("closing transport %s: %s", t.spec.name, exc)
-        if gpu is not None:
+        for heap in heaps:
             try:
-                gpu.close()
+                heap.close()
             except Exception as exc:
-                log.error("PE %d closing the GPU domain: %s", self.my_pe, exc)
+                log.error("PE %d closing the %s domain: %s", self.my_pe, heap.name, exc)
                 error = error or exc
         if hasattr(self, "shm"):
             self.shm.close()

@@ -13,10 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from vkshmem.core.domain import DomainArray
 from vkshmem.core.errors import FeatureNotAvailableError, InvalidArgumentError
 
 if TYPE_CHECKING:
-    from .domain import GpuDomain
+    from .domain import VulkanDomain
 
 __all__ = ["DeviceArray"]
 
@@ -27,12 +28,12 @@ def _shape(shape: Any) -> tuple[int, ...]:
     return tuple(int(s) for s in shape)
 
 
-class DeviceArray:
+class DeviceArray(DomainArray):
     """A C-contiguous array in the symmetric GPU heap (see the module docstring)."""
 
     __slots__ = ("_base", "domain", "dtype", "offset", "shape")
 
-    def __init__(self, domain: GpuDomain, offset: int, shape: Any, dtype: Any,
+    def __init__(self, domain: VulkanDomain, offset: int, shape: Any, dtype: Any,
                  base: DeviceArray | None = None) -> None:
         self.domain = domain
         self.offset = int(offset)
@@ -179,7 +180,7 @@ class DeviceArray:
             return np.frombuffer(view, self.dtype, self.size, self.offset).reshape(self.shape)
         out = np.empty(self.shape, self.dtype)
         if self.nbytes:
-            self.domain.read_local(self.domain.memory, self.offset,
+            self.domain.read(self.domain.memory, self.offset,
                                    memoryview(out.reshape(-1)).cast("B"))
         return out
 
@@ -202,14 +203,14 @@ class DeviceArray:
             if src.nbytes != self.nbytes:
                 raise InvalidArgumentError(
                     f"copy_from: {src.nbytes} bytes into a {self.nbytes}-byte DeviceArray")
-            dom.copy_local(dom.memory, self.offset, dom.memory, src.offset, self.nbytes)
+            dom.copy(dom.memory, self.offset, dom.memory, src.offset, self.nbytes)
             return
         a = np.ascontiguousarray(src, dtype=self.dtype)
         if a.size != self.size:
             raise InvalidArgumentError(
                 f"copy_from: {a.size} elements into a DeviceArray of {self.size}")
         if self.nbytes:
-            dom.write_local(dom.memory, self.offset, memoryview(a.reshape(-1)).cast("B"))
+            dom.write(dom.memory, self.offset, memoryview(a.reshape(-1)).cast("B"))
 
     def fill(self, value: Any) -> None:
         """Set every element to ``value``."""

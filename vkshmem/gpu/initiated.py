@@ -1,6 +1,6 @@
 """GPU-initiated communication wired to the runtime: user kernels whose requests reach peers.
 
-:class:`Initiator` belongs to a PE's :class:`~vkshmem.gpu.domain.GpuDomain` and is made on the
+:class:`Initiator` belongs to a PE's :class:`~vkshmem.gpu.domain.VulkanDomain` and is made on the
 first :func:`vkshmem.shmem.gpu_kernel`. It holds:
 
 - a **launch queue**: kernels are submitted to a second queue of the domain's device, so the
@@ -12,12 +12,14 @@ first :func:`vkshmem.shmem.gpu_kernel`. It holds:
 - a request :class:`~vkshmem.gpu.ring.Ring` in memory of the launch device that a running
   kernel sees the host's writes to (``alloc_mapped``);
 - a :class:`~vkshmem.gpu.ringservice.RingService` whose handler performs each request with the
-  runtime: GPU-heap targets through the domain (imported memory of same-device peers, the GPU
-  proxy for the others), host-heap targets through the PE's transports (own endpoints, so the
-  service thread never shares the application's), and completes it.
+  runtime: GPU-heap targets through the domain's heap (imported memory of same-device peers,
+  the domain proxy for the others: :class:`~vkshmem.core.domainheap.DomainHeap`), host-heap
+  targets through the PE's transports (own endpoints, so the service thread never shares the
+  application's), and completes it.
 
-Requests address symmetric offsets (segment 0 the host heap, 1 the GPU heap), so a kernel
-uses the same numbers as the host API (``DeviceArray.offset``, ``locate`` of host arrays).
+Requests address symmetric offsets in the kernels' own segment numbering (0 the host heap,
+1 this GPU heap, whatever segment id the runtime gave the domain), so a kernel uses the
+numbers :func:`vkshmem.shmem.offset_of` gives (``DeviceArray.offset`` for GPU arrays).
 """
 
 from __future__ import annotations
@@ -26,17 +28,19 @@ import logging
 import os
 from typing import TYPE_CHECKING
 
+from vkshmem.core.endpoints import Endpoints
 from vkshmem.core.errors import InvalidArgumentError
 from vkshmem.core.transport import AmoOp, Transport
 
 from .device import VulkanDevice
-from .endpoints import Endpoints
 from .launch import UserKernel
 from .ring import Descriptor, Ring, RingOp, SignalOp
 from .ringservice import RingService
 
 if TYPE_CHECKING:
-    from .domain import GpuDomain
+    from vkshmem.core.runtime import Runtime
+
+    from .domain import VulkanDomain
     from .memory import GpuMemory
 
 __all__ = ["Initiator"]
@@ -50,10 +54,12 @@ _HOST, _GPU = 0, 1
 class Initiator:
     """The launch device, request ring and ring service of one PE (see the module doc)."""
 
-    def __init__(self, domain: GpuDomain) -> None:
-        rt = domain.rt
+    def __init__(self, vk: VulkanDomain, rt: Runtime) -> None:
         cfg = rt.config
-        self.domain = domain
+        heap = rt.heap_of(vk.seg_id)
+        assert heap is not None, "the Vulkan domain's heap is open before its initiator"
+        #: the domain's routes to every peer's GPU heap (imported, proxy)
+        self.domain = heap
         self.rt = rt
         self.kernels: list[UserKernel] = []
         self._eps: Endpoints | None = None
@@ -62,23 +68,23 @@ class Initiator:
         self.heap: GpuMemory | None = None
         # Kernels go to a second queue of the domain's device where it has one; else to a
         # second device on the same GPU that imports the heap (lavapipe has one queue).
-        self.own_device = domain.device.queue_count < 2
+        self.own_device = vk.device.queue_count < 2
         if self.own_device:
-            self.device = VulkanDevice(domain.device.info.index, cfg.gpu_validation,
+            self.device = VulkanDevice(vk.device.info.index, cfg.gpu_validation,
                                        local_rank=rt.local_rank, timeout=cfg.gpu_timeout,
                                        staging_size=64 << 10)
         else:
-            self.device = domain.device
+            self.device = vk.device
         try:
             if self.own_device:
-                seg = domain.segment
+                seg = vk.segment
                 assert seg is not None
                 info = seg.export_info()
                 self.heap = self.device.import_fd(os.dup(seg.fd), info.size,
                                                   memory_type_index=info.memory_type_index,
                                                   dedicated=info.dedicated, take_ownership=True)
             else:
-                self.heap = domain.memory
+                self.heap = vk.memory
             self.ring = Ring.create(self.device, RING_CAPACITY)
             self._eps = Endpoints(rt)  # made here, on the application's thread
             self.service = RingService(self.ring, self._handle, self.device,
@@ -158,7 +164,7 @@ class Initiator:
         self._range(seg, off, n)
         if seg == _GPU:
             tmp = memoryview(bytearray(n))
-            self.domain.read_local(self.domain.memory, off, tmp)
+            self.domain.read_local(off, tmp)
             return tmp
         return self.rt.host.buffer[off:off + n]
 
@@ -169,7 +175,7 @@ class Initiator:
         if sseg == _GPU and dseg == _GPU:
             dom.put_device(pe, doff, soff, n)
         elif dseg == _GPU:
-            dom.put(pe, _GPU, doff, self._src_bytes(sseg, soff, n))
+            dom.put(pe, dom.seg_id, doff, self._src_bytes(sseg, soff, n))
         else:
             self._ep(pe).put(pe, _HOST, doff, self._src_bytes(sseg, soff, n))
 
@@ -182,18 +188,18 @@ class Initiator:
             return
         tmp = memoryview(bytearray(n))
         if sseg == _GPU:
-            dom.get(pe, _GPU, soff, tmp)
+            dom.get(pe, dom.seg_id, soff, tmp)
         else:
             self._ep(pe).get(pe, _HOST, soff, tmp)
         if dseg == _GPU:
-            dom.write_local(dom.memory, doff, tmp)
+            dom.write_local(doff, tmp)
         else:
             self.rt.host.buffer[doff:doff + n] = tmp
 
     def _amo(self, pe: int, seg: int, off: int, op: AmoOp, width: int, value: int,
              compare: int) -> int:
         if seg == _GPU:
-            return self.domain.amo(pe, _GPU, off, op, width, value, compare)
+            return self.domain.amo(pe, self.domain.seg_id, off, op, width, value, compare)
         return self._ep(pe).amo(pe, _HOST, off, op, width, value, compare, True)
 
     # -- teardown ------------------------------------------------------------------------------

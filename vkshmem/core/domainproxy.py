@@ -1,19 +1,20 @@
-"""The GPU proxy: reaching a peer's GPU heap when this PE cannot import its memory.
+"""The domain proxy: reaching a peer's segment of a memory domain that this PE can neither
+import nor reach through a transport.
 
 Same-device peers on one node import each other's exported fd and copy directly (see
-:mod:`vkshmem.gpu.domain`). Every other peer — another device, another node, or any peer
+:mod:`vkshmem.core.domainheap`). Every other peer — another device, another node, or any peer
 with ``VKSHMEM_SHM=0`` — is reached through a small request/response protocol over the
 ordinary host-heap transports, served on the target by this module's proxy thread, which
-applies the request to its own GPU memory with its own Vulkan device (AMOs by a shader, so
-they stay atomic with shader atomics on the same word).
+applies the request to its own segment with the domain's local operations (for a GPU, AMOs by
+a shader, so they stay atomic with shader atomics on the same word).
 
-Mailbox: a symmetric host-heap allocation made when the GPU domain starts, one block of
+Mailbox: a symmetric host-heap allocation made when the domain opens, one block of
 ``B = 128 + 2 * chunk`` bytes per peer (``VKSHMEM_GPU_PROXY_CHUNK``). On PE ``t`` the block of
 sender ``s`` holds ``s``'s request; on PE ``s`` the block of ``t`` holds ``t``'s response::
 
     0   u64 request seq (stored last)      64  u64 response seq (stored last)
     8   u32 op | amo << 8, u32 width       72  u64 fetched value
-    16  u64 GPU offset  24 u64 nbytes      80  u64 status (0 ok; else an error text follows)
+    16  u64 offset      24 u64 nbytes      80  u64 status (0 ok; else an error text follows)
     32  u64 operand     40 u64 compare
     128 request payload (chunk bytes)      128 + chunk: response payload (chunk bytes)
 
@@ -33,16 +34,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from vkshmem.core.transport import AmoOp
-from vkshmem.core.wait import Waiter
-
 from .endpoints import Endpoints
-from .errors import GpuError
+from .transport import AmoOp
+from .wait import Waiter
 
 if TYPE_CHECKING:
-    from .domain import GpuDomain
+    from .domainheap import DomainHeap
 
-__all__ = ["GpuProxy"]
+__all__ = ["DomainProxy"]
 
 log = logging.getLogger("vkshmem")
 
@@ -53,18 +52,22 @@ _U64 = struct.Struct("<Q")
 _MAX_SLEEP = 1e-3
 
 
-class GpuProxy:
-    """Both sides of the protocol for one PE (collective to create: allocates the mailbox)."""
+class DomainProxy:
+    """Both sides of the protocol for one PE and domain (collective to create: allocates the
+    mailbox)."""
 
-    def __init__(self, domain: GpuDomain) -> None:
-        rt = domain.rt
-        self.domain = domain
+    def __init__(self, heap: DomainHeap) -> None:
+        rt = heap.rt
+        self.heap = heap
         self.rt = rt
         self.me = rt.my_pe
         self.n = rt.n_pes
         self.chunk = rt.config.gpu_proxy_chunk
         self.block = 128 + 2 * self.chunk
         self.timeout = rt.config.gpu_timeout
+        #: what a failure raises: the domain's own error type (GpuError for the GPU)
+        self.error = heap.domain.error_type
+        self.failure: BaseException | None = None
         self.base = rt.alloc(self.n * self.block, 64, clear=True)
         self._box = np.frombuffer(rt.host.buffer, np.uint64, self.n * self.block // 8,
                                   self.base)
@@ -80,9 +83,8 @@ class GpuProxy:
         self._serve_eps = Endpoints(rt)
         self._tmp = bytearray(self.chunk)
         self._stop = threading.Event()
-        self.error: BaseException | None = None
-        self._thread = threading.Thread(target=self._serve_loop, name="vkshmem-gpu-proxy",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._serve_loop,
+                                        name=f"vkshmem-{heap.name}-proxy", daemon=True)
         self._thread.start()
 
     # -- sending side ------------------------------------------------------------------------
@@ -90,8 +92,9 @@ class GpuProxy:
     def _request(self, pe: int, op: int, offset: int, nbytes: int = 0, payload: Any = None,
                  operand: int = 0, compare: int = 0, width: int = 0,
                  out: memoryview | None = None) -> int:
-        if self.error is not None:
-            raise GpuError(f"the GPU proxy thread of PE {self.me} failed: {self.error}")
+        if self.failure is not None:
+            raise self.error(f"the {self.heap.name} proxy thread of PE {self.me} failed: "
+                             f"{self.failure}")
         blk = self.block
         remote = self.base + self.me * blk
         with self._send_lock:
@@ -111,30 +114,30 @@ class GpuProxy:
             try:
                 self._waiter.wait(lambda: int(box[word]) == seq,
                                   self.rt.host.address + local + 64, 8,
-                                  f"PE {pe}'s GPU proxy (VKSHMEM_GPU_TIMEOUT)")
+                                  f"PE {pe}'s {self.heap.name} proxy (VKSHMEM_GPU_TIMEOUT)")
             except Exception as exc:
-                raise GpuError(f"PE {pe}'s GPU proxy did not answer a request for "
-                               f"{nbytes} bytes at GPU offset {offset}: {exc}") from exc
+                raise self.error(f"PE {pe}'s {self.heap.name} proxy did not answer a request "
+                                 f"for {nbytes} bytes at offset {offset}: {exc}") from exc
             buf = self.rt.host.buffer
             value, status = _RESP.unpack_from(buf, local + 72)
             if status:
                 text = bytes(buf[local + 128 + self.chunk:local + 128 + self.chunk + 512])
                 reason = text.split(b"\0", 1)[0].decode(errors="replace")
-                raise GpuError(f"PE {pe}'s GPU proxy failed: {reason}")
+                raise self.error(f"PE {pe}'s {self.heap.name} proxy failed: {reason}")
             if out is not None:
                 start = local + 128 + self.chunk
                 out[:nbytes] = buf[start:start + nbytes]
             return int(value)
 
     def put(self, pe: int, offset: int, src: memoryview) -> None:
-        """Write host bytes ``src`` into ``pe``'s GPU heap at ``offset`` (complete on return)."""
+        """Write host bytes ``src`` into ``pe``'s segment at ``offset`` (complete on return)."""
         c = self.chunk
         for lo in range(0, src.nbytes, c):
             piece = src[lo:lo + c]
             self._request(pe, _PUT, offset + lo, piece.nbytes, piece)
 
     def get(self, pe: int, offset: int, dst: memoryview) -> None:
-        """Fill host buffer ``dst`` from ``pe``'s GPU heap at ``offset``."""
+        """Fill host buffer ``dst`` from ``pe``'s segment at ``offset``."""
         c = self.chunk
         for lo in range(0, dst.nbytes, c):
             piece = dst[lo:lo + c]
@@ -142,7 +145,7 @@ class GpuProxy:
 
     def amo(self, pe: int, offset: int, op: AmoOp, width: int, operand: int,
             compare: int) -> int:
-        """Apply ``op`` on ``pe``'s GPU word (by a shader there); return the old value."""
+        """Apply ``op`` on ``pe``'s word (with the domain's atomics there); return the old value."""
         return self._request(pe, _AMO | (int(op) << 8), offset, 0, None, operand, compare,
                              width)
 
@@ -158,9 +161,9 @@ class GpuProxy:
                     try:
                         self._serve(int(s))
                     except BaseException as exc:  # the transport to s failed: give up
-                        log.error("GPU proxy of PE %d: answering PE %d failed: %s",
-                                  self.me, s, exc)
-                        self.error = exc
+                        log.error("%s proxy of PE %d: answering PE %d failed: %s",
+                                  self.heap.name, self.me, s, exc)
+                        self.failure = exc
                         return
                 sleep = 0.0
                 idle_since = time.monotonic()
@@ -178,24 +181,24 @@ class GpuProxy:
         base = self.base + s * blk
         seq = int(self._requests[s])
         op, width, offset, nbytes, operand, compare = _HDR.unpack_from(buf, base + 8)
-        dom = self.domain
+        heap = self.heap
+        dom, mem = heap.domain, heap.local
         value, status, payload = 0, 0, None
         try:
             if nbytes > self.chunk:
-                raise GpuError(f"request of {nbytes} bytes exceeds the proxy chunk")
-            dom.memory.check_range(offset, max(nbytes, width), "GPU proxy request")
+                raise self.error(f"request of {nbytes} bytes exceeds the proxy chunk")
+            dom.check_range(offset, max(nbytes, width), f"{heap.name} proxy request")
             kind = op & 0xFF
             if kind == _PUT:
-                dom.write_local(dom.memory, offset, buf[base + 128:base + 128 + nbytes])
+                dom.write(mem, offset, buf[base + 128:base + 128 + nbytes])
             elif kind == _GET:
                 view = memoryview(self._tmp)[:nbytes]
-                dom.read_local(dom.memory, offset, view)
+                dom.read(mem, offset, view)
                 payload = view
             elif kind == _AMO:
-                value = dom.amo_local(dom.memory, offset, AmoOp(op >> 8), width, operand,
-                                      compare)
+                value = dom.amo(mem, offset, AmoOp(op >> 8), width, operand, compare)
             else:
-                raise GpuError(f"unknown GPU proxy request {op}")
+                raise self.error(f"unknown proxy request {op}")
         except Exception as exc:
             status = 1
             payload = memoryview(f"{type(exc).__name__}: {exc}".encode()[:500] + b"\0")
@@ -223,7 +226,8 @@ class GpuProxy:
         At the end of the job the runtime closes the transports first: closing a context of
         a closed transport releases only what is left."""
         if not self.stop():  # stuck in a transport call: leak rather than close under it
-            log.warning("GPU proxy of PE %d did not stop; its endpoints stay open", self.me)
+            log.warning("%s proxy of PE %d did not stop; its endpoints stay open",
+                        self.heap.name, self.me)
             return
         self._send.close()
         self._serve_eps.close()

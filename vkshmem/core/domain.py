@@ -1,0 +1,264 @@
+"""The memory-domain contract: what a plugin declares (:class:`DomainSpec`) and implements.
+
+A memory domain supplies one symmetric segment per PE in some kind of memory (GPU memory of a
+Vulkan device, a CUDA VMM allocation, hugepages, ...). The host heap (a memfd) is the core's
+built-in; every other domain is a plugin, discovered through the entry-point group
+``vkshmem.domains`` with the hook ``register_domains`` (see :mod:`vkshmem.core.hookspecs`)
+and the same load policy as transports. Its life:
+
+1. At start-up every installed domain gets a segment number (0 is the host heap, 1 the
+   core's internal segment, then the domains in name order: the same on every PE).
+2. The first allocation in the domain (``shmem.zeros(..., domain=name)``) opens it on every
+   PE (collective): the core calls ``spec.factory(context)``, which creates this PE's segment.
+3. ``export()`` gives fds and metadata for same-node peers; the core all-gathers the metadata,
+   passes the fds over Unix sockets to peers of the same ``group``, and calls
+   ``import_peer`` for each; an import that raises makes that peer reachable another way.
+4. ``describe()`` tells transports what the memory is (``SegmentInfo.kind``: ``host`` with a
+   host address, ``opaque_fd``, ``dmabuf``, ``cuda_va``); a transport whose
+   ``TransportSpec.memory_kinds`` holds that kind carries traffic to peers it reaches.
+   Peers neither imported nor reachable by such a transport go through the core's domain
+   proxy, which asks the target PE's proxy thread to apply the operation with the local
+   operations below.
+5. Local operations take a *memory handle*: :attr:`MemoryDomain.local` (this PE's segment) or
+   what ``import_peer`` returned. Offsets are bytes from the start of the segment.
+6. ``close()`` releases everything (after ``stop_threads``).
+
+Arrays: a domain whose memory the CPU cannot address hands users its own array type, a
+subclass of :class:`DomainArray`; the API dispatches on the array's ``domain``. A domain of
+kind ``host`` (memory the CPU maps) may hand out plain numpy arrays over ``describe().buffer``:
+the core registers such a segment in its native address table, so those arrays take the host
+paths (shm, transports) unchanged.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .errors import VkshmemError
+from .transport import AmoOp, SegmentInfo
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from .config import Config
+
+__all__ = [
+    "DOMAIN_API_VERSION",
+    "DomainArray",
+    "DomainContext",
+    "DomainExport",
+    "DomainSpec",
+    "MemoryDomain",
+]
+
+#: Version of this contract. A spec declaring another version is refused at load time.
+DOMAIN_API_VERSION = 1
+
+
+@dataclass(frozen=True)
+class DomainSpec:
+    """What a plugin declares about one memory domain.
+
+    ``family`` is what users may ask for instead of the name: ``"gpu"`` domains answer
+    ``domain='gpu'`` (the highest ``priority`` one that is available) and ``domain='auto'``
+    (when ``accelerator()`` is true on every PE); ``"host"`` domains only their name.
+    ``accelerator(config)`` is a cheap, local, non-collective probe: does this PE have a real
+    accelerator for this domain (not an emulation such as a CPU Vulkan driver)?
+    """
+
+    name: str
+    factory: Callable[[DomainContext], MemoryDomain]
+    family: str = "gpu"
+    priority: int = 0
+    api_version: int = DOMAIN_API_VERSION
+    accelerator: Callable[[Config], bool] | None = None
+    description: str = ""
+
+
+@dataclass
+class DomainContext:
+    """Handed to a domain's factory: who this PE is and the job's collective helpers."""
+
+    my_pe: int
+    n_pes: int
+    local_rank: int
+    """This PE's index among the PEs of its node (picks a device)."""
+    node_id: str
+    seg_id: int
+    config: Config
+    allgather: Callable[[bytes], list[bytes]]
+    """Collective: every PE's blob, in PE order."""
+    barrier: Callable[[], None]
+    """Collective: returns when every PE called it."""
+    amo_function: int = 0
+    """Address of the core's native ``vk_amo`` (C type ``vk_amo_fn`` in ``_native.h``): a
+    domain of CPU-addressable memory applies AMOs with it, so they are atomic with the shm
+    path's and the transports' AMOs on the same word."""
+    runtime: Any = None
+    """The running :class:`~vkshmem.core.runtime.Runtime`, for domains that serve
+    device-initiated communication (they need the host heap and the transports); its
+    :meth:`~vkshmem.core.runtime.Runtime.heap_of` gives the domain's routes to peers."""
+
+
+@dataclass(frozen=True)
+class DomainExport:
+    """What a PE offers same-node peers: ``fds`` (passed over Unix sockets to peers on this
+    node whose ``group`` is equal and not None, e.g. the same device UUID) and ``meta``
+    (all-gathered to every PE)."""
+
+    fds: list[int]
+    meta: bytes = b""
+    group: str | None = None
+
+
+class DomainArray(ABC):
+    """Base of the array types domains hand to users for memory the CPU cannot address.
+
+    An array views ``nbytes`` bytes at byte ``offset`` of its domain's segment (the same offset
+    names the same array on every PE) and is C-contiguous. ``base`` is the allocation it views
+    (None for an allocation itself).
+    """
+
+    __slots__ = ()
+    domain: MemoryDomain
+    offset: int
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+    @property
+    @abstractmethod
+    def size(self) -> int:
+        """Number of elements."""
+
+    @property
+    @abstractmethod
+    def nbytes(self) -> int:
+        """Size in bytes."""
+
+    @property
+    @abstractmethod
+    def base(self) -> DomainArray | None:
+        """The allocation this array views, or None for an allocation."""
+
+    @abstractmethod
+    def ravel(self) -> DomainArray:
+        """A 1-D view of the same elements."""
+
+    @abstractmethod
+    def to_numpy(self, zero_copy: bool = False) -> np.ndarray:
+        """The contents as a numpy array (a copy, or with ``zero_copy`` a view of the CPU
+        mapping where one exists)."""
+
+    @abstractmethod
+    def copy_from(self, values: Any) -> None:
+        """Write ``values`` (array-like of this size) into this PE's memory."""
+
+    @abstractmethod
+    def __getitem__(self, index: Any) -> Any: ...
+
+    @abstractmethod
+    def __setitem__(self, index: Any, value: Any) -> None: ...
+
+
+class MemoryDomain(ABC):
+    """An open memory domain on one PE. See the module docstring for the contract."""
+
+    spec: DomainSpec
+    seg_id: int
+    size: int
+    """Bytes of this PE's segment (equal on every PE)."""
+    local: Any
+    """The memory handle of this PE's own segment."""
+    closed: bool = False
+    error_type: type[VkshmemError] = VkshmemError
+    """What failures of this domain's operations raise (the core's proxy raises it too)."""
+
+    # -- the segment ------------------------------------------------------------------------
+
+    @abstractmethod
+    def export(self) -> DomainExport:
+        """Fds and metadata for same-node peers (fds stay owned by the domain)."""
+
+    @abstractmethod
+    def import_peer(self, pe: int, fds: list[int], meta: bytes) -> Any:
+        """Map ``pe``'s segment from its fds (owned by the callee from now on) and metadata;
+        return a memory handle, or raise to have the core reach ``pe`` another way."""
+
+    def release_peer(self, handle: Any) -> None:  # noqa: B027 - optional
+        """Release an imported segment (at close)."""
+
+    @abstractmethod
+    def describe(self) -> SegmentInfo:
+        """This PE's segment as transports register it (``kind`` says what memory it is)."""
+
+    # -- local operations on a memory handle ------------------------------------------------
+
+    @abstractmethod
+    def check_range(self, offset: int, nbytes: int, what: str) -> None:
+        """Raise InvalidArgumentError unless ``[offset, offset + nbytes)`` is in the segment."""
+
+    @abstractmethod
+    def write(self, mem: Any, offset: int, src: memoryview) -> None:
+        """Copy host bytes into ``mem``; complete on return."""
+
+    @abstractmethod
+    def read(self, mem: Any, offset: int, dst: memoryview) -> None:
+        """Copy bytes of ``mem`` into host buffer ``dst``."""
+
+    @abstractmethod
+    def copy(self, dst: Any, dst_offset: int, src: Any, src_offset: int, nbytes: int) -> None:
+        """Copy within the domain (between this PE's and imported segments)."""
+
+    @abstractmethod
+    def amo(self, mem: Any, offset: int, op: AmoOp, width: int, operand: int,
+            compare: int) -> int:
+        """Apply ``op`` to the aligned ``width``-byte word atomically with respect to every
+        other vkshmem AMO on it (device atomics included); return the old value."""
+
+    def zero(self, offset: int, nbytes: int) -> None:
+        """Zero ``nbytes`` of this PE's segment (default: writes of zeros)."""
+        chunk = 1 << 20
+        zeros = bytes(min(nbytes, chunk))
+        for lo in range(0, nbytes, chunk):
+            self.write(self.local, offset + lo, memoryview(zeros)[:min(chunk, nbytes - lo)])
+
+    def watch_address(self, offset: int) -> int:
+        """A host address of this PE's segment at ``offset`` the CPU may spin on (coherent with
+        remote writes), or 0 (the core then polls with :meth:`read`)."""
+        return 0
+
+    def host_view(self, mem: Any) -> memoryview | None:
+        """A CPU view of memory handle ``mem`` (this PE's or an imported segment), or None
+        where the CPU cannot address it (``shmem.ptr`` then returns None)."""
+        return None
+
+    def reduce(self, dst_offset: int, src_offset: int, count: int, op: str,
+               dtype: np.dtype) -> bool:
+        """``dst[i] = dst[i] op src[i]`` for ``count`` elements of this PE's segment on the
+        device; return False when the device cannot (the core then reduces on the host)."""
+        return False
+
+    # -- arrays -------------------------------------------------------------------------------
+
+    @abstractmethod
+    def make_array(self, offset: int, shape: tuple[int, ...], dtype: np.dtype) -> Any:
+        """The array users get for an allocation at ``offset`` (a :class:`DomainArray`, or a
+        numpy array for memory the CPU addresses)."""
+
+    # -- errors and teardown -------------------------------------------------------------------
+
+    def check_errors(self) -> None:  # noqa: B027 - optional
+        """Raise errors the device reported asynchronously (called after barriers)."""
+
+    def stop_threads(self) -> BaseException | None:
+        """Stop background work of the domain (before transports close); return a recorded
+        failure, if any."""
+        return None
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release the segment and the device; safe to call twice."""
+

@@ -1,0 +1,52 @@
+"""The entry point of the ``vulkan`` memory domain (group ``vkshmem.domains``).
+
+Declared in vkshmem's own ``pyproject.toml`` exactly as a third party declares its domain;
+importing this module imports no Vulkan binding: the domain is built on first use.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from vkshmem.core.config import Config
+from vkshmem.core.domain import DomainContext, DomainSpec, MemoryDomain
+from vkshmem.core.hookspecs import hookimpl
+
+__all__ = ["SPEC", "register_domains"]
+
+log = logging.getLogger("vkshmem")
+
+
+def _open(ctx: DomainContext) -> MemoryDomain:
+    from .domain import VulkanDomain
+
+    return VulkanDomain(SPEC, ctx)
+
+
+def _has_gpu(config: Config) -> bool:
+    """Whether this PE's Vulkan device would be a GPU (not a CPU driver such as lavapipe)."""
+    try:
+        from .device import list_devices
+
+        devices = list_devices()
+    except Exception as exc:  # no loader, driver or binding
+        log.info("domain='auto': no Vulkan GPU (%s)", exc)
+        return False
+    pick = config.gpu_device
+    if pick is None:
+        return any(not d.is_cpu for d in devices)
+    return pick < len(devices) and not devices[pick].is_cpu
+
+
+SPEC = DomainSpec(
+    name="vulkan", factory=_open, family="gpu", priority=10, accelerator=_has_gpu,
+    description="exportable Vulkan device memory (any vendor; lavapipe on the CPU)",
+)
+
+
+@hookimpl
+def register_domains(register: Callable[[Any], None]) -> None:
+    """The Vulkan GPU domain."""
+    register(SPEC)
