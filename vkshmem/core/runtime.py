@@ -368,7 +368,7 @@ class Runtime:
                 ok = not self.gpu.device.info.is_cpu
             else:
                 try:
-                    from ..gpu.device import list_devices
+                    from ..gpu.instance import list_devices
                     devices = list_devices()
                     pick = self.config.gpu_device
                     ok = any(not d.is_cpu for d in devices) if pick is None else (

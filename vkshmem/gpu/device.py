@@ -1,14 +1,10 @@
-"""A Vulkan device opened for vkshmem: instance, physical device, compute queue, command pool.
+"""A Vulkan device opened for vkshmem: compute queue, command pool, memory, copies, shaders.
 
 :class:`VulkanDevice` is the one object the rest of the layer hangs off: memory
 (:meth:`~VulkanDevice.alloc_exportable`, :meth:`~VulkanDevice.import_fd`), copies
 (:meth:`~VulkanDevice.write`, :meth:`~VulkanDevice.read`, :meth:`~VulkanDevice.copy`), shader
 work (:meth:`~VulkanDevice.amo`, :meth:`~VulkanDevice.reduce`, :meth:`~VulkanDevice.pipeline`).
-
-Which physical device: ``index`` if given, else ``VKSHMEM_GPU_DEVICE`` if set, else
-``local_rank`` modulo the number of GPUs (CPU drivers such as lavapipe are used only when no GPU
-exists, or when picked by index). Devices are numbered GPUs first (discrete, integrated,
-virtual, other), CPU drivers last; :func:`list_devices` shows the order.
+Which physical device it opens, and the instance: :mod:`vkshmem.gpu.instance`.
 
 Threads: every method may be called from any thread. Each engine (the staging copies, each
 pipeline, the AMO kernels) has its own lock held for a whole operation; the device lock is held
@@ -21,17 +17,35 @@ and raises :class:`~vkshmem.gpu.errors.GpuTimeoutError` instead of hanging.
 from __future__ import annotations
 
 import logging
-import os
 import threading
-from collections.abc import Iterable
-from dataclasses import dataclass, field
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
 from vkshmem.core.errors import FeatureNotAvailableError, InvalidArgumentError
 
-from ._vk import check, icd_hint, load
+from ._vk import c_strings, check, load
+from .env import (
+    DEFAULT_SPIN_US,
+    DEFAULT_STAGING,
+    DEFAULT_TIMEOUT,
+    ENV_DEVICE,
+    ENV_SPIN,
+    ENV_STAGING,
+    ENV_TIMEOUT,
+    env_float,
+    env_size,
+)
 from .errors import GpuError, GpuTimeoutError
+from .instance import Messenger, choose_physical, create_instance
+from .physical import (
+    EXT_DMA_BUF,
+    EXT_EXTERNAL_MEMORY_FD,
+    MEM_DEVICE_LOCAL,
+    MEM_HOST_CACHED,
+    MEM_HOST_COHERENT,
+    MEM_HOST_VISIBLE,
+    DeviceInfo,
+)
 
 if TYPE_CHECKING:
     from .copy import Transfer
@@ -39,398 +53,9 @@ if TYPE_CHECKING:
     from .memory import GpuMemory
     from .pipeline import ComputePipeline
 
-__all__ = ["SHADER_FEATURES", "DeviceInfo", "VulkanDevice", "list_devices"]
+__all__ = ["VulkanDevice"]
 
 log = logging.getLogger("vkshmem.gpu")
-
-#: Environment variables this layer reads (the core's config registry lists them too).
-ENV_DEVICE = "VKSHMEM_GPU_DEVICE"
-ENV_TIMEOUT = "VKSHMEM_GPU_TIMEOUT"
-ENV_STAGING = "VKSHMEM_GPU_STAGING_SIZE"
-ENV_SPIN = "VKSHMEM_GPU_SPIN_US"
-DEFAULT_SPIN_US = 200.0
-DEFAULT_TIMEOUT = 30.0
-DEFAULT_STAGING = 8 << 20
-
-VALIDATION_LAYER = "VK_LAYER_KHRONOS_validation"
-EXT_DEBUG_UTILS = "VK_EXT_debug_utils"
-EXT_EXTERNAL_MEMORY_FD = "VK_KHR_external_memory_fd"
-EXT_DMA_BUF = "VK_EXT_external_memory_dma_buf"
-
-#: Optional shader features recorded in :attr:`DeviceInfo.shader_features` (and enabled when
-#: the device has them), by Vulkan name -> where Vulkan reports it (VkPhysicalDeviceFeatures,
-#: VkPhysicalDeviceVulkan11Features, VkPhysicalDeviceVulkan12Features). The 8/16-bit ones are
-#: what reduce.comp's small-type variants need.
-SHADER_FEATURES = {
-    "shaderInt16": "core",
-    "shaderInt64": "core",
-    "shaderFloat64": "core",
-    "storageBuffer16BitAccess": "1.1",
-    "uniformAndStorageBuffer16BitAccess": "1.1",
-    "shaderInt8": "1.2",
-    "shaderFloat16": "1.2",
-    "storageBuffer8BitAccess": "1.2",
-    "uniformAndStorageBuffer8BitAccess": "1.2",
-}
-
-_TYPE_NAMES = {0: "other", 1: "integrated-gpu", 2: "discrete-gpu", 3: "virtual-gpu", 4: "cpu"}
-_TYPE_ORDER = {2: 0, 1: 1, 3: 2, 0: 3, 4: 4}
-_VENDORS = {0x10DE: "NVIDIA", 0x1002: "AMD", 0x8086: "Intel", 0x10005: "Mesa",
-            0x13B5: "ARM", 0x5143: "Qualcomm", 0x106B: "Apple"}
-
-# VkMemoryPropertyFlagBits
-MEM_DEVICE_LOCAL = 0x1
-MEM_HOST_VISIBLE = 0x2
-MEM_HOST_COHERENT = 0x4
-MEM_HOST_CACHED = 0x8
-
-_SEVERITY = {0x1: "verbose", 0x10: "info", 0x100: "warning", 0x1000: "error"}
-
-
-@dataclass(frozen=True)
-class DeviceInfo:
-    """What a physical device is and what it can do for vkshmem."""
-
-    index: int
-    name: str
-    vendor_id: int
-    vendor: str
-    device_type: str
-    api_version: str
-    driver_name: str
-    driver_info: str
-    driver_version: int
-    device_uuid: bytes
-    driver_uuid: bytes
-    external_memory_fd: bool
-    dma_buf: bool
-    buffer_device_address: bool
-    int64_atomics: bool
-    int64: bool
-    float64: bool
-    int8_storage: bool
-    device_local_host_visible: bool
-    max_allocation_size: int
-    max_push_constants_size: int
-    max_workgroup_count: tuple[int, int, int]
-    memory_types: tuple[tuple[int, int], ...] = field(repr=False)
-    """(property flags, heap index) of each memory type."""
-    shader_features: frozenset[str] = frozenset()
-    """The optional shader features the device has among :data:`SHADER_FEATURES` (Vulkan
-    names, e.g. ``"shaderInt16"``); vkshmem enables each one it has."""
-
-    def has_features(self, *names: str) -> bool:
-        """Whether the device has every named feature of :data:`SHADER_FEATURES`."""
-        return all(n in self.shader_features for n in names)
-
-    def missing_features(self, *names: str) -> list[str]:
-        """The named features of :data:`SHADER_FEATURES` the device lacks."""
-        return [n for n in names if n not in self.shader_features]
-
-    @property
-    def uuid(self) -> str:
-        """The device UUID as text (equal across processes, and CUDA's for the same GPU)."""
-        u = self.device_uuid.hex()
-        return f"{u[:8]}-{u[8:12]}-{u[12:16]}-{u[16:20]}-{u[20:]}"
-
-    @property
-    def is_cpu(self) -> bool:
-        return self.device_type == "cpu"
-
-
-class _Messenger:
-    """Records what the validation layer reports (warnings and errors), from any thread."""
-
-    def __init__(self) -> None:
-        self.messages: list[tuple[str, str, str]] = []
-        self._lock = threading.Lock()
-        vk = load()
-
-        def callback(severity: int, types: int, data: Any, user: Any) -> int:
-            try:
-                ident = vk.ffi.string(data.pMessageIdName).decode() if data.pMessageIdName \
-                    != vk.ffi.NULL else ""
-                text = vk.ffi.string(data.pMessage).decode(errors="replace") if data.pMessage \
-                    != vk.ffi.NULL else ""
-                sev = _SEVERITY.get(severity, str(severity))
-                with self._lock:
-                    self.messages.append((sev, ident, text))
-                if sev == "error":
-                    log.error("Vulkan validation: %s", text)
-                else:
-                    log.warning("Vulkan validation: %s", text)
-            except BaseException:  # never let an exception unwind through the driver
-                pass
-            return 0
-
-        self.callback = vk.ffi.callback("PFN_vkDebugUtilsMessengerCallbackEXT", callback)
-        self.create_info = vk.ffi.new("VkDebugUtilsMessengerCreateInfoEXT*", {
-            "sType": vk.VK_STRUCTURE_TYPE_DEBUG_UTILS_MESSENGER_CREATE_INFO_EXT,
-            "messageSeverity": 0x100 | 0x1000,
-            "messageType": 0x1 | 0x2 | 0x4,
-            "pfnUserCallback": self.callback,
-        })
-
-    @property
-    def errors(self) -> list[str]:
-        with self._lock:
-            return [f"[{i}] {t}" for s, i, t in self.messages if s == "error"]
-
-
-def _env_float(name: str, default: float) -> float:
-    raw = os.environ.get(name, "")
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        from vkshmem.core.errors import ConfigError
-        raise ConfigError(name, f"expected a number of seconds, got {raw!r}") from None
-    return value
-
-
-def _env_size(name: str, default: int) -> int:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    try:
-        if raw[-1].upper() in units:
-            return int(float(raw[:-1]) * units[raw[-1].upper()])
-        return int(raw)
-    except ValueError:
-        from vkshmem.core.errors import ConfigError
-        raise ConfigError(name, f"expected a size such as 8M, got {raw!r}") from None
-
-
-def _cstr(vk: Any, arr: Any) -> str:
-    return vk.ffi.string(arr).decode(errors="replace")
-
-
-def _layers(vk: Any) -> set[str]:
-    ffi, lib = vk.ffi, vk.lib
-    n = ffi.new("uint32_t*")
-    check(lib.vkEnumerateInstanceLayerProperties(n, ffi.NULL), "vkEnumerateInstanceLayerProperties")
-    props = ffi.new("VkLayerProperties[]", n[0])
-    check(lib.vkEnumerateInstanceLayerProperties(n, props), "vkEnumerateInstanceLayerProperties")
-    return {_cstr(vk, props[i].layerName) for i in range(n[0])}
-
-
-def _instance_extensions(vk: Any) -> set[str]:
-    ffi, lib = vk.ffi, vk.lib
-    n = ffi.new("uint32_t*")
-    check(lib.vkEnumerateInstanceExtensionProperties(ffi.NULL, n, ffi.NULL),
-          "vkEnumerateInstanceExtensionProperties")
-    props = ffi.new("VkExtensionProperties[]", n[0])
-    check(lib.vkEnumerateInstanceExtensionProperties(ffi.NULL, n, props),
-          "vkEnumerateInstanceExtensionProperties")
-    return {_cstr(vk, props[i].extensionName) for i in range(n[0])}
-
-
-def _device_extensions(vk: Any, pd: Any) -> set[str]:
-    ffi, lib = vk.ffi, vk.lib
-    n = ffi.new("uint32_t*")
-    check(lib.vkEnumerateDeviceExtensionProperties(pd, ffi.NULL, n, ffi.NULL),
-          "vkEnumerateDeviceExtensionProperties")
-    props = ffi.new("VkExtensionProperties[]", n[0])
-    check(lib.vkEnumerateDeviceExtensionProperties(pd, ffi.NULL, n, props),
-          "vkEnumerateDeviceExtensionProperties")
-    return {_cstr(vk, props[i].extensionName) for i in range(n[0])}
-
-
-def _keep(store: list[Any], *objs: Any) -> Any:
-    store.extend(objs)
-    return objs[0]
-
-
-def _strings(vk: Any, names: Iterable[str], keep: list[Any]) -> Any:
-    ffi = vk.ffi
-    cs = [ffi.new("char[]", s.encode()) for s in names]
-    keep.extend(cs)
-    return _keep(keep, ffi.new("char*[]", cs)), len(cs)
-
-
-class _Physical:
-    """A physical device's properties and features, queried once."""
-
-    def __init__(self, vk: Any, pd: Any, index: int) -> None:
-        ffi, lib = vk.ffi, vk.lib
-        self.handle = pd
-        props = ffi.new("VkPhysicalDeviceProperties*")
-        lib.vkGetPhysicalDeviceProperties(pd, props)
-        p = props[0]
-        self.api_version = p.apiVersion
-        self.extensions = _device_extensions(vk, pd)
-        v12 = self.api_version >= vk.API_VERSION_1_2
-        idp = ffi.new("VkPhysicalDeviceIDProperties*", {
-            "sType": vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_ID_PROPERTIES})
-        drv = ffi.new("VkPhysicalDeviceDriverProperties*", {
-            "sType": vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES, "pNext": idp})
-        p2 = ffi.new("VkPhysicalDeviceProperties2*", {
-            "sType": vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2,
-            "pNext": drv if v12 else idp})
-        lib.vkGetPhysicalDeviceProperties2(pd, p2)
-        f11 = ffi.new("VkPhysicalDeviceVulkan11Features*", {
-            "sType": vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES})
-        f12 = ffi.new("VkPhysicalDeviceVulkan12Features*", {
-            "sType": vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES, "pNext": f11})
-        f2 = ffi.new("VkPhysicalDeviceFeatures2*", {
-            "sType": vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2,
-            "pNext": f12 if v12 else ffi.NULL})
-        lib.vkGetPhysicalDeviceFeatures2(pd, f2)
-        # cffi trap: a nested struct read from an ffi.new object does not keep that object
-        # alive; hold the owners for as long as the views are used.
-        self._owners = (f2, f12, f11)
-        self.features = f2.features
-        self.f12 = f12[0]
-        self.f11 = f11[0]
-        structs = {"core": self.features, "1.1": self.f11, "1.2": self.f12}
-        shader_features = frozenset(
-            name for name, where in SHADER_FEATURES.items()
-            if (v12 or where == "core") and getattr(structs[where], name))
-        mp = ffi.new("VkPhysicalDeviceMemoryProperties*")
-        lib.vkGetPhysicalDeviceMemoryProperties(pd, mp)
-        self.memory_types = tuple(
-            (mp.memoryTypes[i].propertyFlags, mp.memoryTypes[i].heapIndex)
-            for i in range(mp.memoryTypeCount))
-        self.heap_sizes = tuple(mp.memoryHeaps[i].size for i in range(mp.memoryHeapCount))
-        m3 = ffi.new("VkPhysicalDeviceMaintenance3Properties*", {
-            "sType": vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES})
-        p2b = ffi.new("VkPhysicalDeviceProperties2*", {
-            "sType": vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, "pNext": m3})
-        lib.vkGetPhysicalDeviceProperties2(pd, p2b)
-        lim = p.limits
-        dlhv = MEM_DEVICE_LOCAL | MEM_HOST_VISIBLE
-        self.info = DeviceInfo(
-            index=index,
-            name=_cstr(vk, p.deviceName),
-            vendor_id=p.vendorID,
-            vendor=_VENDORS.get(p.vendorID, f"0x{p.vendorID:04x}"),
-            device_type=_TYPE_NAMES.get(p.deviceType, str(p.deviceType)),
-            api_version=f"{p.apiVersion >> 22}.{(p.apiVersion >> 12) & 0x3FF}."
-                        f"{p.apiVersion & 0xFFF}",
-            driver_name=_cstr(vk, drv.driverName) if v12 else "",
-            driver_info=_cstr(vk, drv.driverInfo) if v12 else "",
-            driver_version=p.driverVersion,
-            device_uuid=bytes(ffi.buffer(idp.deviceUUID, 16)),
-            driver_uuid=bytes(ffi.buffer(idp.driverUUID, 16)),
-            external_memory_fd=EXT_EXTERNAL_MEMORY_FD in self.extensions,
-            dma_buf=EXT_DMA_BUF in self.extensions,
-            buffer_device_address=v12 and bool(self.f12.bufferDeviceAddress),
-            int64_atomics=v12 and bool(self.f12.shaderBufferInt64Atomics),
-            int64=bool(self.features.shaderInt64),
-            float64=bool(self.features.shaderFloat64),
-            int8_storage=v12 and bool(self.f12.storageBuffer8BitAccess and self.f12.shaderInt8),
-            device_local_host_visible=any(f & dlhv == dlhv for f, _ in self.memory_types),
-            max_allocation_size=m3.maxMemoryAllocationSize,
-            max_push_constants_size=lim.maxPushConstantsSize,
-            max_workgroup_count=tuple(lim.maxComputeWorkGroupCount[i] for i in range(3)),
-            memory_types=self.memory_types,
-            shader_features=shader_features,
-        )
-
-
-def _sorted_physical(vk: Any, instance: Any) -> list[Any]:
-    ffi, lib = vk.ffi, vk.lib
-    n = ffi.new("uint32_t*")
-    check(lib.vkEnumeratePhysicalDevices(instance, n, ffi.NULL), "vkEnumeratePhysicalDevices")
-    handles = ffi.new("VkPhysicalDevice[]", n[0])
-    if n[0]:
-        check(lib.vkEnumeratePhysicalDevices(instance, n, handles), "vkEnumeratePhysicalDevices")
-    devs = []
-    for i in range(n[0]):
-        props = ffi.new("VkPhysicalDeviceProperties*")
-        lib.vkGetPhysicalDeviceProperties(handles[i], props)
-        devs.append((_TYPE_ORDER.get(props.deviceType, 3), i, handles[i]))
-    devs.sort(key=lambda t: (t[0], t[1]))
-    return [h for _, _, h in devs]
-
-
-def _create_instance(vk: Any, validation: bool, messenger: _Messenger | None,
-                     keep: list[Any]) -> Any:
-    ffi, lib = vk.ffi, vk.lib
-    layers: list[str] = []
-    exts: list[str] = []
-    if validation:
-        if VALIDATION_LAYER not in _layers(vk):
-            raise FeatureNotAvailableError(
-                f"the Vulkan validation layer {VALIDATION_LAYER} is not installed: apt-get "
-                "install vulkan-validationlayers (or run without validation)")
-        if EXT_DEBUG_UTILS not in _instance_extensions(vk) | _layer_extensions(vk):
-            raise FeatureNotAvailableError(f"instance extension {EXT_DEBUG_UTILS} is missing")
-        layers.append(VALIDATION_LAYER)
-        exts.append(EXT_DEBUG_UTILS)
-    app = _keep(keep, ffi.new("VkApplicationInfo*", {
-        "sType": vk.VK_STRUCTURE_TYPE_APPLICATION_INFO,
-        "pApplicationName": _keep(keep, ffi.new("char[]", b"vkshmem")),
-        "pEngineName": _keep(keep, ffi.new("char[]", b"vkshmem")),
-        "apiVersion": vk.API_VERSION_1_2,
-    }))
-    lay, nlay = _strings(vk, layers, keep)
-    ext, next_ = _strings(vk, exts, keep)
-    info = _keep(keep, ffi.new("VkInstanceCreateInfo*", {
-        "sType": vk.VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO,
-        # Chained so that vkCreateInstance/vkDestroyInstance (leak reports) are covered too.
-        "pNext": messenger.create_info if messenger else ffi.NULL,
-        "pApplicationInfo": app,
-        "enabledLayerCount": nlay, "ppEnabledLayerNames": lay,
-        "enabledExtensionCount": next_, "ppEnabledExtensionNames": ext,
-    }))
-    out = ffi.new("VkInstance*")
-    res = lib.vkCreateInstance(info, ffi.NULL, out)
-    if res == vk.VK_ERROR_INCOMPATIBLE_DRIVER:
-        raise FeatureNotAvailableError(f"no Vulkan 1.2 driver could be loaded; {icd_hint()}")
-    if res == vk.VK_ERROR_LAYER_NOT_PRESENT:
-        raise FeatureNotAvailableError(
-            "the Vulkan validation layer could not be loaded: apt-get install "
-            "vulkan-validationlayers")
-    check(res, "vkCreateInstance")
-    return out[0]
-
-
-def _layer_extensions(vk: Any) -> set[str]:
-    ffi, lib = vk.ffi, vk.lib
-    n = ffi.new("uint32_t*")
-    name = ffi.new("char[]", VALIDATION_LAYER.encode())
-    if lib.vkEnumerateInstanceExtensionProperties(name, n, ffi.NULL) != 0:
-        return set()
-    props = ffi.new("VkExtensionProperties[]", n[0])
-    lib.vkEnumerateInstanceExtensionProperties(name, n, props)
-    return {_cstr(vk, props[i].extensionName) for i in range(n[0])}
-
-
-def list_devices() -> list[DeviceInfo]:
-    """Every Vulkan physical device, in vkshmem's order (GPUs first, CPU drivers last)."""
-    vk = load()
-    keep: list[Any] = []
-    instance = _create_instance(vk, False, None, keep)
-    try:
-        return [_Physical(vk, pd, i).info for i, pd in enumerate(_sorted_physical(vk, instance))]
-    finally:
-        vk.lib.vkDestroyInstance(instance, vk.ffi.NULL)
-
-
-def _choose(n_total: int, infos: list[DeviceInfo], index: int | None, local_rank: int) -> int:
-    if index is None:
-        raw = os.environ.get(ENV_DEVICE, "").strip()
-        if raw:
-            try:
-                index = int(raw)
-            except ValueError:
-                from vkshmem.core.errors import ConfigError
-                raise ConfigError(ENV_DEVICE, f"expected a device number, got {raw!r}") from None
-            if not 0 <= index < n_total:
-                from vkshmem.core.errors import ConfigError
-                raise ConfigError(ENV_DEVICE, f"device {index} does not exist; devices: "
-                                  + ", ".join(f"{d.index}={d.name}" for d in infos))
-            return index
-        gpus = [d.index for d in infos if not d.is_cpu]
-        pool = gpus or [d.index for d in infos]
-        return pool[local_rank % len(pool)]
-    if not 0 <= index < n_total:
-        raise InvalidArgumentError(f"Vulkan device {index} does not exist; devices: "
-                                   + ", ".join(f"{d.index}={d.name}" for d in infos))
-    return index
 
 
 class VulkanDevice:
@@ -450,12 +75,12 @@ class VulkanDevice:
         ffi, lib = vk.ffi, vk.lib
         self._keep: list[Any] = []
         self.lock = threading.RLock()
-        self.timeout = timeout if timeout is not None else _env_float(ENV_TIMEOUT,
-                                                                      DEFAULT_TIMEOUT)
+        self.timeout = timeout if timeout is not None else env_float(ENV_TIMEOUT,
+                                                                     DEFAULT_TIMEOUT)
         #: Seconds a wait polls the fence before blocking (VKSHMEM_GPU_SPIN_US, microseconds).
-        self.spin_wait = _env_float(ENV_SPIN, DEFAULT_SPIN_US) * 1e-6
+        self.spin_wait = env_float(ENV_SPIN, DEFAULT_SPIN_US) * 1e-6
         self.validation = validation
-        self._messenger = _Messenger() if validation else None
+        self._messenger = Messenger() if validation else None
         self._debug_handle: Any = None
         self.instance: Any = None
         self.handle: Any = None
@@ -470,8 +95,8 @@ class VulkanDevice:
         try:
             self._open(index, local_rank)
             from .copy import Transfer
-            size = staging_size if staging_size is not None else _env_size(ENV_STAGING,
-                                                                            DEFAULT_STAGING)
+            size = staging_size if staging_size is not None else env_size(ENV_STAGING,
+                                                                           DEFAULT_STAGING)
             self._transfer = Transfer(self, size)
         except BaseException:
             self.close()
@@ -483,7 +108,7 @@ class VulkanDevice:
     def _open(self, index: int | None, local_rank: int) -> None:
         vk = self._vk
         ffi, lib = vk.ffi, vk.lib
-        self.instance = _create_instance(vk, self.validation, self._messenger, self._keep)
+        self.instance = create_instance(vk, self.validation, self._messenger, self._keep)
         if self._messenger is not None:
             create = ffi.cast("PFN_vkCreateDebugUtilsMessengerEXT", lib.vkGetInstanceProcAddr(
                 self.instance, b"vkCreateDebugUtilsMessengerEXT"))
@@ -491,12 +116,7 @@ class VulkanDevice:
             check(create(self.instance, self._messenger.create_info, ffi.NULL, out),
                   "vkCreateDebugUtilsMessengerEXT")
             self._debug_handle = out[0]
-        handles = _sorted_physical(vk, self.instance)
-        if not handles:
-            raise FeatureNotAvailableError(f"Vulkan found no device; {icd_hint()}")
-        infos = [_Physical(vk, h, i).info for i, h in enumerate(handles)]
-        chosen = _choose(len(handles), infos, index, local_rank)
-        phys = _Physical(vk, handles[chosen], chosen)
+        phys = choose_physical(vk, self.instance, index, local_rank)
         self.physical = phys.handle
         self.info: DeviceInfo = phys.info
         self._phys = phys
@@ -511,8 +131,9 @@ class VulkanDevice:
             missing.append(EXT_EXTERNAL_MEMORY_FD)
         if missing:
             raise FeatureNotAvailableError(
-                f"Vulkan device {chosen} ({self.info.name}, driver {self.info.driver_name}) lacks "
-                f"{', '.join(missing)}; pick another with {ENV_DEVICE}=<n> or update the driver")
+                f"Vulkan device {self.info.index} ({self.info.name}, driver "
+                f"{self.info.driver_name}) lacks {', '.join(missing)}; pick another with "
+                f"{ENV_DEVICE}=<n> or update the driver")
         # A queue family with compute (which implies transfer).
         n = ffi.new("uint32_t*")
         lib.vkGetPhysicalDeviceQueueFamilyProperties(self.physical, n, ffi.NULL)
@@ -570,7 +191,7 @@ class VulkanDevice:
         exts = [EXT_EXTERNAL_MEMORY_FD]
         if self.info.dma_buf:
             exts.append(EXT_DMA_BUF)
-        ext, next_ = _strings(vk, exts, self._keep)
+        ext, next_ = c_strings(vk, exts, self._keep)
         dinfo = ffi.new("VkDeviceCreateInfo*", {
             "sType": vk.VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, "pNext": f2,
             "queueCreateInfoCount": 2 if alt is not None else 1, "pQueueCreateInfos": qinfo,

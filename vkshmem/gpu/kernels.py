@@ -21,8 +21,9 @@ from vkshmem.core.errors import FeatureNotAvailableError, InvalidArgumentError
 from vkshmem.core.transport import AmoOp
 
 if TYPE_CHECKING:
-    from .device import DeviceInfo, Slot, VulkanDevice
+    from .device import Slot, VulkanDevice
     from .memory import GpuMemory
+    from .physical import DeviceInfo
 
 __all__ = ["REDUCE_DTYPES", "REDUCE_FEATURES", "REDUCE_OPS", "Kernels", "reduce_unsupported"]
 
@@ -38,7 +39,7 @@ REDUCE_DTYPES = {np.dtype(np.int8): "reduce_i8", np.dtype(np.uint8): "reduce_u8"
                  np.dtype(np.float16): "reduce_f16",
                  np.dtype(np.float32): "reduce_f32", np.dtype(np.float64): "reduce_f64",
                  np.dtype(np.complex64): "reduce_c64", np.dtype(np.complex128): "reduce_c128"}
-#: numpy dtype -> the device features (:data:`vkshmem.gpu.device.SHADER_FEATURES` names) its
+#: numpy dtype -> the device features (:data:`vkshmem.gpu.physical.SHADER_FEATURES` names) its
 #: variants need; a dtype not listed needs nothing optional.
 REDUCE_FEATURES: dict[np.dtype, tuple[str, ...]] = {
     np.dtype(np.int8): ("shaderInt8", "storageBuffer8BitAccess"),

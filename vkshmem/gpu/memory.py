@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 from vkshmem.core.errors import FeatureNotAvailableError, InvalidArgumentError
 
 from ._vk import check
-from .device import MEM_HOST_COHERENT, MEM_HOST_VISIBLE
 from .errors import GpuError
+from .physical import MEM_HOST_COHERENT, MEM_HOST_VISIBLE
 
 if TYPE_CHECKING:
     from .device import VulkanDevice
