@@ -19,8 +19,9 @@ from vkshmem.core.errors import FeatureNotAvailableError, InvalidArgumentError
 from .errors import GpuError
 
 if TYPE_CHECKING:
-    from .device import Slot, VulkanDevice
+    from .device import VulkanDevice
     from .memory import GpuMemory
+    from .submit import Slot
 
 __all__ = ["Transfer"]
 

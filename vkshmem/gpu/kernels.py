@@ -21,9 +21,10 @@ from vkshmem.core.errors import FeatureNotAvailableError, InvalidArgumentError
 from vkshmem.core.transport import AmoOp
 
 if TYPE_CHECKING:
-    from .device import Slot, VulkanDevice
+    from .device import VulkanDevice
     from .memory import GpuMemory
     from .physical import DeviceInfo
+    from .submit import Slot
 
 __all__ = ["REDUCE_DTYPES", "REDUCE_FEATURES", "REDUCE_OPS", "Kernels", "reduce_unsupported"]
 

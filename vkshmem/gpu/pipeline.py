@@ -26,7 +26,8 @@ from ._vk import check
 from .errors import GpuError
 
 if TYPE_CHECKING:
-    from .device import Slot, VulkanDevice
+    from .device import VulkanDevice
+    from .submit import Slot
 
 __all__ = ["PUSH_CONSTANT_SIZE", "ComputePipeline", "load_spirv", "shipped_shaders"]
 
