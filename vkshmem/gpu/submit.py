@@ -19,7 +19,7 @@ from .env import ENV_TIMEOUT
 from .errors import GpuError, GpuTimeoutError
 
 if TYPE_CHECKING:
-    from .device import VulkanDevice
+    from .logical import LogicalDevice
 
 __all__ = ["Slot"]
 
@@ -34,7 +34,7 @@ class Slot:
     during :meth:`wait`, so one thread's long dispatch does not block another's copies.
     """
 
-    def __init__(self, device: VulkanDevice, name: str, launch: bool = False) -> None:
+    def __init__(self, device: LogicalDevice, name: str, launch: bool = False) -> None:
         vk = device._vk
         ffi, lib = vk.ffi, vk.lib
         self.device = device
