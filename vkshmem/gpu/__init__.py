@@ -15,11 +15,14 @@ vkshmem.gpu`` always works; a missing loader, driver or binding raises
 - :mod:`vkshmem.gpu.shaders` — ``build()``/``check()`` of the shipped SPIR-V.
 """
 
-from .device import ENV_DEVICE, ENV_STAGING, ENV_TIMEOUT, DeviceInfo, VulkanDevice, list_devices
+from .device import VulkanDevice
+from .env import ENV_DEVICE, ENV_STAGING, ENV_TIMEOUT
 from .errors import GpuError, GpuTimeoutError, RingError
+from .instance import list_devices
 from .kernels import REDUCE_DTYPES, REDUCE_FEATURES, REDUCE_OPS, reduce_unsupported
 from .launch import Launch, UserKernel, pack_push
 from .memory import ExportInfo, GpuMemory
+from .physical import DeviceInfo
 from .pipeline import ComputePipeline, load_spirv, shipped_shaders
 from .ring import Descriptor, Ring, RingOp, SignalOp
 from .ringservice import RingService

@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Iterable
 from typing import Any
 
 from vkshmem.core.errors import FeatureNotAvailableError
 
 from .errors import GpuError
 
-__all__ = ["VK", "check", "load", "make_version"]
+__all__ = ["VK", "c_strings", "check", "cstr", "keep", "load", "make_version"]
 
 
 def make_version(major: int, minor: int, patch: int = 0) -> int:
@@ -117,6 +118,25 @@ def check(result: int, what: str) -> None:
     if result != 0:
         vk = load()
         raise GpuError(f"{what} failed: {vk.result_name(result)}", result)
+
+
+def cstr(vk: Any, arr: Any) -> str:
+    """The text of a NUL-terminated ``char[]`` field."""
+    return vk.ffi.string(arr).decode(errors="replace")
+
+
+def keep(store: list[Any], *objs: Any) -> Any:
+    """Hold ``objs`` (cffi objects that a struct points to) in ``store``; returns the first."""
+    store.extend(objs)
+    return objs[0]
+
+
+def c_strings(vk: Any, names: Iterable[str], store: list[Any]) -> Any:
+    """A ``char*[]`` of ``names`` and its length, the strings held in ``store``."""
+    ffi = vk.ffi
+    cs = [ffi.new("char[]", s.encode()) for s in names]
+    store.extend(cs)
+    return keep(store, ffi.new("char*[]", cs)), len(cs)
 
 
 def icd_hint() -> str:

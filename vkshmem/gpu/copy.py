@@ -17,9 +17,10 @@ from typing import TYPE_CHECKING, Any
 from vkshmem.core.errors import FeatureNotAvailableError, InvalidArgumentError
 
 from .errors import GpuError
+from .submit import Slot
 
 if TYPE_CHECKING:
-    from .device import Slot, VulkanDevice
+    from .logical import LogicalDevice
     from .memory import GpuMemory
 
 __all__ = ["Transfer"]
@@ -46,7 +47,7 @@ def _bytes_view(obj: Any, writable: bool) -> memoryview:
 class Transfer:
     """Staged copies for one :class:`~vkshmem.gpu.device.VulkanDevice` (see module doc)."""
 
-    def __init__(self, device: VulkanDevice, staging_size: int) -> None:
+    def __init__(self, device: LogicalDevice, staging_size: int) -> None:
         vk = device._vk
         ffi = vk.ffi
         self.device = device
@@ -59,8 +60,8 @@ class Transfer:
         if self.staging._ptr is None:
             raise GpuError(f"the staging buffer could not be mapped: {self.staging.map_reason}")
         self._ptr = self.staging._ptr
-        self.slots = [device.slot("staging copy 0"), device.slot("staging copy 1")]
-        self._aux = device.slot("device copy")
+        self.slots = [Slot(device, "staging copy 0"), Slot(device, "staging copy 1")]
+        self._aux = Slot(device, "device copy")
         self._regions = ffi.new("VkBufferCopy[]", 2)
         # Held for a whole operation (the staging halves and the slots are ours); the
         # device lock only around recording and submission, never while waiting.

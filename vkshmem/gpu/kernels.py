@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import struct
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -20,9 +20,13 @@ import numpy as np
 from vkshmem.core.errors import FeatureNotAvailableError, InvalidArgumentError
 from vkshmem.core.transport import AmoOp
 
+from .submit import Slot
+
 if TYPE_CHECKING:
-    from .device import DeviceInfo, Slot, VulkanDevice
+    from .logical import LogicalDevice
     from .memory import GpuMemory
+    from .physical import DeviceInfo
+    from .pipeline import ComputePipeline
 
 __all__ = ["REDUCE_DTYPES", "REDUCE_FEATURES", "REDUCE_OPS", "Kernels", "reduce_unsupported"]
 
@@ -38,7 +42,7 @@ REDUCE_DTYPES = {np.dtype(np.int8): "reduce_i8", np.dtype(np.uint8): "reduce_u8"
                  np.dtype(np.float16): "reduce_f16",
                  np.dtype(np.float32): "reduce_f32", np.dtype(np.float64): "reduce_f64",
                  np.dtype(np.complex64): "reduce_c64", np.dtype(np.complex128): "reduce_c128"}
-#: numpy dtype -> the device features (:data:`vkshmem.gpu.device.SHADER_FEATURES` names) its
+#: numpy dtype -> the device features (:data:`vkshmem.gpu.physical.SHADER_FEATURES` names) its
 #: variants need; a dtype not listed needs nothing optional.
 REDUCE_FEATURES: dict[np.dtype, tuple[str, ...]] = {
     np.dtype(np.int8): ("shaderInt8", "storageBuffer8BitAccess"),
@@ -111,10 +115,14 @@ _PARAMS_SIZE = _BATCH_OFF + _BATCH_MAX * _DESC.size
 
 
 class Kernels:
-    """Per-device state of the shipped kernels (see module doc)."""
+    """Per-device state of the shipped kernels (see module doc). ``pipeline`` gives the
+    device's cached pipeline of a shipped shader by name (:meth:`VulkanDevice.pipeline
+    <vkshmem.gpu.device.VulkanDevice.pipeline>`)."""
 
-    def __init__(self, device: VulkanDevice) -> None:
+    def __init__(self, device: LogicalDevice,
+                 pipeline: Callable[[str], ComputePipeline]) -> None:
         self.device = device
+        self._pipeline = pipeline
         self._lock = threading.Lock()
         self._single: dict[int, Slot] = {}
         self.params: GpuMemory | None = device.alloc(_PARAMS_SIZE, exportable=False,
@@ -140,12 +148,12 @@ class Kernels:
         mem.check_range(offset, width, "AMO")
         return amo
 
-    def _pipeline_for(self, width: int) -> Any:
+    def _pipeline_for(self, width: int) -> ComputePipeline:
         dev = self.device
         if width == 8 and not dev.info.int64_atomics:
             raise FeatureNotAvailableError(
                 f"{dev.info.name} has no 64-bit shader atomics (shaderBufferInt64Atomics)")
-        return dev.pipeline("amo_u64" if width == 8 else "amo_u32")
+        return self._pipeline("amo_u64" if width == 8 else "amo_u32")
 
     def _single_slot(self, width: int) -> Slot:
         slot = self._single.get(width)
@@ -153,7 +161,7 @@ class Kernels:
             dev = self.device
             pipe = self._pipeline_for(width)
             assert self.params is not None
-            slot = dev.slot(f"{width * 8}-bit AMO")
+            slot = Slot(dev, f"{width * 8}-bit AMO")
             push = _PUSH_DESCS.pack(self.params.device_address + _SINGLE_OFF[width], 1)
             with dev.lock:
                 slot.begin(reusable=True)
@@ -244,7 +252,7 @@ class Kernels:
         if (dst.memory == src.memory and dst_offset != src_offset
                 and abs(dst_offset - src_offset) < count * size):
             raise InvalidArgumentError("reduction source partially overlaps its destination")
-        pipe = self.device.pipeline(name)
+        pipe = self._pipeline(name)
         da = dst.device_address + dst_offset
         sa = src.device_address + src_offset
         step = size // per  # bytes per invocation
@@ -266,7 +274,7 @@ class Kernels:
         if not words and not self.device.info.int8_storage:
             raise FeatureNotAvailableError("byte-granular shader copies need 8-bit storage")
         size = 4 if words else 1
-        pipe = self.device.pipeline("copy_u32" if words else "copy_u8")
+        pipe = self._pipeline("copy_u32" if words else "copy_u8")
         da = dst.device_address + dst_offset
         sa = src.device_address + src_offset
         items = [(-(-k // _GROUP), _PUSH_2ADDR.pack(da + s * size, sa + s * size, k, 0))

@@ -47,7 +47,8 @@ from .pipeline import PUSH_CONSTANT_SIZE, SPIRV_MAGIC, ComputePipeline, load_spi
 from .ring import Ring
 
 if TYPE_CHECKING:
-    from .device import Slot, VulkanDevice
+    from .device import VulkanDevice
+    from .submit import Slot
 
 __all__ = ["PUSH_HEADER", "PUSH_HEADER_SIZE", "USER_PUSH_SIZE", "Launch", "UserKernel",
            "entry_points", "pack_push"]

@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING, Any
 from vkshmem.core.errors import FeatureNotAvailableError, InvalidArgumentError
 
 from ._vk import check
-from .device import MEM_HOST_COHERENT, MEM_HOST_VISIBLE
 from .errors import GpuError
+from .physical import MEM_HOST_COHERENT, MEM_HOST_VISIBLE
 
 if TYPE_CHECKING:
-    from .device import VulkanDevice
+    from .logical import LogicalDevice
 
 __all__ = ["ExportInfo", "GpuMemory"]
 
@@ -65,7 +65,7 @@ def _usage(vk: Any) -> int:
             | vk.VK_BUFFER_USAGE_TRANSFER_DST_BIT | vk.BUFFER_USAGE_SHADER_DEVICE_ADDRESS_BIT)
 
 
-def exportable_memory_types(device: VulkanDevice) -> int:
+def exportable_memory_types(device: LogicalDevice) -> int:
     """The memoryTypeBits a small exportable buffer may use (a probe buffer, destroyed)."""
     vk = device._vk
     ffi, lib = vk.ffi, vk.lib
@@ -87,7 +87,7 @@ class GpuMemory:
     """One device allocation with a buffer over all of it. Made by the device's
     :meth:`~vkshmem.gpu.device.VulkanDevice.alloc_exportable`, ``alloc`` or ``import_fd``."""
 
-    def __init__(self, device: VulkanDevice) -> None:
+    def __init__(self, device: LogicalDevice) -> None:
         self.device = device
         self.size = 0
         self.allocation_size = 0
@@ -110,7 +110,7 @@ class GpuMemory:
     # -- construction -----------------------------------------------------------------------
 
     @classmethod
-    def _allocate(cls, device: VulkanDevice, size: int, *, exportable: bool,
+    def _allocate(cls, device: LogicalDevice, size: int, *, exportable: bool,
                   host_visible: bool | None, memory_type_index: int | None = None
                   ) -> GpuMemory:
         device.check_open()
@@ -129,7 +129,7 @@ class GpuMemory:
         return mem
 
     @classmethod
-    def _import(cls, device: VulkanDevice, fd: int, size: int, *,
+    def _import(cls, device: LogicalDevice, fd: int, size: int, *,
                 memory_type_index: int | None, dedicated: bool | None,
                 take_ownership: bool) -> GpuMemory:
         device.check_open()

@@ -24,9 +24,10 @@ from vkshmem.core.errors import FeatureNotAvailableError, InvalidArgumentError
 
 from ._vk import check
 from .errors import GpuError
+from .submit import Slot
 
 if TYPE_CHECKING:
-    from .device import Slot, VulkanDevice
+    from .logical import LogicalDevice
 
 __all__ = ["PUSH_CONSTANT_SIZE", "ComputePipeline", "load_spirv", "shipped_shaders"]
 
@@ -67,7 +68,7 @@ class ComputePipeline:
     """A compute pipeline of one SPIR-V module (entry point ``main``) with a 128-byte
     push-constant range; owns a command buffer for its own dispatches."""
 
-    def __init__(self, device: VulkanDevice, spirv: bytes, *, name: str = "shader",
+    def __init__(self, device: LogicalDevice, spirv: bytes, *, name: str = "shader",
                  entry: str = "main") -> None:
         vk = device._vk
         ffi, lib = vk.ffi, vk.lib
@@ -113,7 +114,7 @@ class ComputePipeline:
                 raise GpuError(f"vkCreateComputePipelines ({name}) failed: "
                                f"{vk.result_name(res)}", res)
             self.handle = pout[0]
-            self._slot = device.slot(f"dispatch of {name}")
+            self._slot = Slot(device, f"dispatch of {name}")
         except BaseException:
             self.close()
             raise

@@ -28,7 +28,7 @@ def _open(ctx: DomainContext) -> MemoryDomain:
 def _has_gpu(config: Config) -> bool:
     """Whether this PE's Vulkan device would be a GPU (not a CPU driver such as lavapipe)."""
     try:
-        from .device import list_devices
+        from .instance import list_devices
 
         devices = list_devices()
     except Exception as exc:  # no loader, driver or binding

@@ -1,0 +1,140 @@
+"""Command submission: :class:`Slot`, one command buffer with its own fence.
+
+Every piece of GPU work (a staging copy, a dispatch, an AMO, a user kernel's launch) is
+recorded into a slot and submitted to one of the device's queues. Threads: the device lock
+(``device.lock``) is held only while recording and submitting (Vulkan requires external
+synchronisation of the command pool and the queue), never while waiting for the GPU; each
+engine that owns slots serialises their use with a lock of its own.
+Every wait for the GPU has a timeout (``timeout=``, default ``VKSHMEM_GPU_TIMEOUT`` seconds)
+and raises :class:`~vkshmem.gpu.errors.GpuTimeoutError` instead of hanging.
+"""
+
+from __future__ import annotations
+
+from time import perf_counter
+from typing import TYPE_CHECKING, Any
+
+from ._vk import check
+from .env import ENV_TIMEOUT
+from .errors import GpuError, GpuTimeoutError
+
+if TYPE_CHECKING:
+    from .logical import LogicalDevice
+
+__all__ = ["Slot"]
+
+
+class Slot:
+    """A primary command buffer, its fence and a prebuilt submit: one unit of GPU work.
+
+    Never re-recorded while in flight: :meth:`begin` first waits for the previous submission
+    (recording an in-flight command buffer crashes lavapipe and is invalid Vulkan anyway).
+    Its owner serialises its use (its own lock); ``device.lock`` is held from :meth:`begin`
+    to :meth:`submit` (the command pool and the queue need external synchronisation), never
+    during :meth:`wait`, so one thread's long dispatch does not block another's copies.
+    """
+
+    def __init__(self, device: LogicalDevice, name: str, launch: bool = False) -> None:
+        vk = device._vk
+        ffi, lib = vk.ffi, vk.lib
+        self.device = device
+        self.queue = device.launch_queue if launch else device.queue
+        self.pool = device.launch_pool if launch else device.command_pool
+        self.name = name
+        self.pending = False
+        self.cmd: Any = None
+        self.fence: Any = None
+        info = ffi.new("VkCommandBufferAllocateInfo*", {
+            "sType": vk.VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
+            "commandPool": self.pool,
+            "level": vk.VK_COMMAND_BUFFER_LEVEL_PRIMARY, "commandBufferCount": 1})
+        self._cmds = ffi.new("VkCommandBuffer[]", 1)
+        with device.lock:
+            check(lib.vkAllocateCommandBuffers(device.handle, info, self._cmds),
+                  "vkAllocateCommandBuffers")
+        self.cmd = self._cmds[0]
+        finfo = ffi.new("VkFenceCreateInfo*", {"sType": vk.VK_STRUCTURE_TYPE_FENCE_CREATE_INFO})
+        self._fences = ffi.new("VkFence[]", 1)
+        res = lib.vkCreateFence(device.handle, finfo, ffi.NULL, self._fences)
+        if res != 0:
+            lib.vkFreeCommandBuffers(device.handle, self.pool, 1, self._cmds)
+            check(res, "vkCreateFence")
+        self.fence = self._fences[0]
+        self._submit = ffi.new("VkSubmitInfo*", {
+            "sType": vk.VK_STRUCTURE_TYPE_SUBMIT_INFO,
+            "commandBufferCount": 1, "pCommandBuffers": self._cmds})
+        self._lib = lib
+        self._all_commands = vk.VK_PIPELINE_STAGE_ALL_COMMANDS_BIT
+        self._host_stage = vk.VK_PIPELINE_STAGE_HOST_BIT
+        self._null = ffi.NULL
+
+    def begin(self, timeout: float | None = None, reusable: bool = False) -> Any:
+        """Start recording (waiting for the previous submission first); returns the cmd."""
+        dev = self.device
+        if self.pending:
+            self.wait(timeout)
+        lib = self._lib
+        check(lib.vkBeginCommandBuffer(
+            self.cmd, dev._begin_info_reuse if reusable else dev._begin_info),
+            "vkBeginCommandBuffer")
+        lib.vkCmdPipelineBarrier(self.cmd, self._all_commands, self._all_commands, 0,
+                                 1, dev._barrier_in, 0, self._null, 0, self._null)
+        return self.cmd
+
+    def barrier(self) -> None:
+        """Order the commands recorded so far before the ones recorded next."""
+        self._lib.vkCmdPipelineBarrier(self.cmd, self._all_commands, self._all_commands, 0,
+                                       1, self.device._barrier_mid, 0, self._null, 0, self._null)
+
+    def end(self) -> None:
+        """Finish recording; the commands' writes become visible to the host at the fence."""
+        lib = self._lib
+        lib.vkCmdPipelineBarrier(self.cmd, self._all_commands, self._host_stage, 0,
+                                 1, self.device._barrier_out, 0, self._null, 0, self._null)
+        check(lib.vkEndCommandBuffer(self.cmd), "vkEndCommandBuffer")
+
+    def submit(self) -> None:
+        if self.pending:
+            raise GpuError(f"{self.name}: command buffer submitted twice while in flight")
+        check(self._lib.vkQueueSubmit(self.queue, 1, self._submit, self.fence),
+              f"vkQueueSubmit ({self.name})")
+        self.pending = True
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Wait for the last submission (GpuTimeoutError after ``timeout``) and reset the
+        fence; nothing to do when none is pending."""
+        if not self.pending:
+            return
+        dev = self.device
+        lib = self._lib
+        t = dev.timeout if timeout is None else timeout
+        # Poll briefly first: a blocking vkWaitForFences costs a thread wake-up (~50 us more
+        # per round trip on lavapipe), while short work is often done within microseconds.
+        handle = dev.handle
+        fence = self.fence
+        res = lib.vkGetFenceStatus(handle, fence)
+        if res == 1 and dev.spin_wait > 0:  # VK_NOT_READY
+            end = perf_counter() + min(dev.spin_wait, t)
+            while res == 1 and perf_counter() < end:
+                res = lib.vkGetFenceStatus(handle, fence)
+        if res == 1:
+            res = lib.vkWaitForFences(handle, 1, self._fences, 1, int(t * 1e9))
+        if res == 2:  # VK_TIMEOUT
+            raise GpuTimeoutError(
+                f"{self.name} did not finish within {t:g} s on {dev.info.name} (raise "
+                f"{ENV_TIMEOUT} or pass timeout=); the work is still in flight")
+        check(res, f"vkWaitForFences ({self.name})")
+        check(lib.vkResetFences(dev.handle, 1, self._fences), "vkResetFences")
+        self.pending = False
+
+    def close(self) -> None:
+        """Wait for pending work (bounded) and free the command buffer and fence."""
+        if self.fence is None:
+            return
+        dev = self.device
+        if self.pending:
+            self.wait()  # raises GpuTimeoutError rather than freeing in-flight objects
+        self._lib.vkDestroyFence(dev.handle, self.fence, self._null)
+        self._lib.vkFreeCommandBuffers(dev.handle, self.pool, 1, self._cmds)
+        self.fence = None
+        self.cmd = None
