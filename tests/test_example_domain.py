@@ -1,0 +1,70 @@
+"""The memory-domain plugin contract through a real out-of-tree domain: the ``file`` domain of
+examples/example-domain, pip-installed from its folder as a user would, is discovered, gets a
+segment, and carries puts, gets, AMOs, signals and collectives at 1, 2 and 4 PEs — over the
+shm path (peers map each other's file) and with it off (transports that register host memory
+carry it: hostproxy, UCX)."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from test_multipe import MODES, check_run, launch
+
+from vkshmem.core import plugins
+from vkshmem.core.config import load
+
+EXAMPLE = Path(__file__).parent.parent / "examples" / "example-domain"
+
+
+def _pip(*args: str) -> None:
+    subprocess.run([sys.executable, "-m", "pip", "-q", *args], check=True, timeout=300,
+                   capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def domain_installed() -> Iterator[None]:
+    """Install the example domain (not editable: as a user would); remove it afterwards."""
+    _pip("install", "--no-deps", "--no-build-isolation", str(EXAMPLE))
+    importlib.invalidate_caches()
+    try:
+        yield
+    finally:
+        _pip("uninstall", "-y", "vkshmem-example-domain")
+
+
+def test_discovered_through_its_entry_point(domain_installed: None) -> None:
+    reg = plugins.load_plugins(load({}))
+    assert reg.origin["file"] == "vkshmem-example-domain"
+    assert reg.domains["file"].family == "host"
+    assert sorted(reg.domains) == ["file", "vulkan"]  # the Vulkan domain registers the same way
+
+
+@pytest.mark.parametrize("mode", ["shm", "hostproxy", "ucx-sm"])
+@pytest.mark.parametrize("npes", [1, 2, 4])
+def test_file_domain_carries_traffic(domain_installed: None, npes: int, mode: str) -> None:
+    r = launch("domain_file", npes, MODES[mode])
+    check_run(r, "domain_file", npes, mode)
+    want = "direct" if mode == "shm" else MODES[mode]["VKSHMEM_TRANSPORTS"]
+    for pe in range(npes):
+        routes = ["direct" if q == pe else want for q in range(npes)]
+        assert f"PE {pe} file domain: {routes}" in r.stdout, r.stdout
+
+
+def test_denied_domain_is_a_clear_error(domain_installed: None) -> None:
+    r = launch("domain_file", 1, {"VKSHMEM_PLUGINS_DENY": "vkshmem-example-domain"})
+    assert r.returncode != 0
+    assert "unknown memory domain 'file'" in r.stderr, r.stderr
+
+
+def test_info_shows_the_domain_and_its_routes(domain_installed: None) -> None:
+    r = subprocess.run([sys.executable, "-m", "vkshmem", "info", "-n", "2"], capture_output=True,
+                       text=True, timeout=200)
+    assert r.returncode == 0, r.stderr
+    assert "vkshmem-example-domain" in r.stdout and "family host" in r.stdout
+    assert "PE 0 -> PE 1: file direct" in r.stdout, r.stdout
+    assert "PE 1 -> PE 0: vulkan direct" in r.stdout, r.stdout
