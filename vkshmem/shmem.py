@@ -370,8 +370,7 @@ def pe_accessible(pe: int) -> bool:
 def addr_accessible(addr: Any, pe: int) -> bool:
     """Whether ``addr`` is symmetric (usable as a remote address on ``pe``)."""
     if isinstance(addr, DomainArray):
-        heap = _state.rt.heaps.get(addr.domain.spec.name)
-        return pe_accessible(pe) and heap is not None and heap.owns(addr)
+        return pe_accessible(pe) and addr.domain in _state.rt.domain_heaps
     if not pe_accessible(pe) or not isinstance(addr, np.ndarray):
         return False
     try:

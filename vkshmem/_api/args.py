@@ -17,7 +17,7 @@ from ..core.errors import InvalidArgumentError
 from . import state
 
 __all__ = ["ND", "DomainArray", "check_pe", "contiguous", "count_of", "element_count",
-           "foreign", "heap_of", "host_copy", "locate", "resolve", "same_dtype",
+           "foreign", "heap_of", "host_copy", "locate", "place", "resolve", "same_dtype",
            "segment_route"]
 
 _MASK48 = (1 << 48) - 1
@@ -25,10 +25,10 @@ _MASK48 = (1 << 48) - 1
 ND = np.ndarray
 
 
-def foreign(*arrays: Any) -> bool:
-    """Whether any of ``arrays`` lives in a domain's memory the CPU cannot address (an array
-    type of a domain plugin, e.g. a DeviceArray); cheap for numpy arrays."""
-    return any(type(a) is not ND and isinstance(a, DomainArray) for a in arrays)
+def foreign(a: Any, b: Any = None) -> bool:
+    """Whether ``a`` or ``b`` lives in a domain's memory the CPU cannot address (an array type
+    of a domain plugin, e.g. a DeviceArray). Hot paths test ``type(x) is not ND`` first."""
+    return isinstance(a, DomainArray) or isinstance(b, DomainArray)
 
 
 def check_pe(pe: Any) -> int:
@@ -57,16 +57,12 @@ def contiguous(a: np.ndarray) -> np.ndarray | None:
 def locate(a: np.ndarray, nbytes: int, what: str) -> tuple[int, int]:
     """``(segment, offset)`` of symmetric array ``a`` whose first ``nbytes`` will be accessed
     (a numpy array or memoryview over a CPU-addressable segment, or a domain's array)."""
+    if type(a) is not ND and isinstance(a, DomainArray):
+        heap, off = place(a, nbytes, what)
+        return heap.seg_id, off
     try:
         r = lib.vk_locate(ffi.from_buffer(a), nbytes)
     except (TypeError, BufferError, ValueError):
-        if isinstance(a, DomainArray):
-            heap = heap_of(a, what)
-            if a.offset + nbytes > heap.size:
-                raise InvalidArgumentError(
-                    f"{what}: {nbytes} bytes from this {type(a).__name__} run past the end of "
-                    f"the {heap.name} heap") from None
-            return heap.seg_id, a.offset
         if not isinstance(a, np.ndarray):
             raise InvalidArgumentError(
                 f"{what} must be a numpy array from the symmetric heap, got "
@@ -87,17 +83,29 @@ def locate(a: np.ndarray, nbytes: int, what: str) -> tuple[int, int]:
 def heap_of(a: DomainArray, what: str) -> DomainHeap:
     """The open heap ``a`` belongs to, or an error when that heap is gone (an earlier
     ``init``)."""
-    heap = state.rt.heaps.get(a.domain.spec.name)
-    if heap is None or not heap.owns(a):
+    heap = state.rt.domain_heaps.get(a.domain)
+    if heap is None:
         raise InvalidArgumentError(f"{what}: this {type(a).__name__} belongs to a "
                                    f"{a.domain.spec.name} heap that was released (finalize); "
                                    "allocate it again")
     return heap
 
 
+def place(a: DomainArray, nbytes: int, what: str) -> tuple[DomainHeap, int]:
+    """``(heap, offset)`` of a domain's array whose first ``nbytes`` will be accessed."""
+    heap = state.rt.domain_heaps.get(a.domain)
+    if heap is None:
+        heap_of(a, what)  # raises
+    off = a.offset
+    if off + nbytes > heap.size:
+        raise InvalidArgumentError(f"{what}: {nbytes} bytes from this {type(a).__name__} run "
+                                   f"past the end of the {heap.name} heap")
+    return heap, off
+
+
 def host_copy(a: Any) -> Any:
     """``a`` itself, or for a domain's array a numpy copy of its contents (a local source)."""
-    return a.to_numpy() if type(a) is not ND and isinstance(a, DomainArray) else a
+    return a.to_numpy() if isinstance(a, DomainArray) else a
 
 
 def segment_route(t: Any, seg: int) -> Any:

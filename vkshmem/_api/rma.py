@@ -21,9 +21,9 @@ from .args import (
     count_of,
     element_count,
     foreign,
-    heap_of,
     host_copy,
     locate,
+    place,
     resolve,
     same_dtype,
     segment_route,
@@ -33,7 +33,7 @@ __all__ = ["get", "get_nbi", "iget", "iput", "put", "put_nbi"]
 
 
 def _sym(a: np.ndarray, nbytes: int, what: str) -> tuple[int, int]:
-    if type(a) is not ND and isinstance(a, DomainArray):
+    if isinstance(a, DomainArray):
         return locate(a, nbytes, what)
     c = a if a.flags.c_contiguous else contiguous(a)
     return locate(a if c is None else c, nbytes, what)
@@ -215,13 +215,11 @@ def _put_device(target: Any, source: Any, pe: int, t: Any, n: int, nbytes: int) 
         segment_route(t, seg).put(pe, seg, off,
                                   memoryview(source.ravel()[:n].to_numpy()).cast("B"))
         return
-    seg, off = locate(target, nbytes, "put target")
-    heap = heap_of(target, "put target")
+    heap, off = place(target, nbytes, "put target")
     if isinstance(source, DomainArray) and source.domain is target.domain:
-        heap_of(source, "put source")
-        heap.put_device(pe, off, source.offset, nbytes)
+        heap.put_device(pe, off, place(source, nbytes, "put source")[1], nbytes)
     else:
-        heap.put(pe, seg, off, _src_bytes(host_copy(source), n, nbytes))
+        heap.put(pe, heap.seg_id, off, _src_bytes(host_copy(source), n, nbytes))
 
 
 def _get_device(target: Any, source: Any, pe: int, t: Any, n: int, nbytes: int) -> None:
@@ -232,12 +230,11 @@ def _get_device(target: Any, source: Any, pe: int, t: Any, n: int, nbytes: int) 
         segment_route(t, seg).get(pe, seg, off, memoryview(tmp).cast("B"))
         target.ravel()[:n].copy_from(tmp)
         return
-    seg, off = locate(source, nbytes, "get source")
-    heap = heap_of(source, "get source")
+    heap, off = place(source, nbytes, "get source")
+    seg = heap.seg_id
     if isinstance(target, DomainArray):
         if target.domain is source.domain:
-            heap_of(target, "get target")
-            heap.get_device(pe, off, target.offset, nbytes)
+            heap.get_device(pe, off, place(target, nbytes, "get target")[1], nbytes)
             return
         tmp = np.empty(n, source.dtype)
         heap.get(pe, seg, off, memoryview(tmp).cast("B"))

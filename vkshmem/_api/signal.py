@@ -29,7 +29,7 @@ from ..core.errors import InvalidArgumentError
 from ..core.transport import AmoOp
 from . import state
 from .alloc import free, new_array
-from .args import DomainArray, foreign, heap_of, locate, resolve, segment_route
+from .args import ND, DomainArray, heap_of, locate, resolve, segment_route
 from .enums import cmp_function
 from .rma import put, put_nbi
 
@@ -144,10 +144,11 @@ def _put_signal(target: np.ndarray, source: np.ndarray, pe: int, signal: np.ndar
         put(target, source, pe, size, ctx)
     rt = state.rt
     wpe, t = resolve(ctx, pe)
-    if rt.seg_heaps[sseg] is not None or foreign(target):
+    device = type(target) is not ND and isinstance(target, DomainArray)
+    if device or rt.seg_heaps[sseg] is not None:
         # puts into a domain's memory imported here or through its proxy are complete on
         # return; a put a transport carries is complete after a quiet
-        if not foreign(target) or heap_of(target, what).carrier[wpe] is not None:
+        if not device or heap_of(target, what).carrier[wpe] is not None:
             rt.quiet()
         segment_route(t, sseg).amo(wpe, sseg, soff, op, 8, v, 0, False)
         return

@@ -114,12 +114,14 @@ class DomainExport:
     group: str | None = None
 
 
-class DomainArray(ABC):
+class DomainArray:
     """Base of the array types domains hand to users for memory the CPU cannot address.
 
     An array views ``nbytes`` bytes at byte ``offset`` of its domain's segment (the same offset
     names the same array on every PE) and is C-contiguous. ``base`` is the allocation it views
-    (None for an allocation itself).
+    (None for an allocation itself). A subclass implements every method below. (A plain base
+    class, not an ABC: the API's dispatch tests ``isinstance`` on every call, and that is
+    cheapest on an ordinary class.)
     """
 
     __slots__ = ()
@@ -129,38 +131,40 @@ class DomainArray(ABC):
     dtype: np.dtype
 
     @property
-    @abstractmethod
     def size(self) -> int:
         """Number of elements."""
+        raise NotImplementedError
 
     @property
-    @abstractmethod
     def nbytes(self) -> int:
         """Size in bytes."""
+        raise NotImplementedError
 
     @property
-    @abstractmethod
     def base(self) -> DomainArray | None:
         """The allocation this array views, or None for an allocation."""
+        raise NotImplementedError
 
-    @abstractmethod
     def ravel(self) -> DomainArray:
         """A 1-D view of the same elements."""
+        raise NotImplementedError
 
-    @abstractmethod
     def to_numpy(self, zero_copy: bool = False) -> np.ndarray:
         """The contents as a numpy array (a copy, or with ``zero_copy`` a view of the CPU
         mapping where one exists)."""
+        raise NotImplementedError
 
-    @abstractmethod
     def copy_from(self, values: Any) -> None:
         """Write ``values`` (array-like of this size) into this PE's memory."""
+        raise NotImplementedError
 
-    @abstractmethod
-    def __getitem__(self, index: Any) -> Any: ...
+    def __getitem__(self, index: Any) -> Any:
+        """Views (``a[i:j]``) and element values."""
+        raise NotImplementedError
 
-    @abstractmethod
-    def __setitem__(self, index: Any, value: Any) -> None: ...
+    def __setitem__(self, index: Any, value: Any) -> None:
+        """Writes through a view."""
+        raise NotImplementedError
 
 
 class MemoryDomain(ABC):

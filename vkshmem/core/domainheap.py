@@ -326,10 +326,6 @@ class DomainHeap:
         self.rt.collective_check("free", self.heap.block_size(off), 0, off, self.seg_id)
         self.heap.free(off)
 
-    def owns(self, array: Any) -> bool:
-        """Whether ``array`` belongs to this open heap (not to one of an earlier ``init``)."""
-        return getattr(array, "domain", None) is self.domain and not self.closed
-
     # -- teardown -----------------------------------------------------------------------------
 
     def stop_threads(self) -> BaseException | None:

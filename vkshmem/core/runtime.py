@@ -96,6 +96,8 @@ class Runtime(TransportRoutes):
         self.seg_heaps: list[DomainHeap | None] = [None] * (_FIRST_DOMAIN_SEG +
                                                             len(self.domain_specs))
         self.heaps: dict[str, DomainHeap] = {}
+        #: the open heap of each open domain object (what a domain's array points to)
+        self.domain_heaps: dict[object, DomainHeap] = {}
         self._resolved: dict[str, str] = {}
         try:
             self._start()
@@ -249,6 +251,7 @@ class Runtime(TransportRoutes):
             heap = DomainHeap(self, self.domain_specs[index], seg)
             self.seg_heaps[seg] = heap
             self.heaps[real] = heap
+            self.domain_heaps[heap.domain] = heap
             if heap.info is not None and heap.info.kind == "host" and heap.info.address:
                 self._map_host_domain(heap)
         self.heaps[name] = heap
