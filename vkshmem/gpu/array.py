@@ -9,6 +9,7 @@ call of :mod:`vkshmem.shmem` takes it wherever it takes a numpy array.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -31,7 +32,7 @@ def _shape(shape: Any) -> tuple[int, ...]:
 class DeviceArray(DomainArray):
     """A C-contiguous array in the symmetric GPU heap (see the module docstring)."""
 
-    __slots__ = ("_base", "domain", "dtype", "offset", "shape")
+    __slots__ = ("_base", "_size", "domain", "dtype", "offset", "shape")
 
     def __init__(self, domain: VulkanDomain, offset: int, shape: Any, dtype: Any,
                  base: DeviceArray | None = None) -> None:
@@ -40,13 +41,14 @@ class DeviceArray(DomainArray):
         self.shape = _shape(shape)
         self.dtype = np.dtype(dtype)
         self._base = base
+        self._size = math.prod(self.shape)  # once: every RMA call asks
 
     # -- numpy-like attributes ------------------------------------------------------------
 
     @property
     def size(self) -> int:
         """Number of elements."""
-        return int(np.prod(self.shape, dtype=np.int64))
+        return self._size
 
     @property
     def ndim(self) -> int:
@@ -95,7 +97,7 @@ class DeviceArray(DomainArray):
             raise IndexError(f"too many indices for a {self.ndim}-d DeviceArray")
         offset, shape = self.offset, self.shape
         for i, k in enumerate(key):
-            row = int(np.prod(shape[1:], dtype=np.int64)) * self.itemsize
+            row = math.prod(shape[1:]) * self.itemsize
             if isinstance(k, slice):
                 if i != len(key) - 1:
                     raise InvalidArgumentError("a DeviceArray slice must be the last index")
