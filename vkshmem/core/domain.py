@@ -97,6 +97,9 @@ class DomainContext:
     """Address of the core's native ``vk_amo`` (C type ``vk_amo_fn`` in ``_native.h``): a
     domain of CPU-addressable memory applies AMOs with it, so they are atomic with the shm
     path's and the transports' AMOs on the same word."""
+    host_heap: SegmentInfo | None = None
+    """The core's host heap (segment 0), for domains that map host memory into their device
+    so that copies between the two need no staging."""
     runtime: Any = None
     """The running :class:`~vkshmem.core.runtime.Runtime`, for domains that serve
     device-initiated communication (they need the host heap and the transports); its

@@ -65,7 +65,8 @@ class DomainHeap:
         ctx = DomainContext(my_pe=rt.my_pe, n_pes=rt.n_pes, local_rank=rt.local_rank,
                             node_id=rt.node_ids[rt.my_pe], seg_id=seg_id, config=cfg,
                             allgather=rt.bootstrap.allgather, barrier=rt.bootstrap.barrier,
-                            amo_function=int(lib.vk_amo_address()), runtime=rt)
+                            amo_function=int(lib.vk_amo_address()),
+                            host_heap=rt.host.info(), runtime=rt)
         self.domain: MemoryDomain = spec.factory(ctx)
         try:
             self._start()

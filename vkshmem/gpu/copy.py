@@ -1,4 +1,10 @@
-"""Host <-> device and device <-> device copies through a persistent staging buffer.
+"""Host <-> device and device <-> device copies: one DMA from imported host memory, or through
+a persistent staging buffer.
+
+Host memory the device imported (:class:`~vkshmem.gpu.hostimport.HostImport`: the core's host
+heap, registered once with :meth:`Transfer.register_host`; or a host buffer of at least
+``VKSHMEM_GPU_IMPORT_MIN`` bytes, imported for the one copy) is copied with one
+``vkCmdCopyBuffer``, no staging. Everything else is staged:
 
 :class:`Transfer` owns one host-visible, coherent buffer (``VKSHMEM_GPU_STAGING_SIZE``, split
 into two halves) and a command buffer + fence per half. A write copies a chunk into one half
@@ -11,12 +17,14 @@ has a timeout.
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import TYPE_CHECKING, Any
 
 from vkshmem.core.errors import FeatureNotAvailableError, InvalidArgumentError
 
 from .errors import GpuError
+from .hostimport import HostImport
 from .submit import Slot
 
 if TYPE_CHECKING:
@@ -24,6 +32,8 @@ if TYPE_CHECKING:
     from .memory import GpuMemory
 
 __all__ = ["Transfer"]
+
+log = logging.getLogger("vkshmem.gpu")
 
 _MIN_STAGING = 64 << 10
 
@@ -47,7 +57,7 @@ def _bytes_view(obj: Any, writable: bool) -> memoryview:
 class Transfer:
     """Staged copies for one :class:`~vkshmem.gpu.device.VulkanDevice` (see module doc)."""
 
-    def __init__(self, device: LogicalDevice, staging_size: int) -> None:
+    def __init__(self, device: LogicalDevice, staging_size: int, import_min: int = 0) -> None:
         vk = device._vk
         ffi = vk.ffi
         self.device = device
@@ -68,6 +78,41 @@ class Transfer:
         self._lock = threading.Lock()
         self._lib = vk.lib
         self._memmove = ffi.memmove
+        self._ffi = ffi
+        #: host ranges imported for good (the host heap), and the size from which a host
+        #: buffer is imported for one copy (0: never; turned off when the driver refuses)
+        self.host_imports: list[HostImport] = []
+        self.import_min = import_min if device.has_memory_host else 0
+
+    def register_host(self, address: int, size: int) -> HostImport:
+        """Import ``size`` bytes of host memory at ``address`` for good: copies from and to it
+        are one DMA each (raises GpuError when the driver refuses; the range must stay mapped
+        until :meth:`close`)."""
+        imp = HostImport(self.device, address, size)
+        self.host_imports.append(imp)
+        return imp
+
+    def _host_range(self, view: memoryview) -> tuple[HostImport | None, int, bool]:
+        """``(import, offset, temporary)`` for copying ``view`` by DMA, or ``(None, 0, False)``
+        to stage it."""
+        if not self.host_imports and not self.import_min:
+            return None, 0, False
+        n = view.nbytes
+        address = int(self._ffi.cast("uintptr_t", self._ffi.from_buffer(view)))
+        for imp in self.host_imports:
+            off = imp.offset_of(address, n)
+            if off >= 0:
+                return imp, off, False
+        if self.import_min and n >= self.import_min:
+            try:
+                imp = HostImport(self.device, address, n)
+            except GpuError as exc:  # the driver refuses this memory: stage from now on
+                log.info("vkshmem.gpu: no host-memory import on %s (%s); staging instead",
+                         self.device.info.name, exc)
+                self.import_min = 0
+                return None, 0, False
+            return imp, imp.offset_of(address, n), True
+        return None, 0, False
 
     def _record_copy(self, slot: Slot, dst: Any, dst_off: int, src: Any, src_off: int,
                      n: int, region: int = 0) -> None:
@@ -82,6 +127,14 @@ class Transfer:
         n = view.nbytes
         mem.check_range(offset, n, "write")
         if n == 0:
+            return
+        imp, at, temporary = self._host_range(view)
+        if imp is not None:
+            try:
+                self.copy(mem, offset, imp, at, n, timeout)  # type: ignore[arg-type]
+            finally:
+                if temporary:
+                    imp.close()
             return
         dev = self.device
         staging = self.staging
@@ -99,11 +152,7 @@ class Transfer:
                     base = (i & 1) * half
                     self._memmove(self._ptr + base, view[pos:pos + k], k)
                     with dev.lock:
-                        slot.begin(timeout)
-                        self._record_copy(slot, mem.buffer, offset + pos, staging.buffer,
-                                          base, k)
-                        slot.end()
-                        slot.submit()
+                        slot.copy(mem.buffer, offset + pos, staging.buffer, base, k, timeout)
                     pos += k
                     i += 1
             finally:
@@ -133,6 +182,14 @@ class Transfer:
         mem.check_range(offset, n, "read")
         if n == 0:
             return
+        imp, at, temporary = self._host_range(view)
+        if imp is not None:
+            try:
+                self.copy(imp, at, mem, offset, n, timeout)  # type: ignore[arg-type]
+            finally:
+                if temporary:
+                    imp.close()
+            return
         dev = self.device
         staging = self.staging
         assert staging is not None
@@ -144,11 +201,7 @@ class Transfer:
             slot = self.slots[j & 1]
             slot.wait(timeout)
             with dev.lock:
-                slot.begin(timeout)
-                self._record_copy(slot, staging.buffer, (j & 1) * half, mem.buffer, offset + p,
-                                  k)
-                slot.end()
-                slot.submit()
+                slot.copy(staging.buffer, (j & 1) * half, mem.buffer, offset + p, k, timeout)
 
         with self._lock:
             dev.check_open()
@@ -180,10 +233,7 @@ class Transfer:
                 assert slot is not None
                 slot.wait(timeout)
                 with dev.lock:
-                    slot.begin(timeout)
-                    self._record_copy(slot, dst.buffer, dst_off, src.buffer, src_off, n)
-                    slot.end()
-                    slot.submit()
+                    slot.copy(dst.buffer, dst_off, src.buffer, src_off, n, timeout)
                 slot.wait(timeout)
                 return
             # memmove: bounce each chunk through the staging buffer, walking away from the
@@ -209,6 +259,9 @@ class Transfer:
 
     def close(self) -> None:
         self._lock.acquire(timeout=self.device.timeout)
+        for imp in self.host_imports:
+            imp.close()
+        self.host_imports = []
         for slot in [*self.slots, self._aux]:
             if slot is not None:
                 slot.close()

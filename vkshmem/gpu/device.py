@@ -18,8 +18,9 @@ from __future__ import annotations
 from typing import Any
 
 from .copy import Transfer
-from .env import DEFAULT_STAGING, ENV_STAGING, env_size
+from .env import DEFAULT_IMPORT_MIN, DEFAULT_STAGING, ENV_IMPORT_MIN, ENV_STAGING, env_size
 from .errors import GpuError
+from .hostimport import HostImport
 from .kernels import Kernels
 from .logical import LogicalDevice
 from .memory import GpuMemory, exportable_memory_types
@@ -42,7 +43,7 @@ class VulkanDevice(LogicalDevice):
 
     def __init__(self, index: int | None = None, validation: bool = False, *,
                  local_rank: int = 0, timeout: float | None = None,
-                 staging_size: int | None = None) -> None:
+                 staging_size: int | None = None, import_min: int | None = None) -> None:
         self._pipelines: dict[str, ComputePipeline] = {}
         self._transfer: Transfer | None = None
         self._kernels: Kernels | None = None
@@ -51,7 +52,8 @@ class VulkanDevice(LogicalDevice):
         try:
             size = staging_size if staging_size is not None else env_size(ENV_STAGING,
                                                                            DEFAULT_STAGING)
-            self._transfer = Transfer(self, size)
+            self._transfer = Transfer(self, size, import_min if import_min is not None
+                                      else env_size(ENV_IMPORT_MIN, DEFAULT_IMPORT_MIN))
         except BaseException:
             self.close()
             raise
@@ -148,6 +150,12 @@ class VulkanDevice(LogicalDevice):
             self.transfer.read_direct(mem, offset, dst)
         else:
             self.transfer.read(mem, offset, dst, timeout)
+
+    def register_host(self, address: int, size: int) -> HostImport:
+        """Import ``size`` bytes of host memory at ``address`` for good (it must stay mapped
+        until the device closes): copies from and to it are one DMA each. Raises GpuError or
+        FeatureNotAvailableError where the driver cannot."""
+        return self.transfer.register_host(address, size)
 
     def copy(self, dst: GpuMemory, dst_offset: int, src: GpuMemory, src_offset: int,
              nbytes: int, *, timeout: float | None = None) -> None:

@@ -27,6 +27,7 @@ import numpy as np
 
 from vkshmem.core._native import lib as _core
 from vkshmem.core.domain import DomainContext, DomainExport, DomainSpec, MemoryDomain
+from vkshmem.core.errors import FeatureNotAvailableError
 from vkshmem.core.transport import AmoOp, SegmentInfo
 
 from .array import DeviceArray
@@ -63,7 +64,8 @@ class VulkanDomain(MemoryDomain):
         self.mapped = cfg.gpu_mapped
         self.device = VulkanDevice(cfg.gpu_device, cfg.gpu_validation,
                                    local_rank=ctx.local_rank, timeout=cfg.gpu_timeout,
-                                   staging_size=cfg.gpu_staging_size)
+                                   staging_size=cfg.gpu_staging_size,
+                                   import_min=cfg.gpu_import_min)
         self.device.spin_wait = cfg.gpu_spin_us * 1e-6
         try:
             self.size = cfg.gpu_symmetric_size
@@ -73,6 +75,17 @@ class VulkanDomain(MemoryDomain):
             raise
         self.memory: GpuMemory = self.segment.memory
         self.local = self.memory
+        #: the host heap imported into the device: CPU<->GPU copies between symmetric arrays
+        #: are one DMA (VK_EXT_external_memory_host), no staging
+        self.host_imported = False
+        host = ctx.host_heap
+        if host is not None and self.device.has_memory_host:
+            try:
+                self.device.register_host(host.address, host.size)
+                self.host_imported = True
+            except (GpuError, FeatureNotAvailableError) as exc:
+                log.info("PE %d: the host heap stays unimported on %s: %s", self.my_pe,
+                         self.device.name, exc)
         self.cpu_atomics = self.device.info.is_cpu and cfg.gpu_mapped
 
     # -- the segment -------------------------------------------------------------------------

@@ -11,19 +11,30 @@ allocations. The engines (slots, pipelines, staging copies, kernels) take it as 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from typing import Any
 
 from vkshmem.core.errors import FeatureNotAvailableError, InvalidArgumentError
 
 from ._vk import c_strings, check, load
-from .env import DEFAULT_SPIN_US, DEFAULT_TIMEOUT, ENV_DEVICE, ENV_SPIN, ENV_TIMEOUT, env_float
+from .env import (
+    DEFAULT_SPIN_US,
+    DEFAULT_TIMEOUT,
+    ENV_DEVICE,
+    ENV_NATIVE,
+    ENV_SPIN,
+    ENV_TIMEOUT,
+    env_float,
+)
 from .errors import GpuError
+from .hostimport import import_alignment
 from .instance import Messenger, choose_physical, create_instance
 from .memory import GpuMemory
 from .physical import (
     EXT_DMA_BUF,
     EXT_EXTERNAL_MEMORY_FD,
+    EXT_MEMORY_HOST,
     MEM_DEVICE_LOCAL,
     MEM_HOST_CACHED,
     MEM_HOST_COHERENT,
@@ -60,6 +71,10 @@ class LogicalDevice:
         self.handle: Any = None
         self.command_pool: Any = None
         self.launch_pool: Any = None
+        #: the native submission helper (vkshmem.gpu._submit) for this device, or None
+        self.native: Any = None
+        self.has_memory_host = False
+        self.host_alignment = 0
         self._memories: dict[int, GpuMemory] = {}
         self._closed = False
         try:
@@ -156,6 +171,10 @@ class LogicalDevice:
         exts = [EXT_EXTERNAL_MEMORY_FD]
         if self.info.dma_buf:
             exts.append(EXT_DMA_BUF)
+        #: whether host memory can be imported (vkshmem.gpu.hostimport)
+        self.has_memory_host = EXT_MEMORY_HOST in phys.extensions
+        if self.has_memory_host:
+            exts.append(EXT_MEMORY_HOST)
         ext, next_ = c_strings(vk, exts, self._keep)
         dinfo = ffi.new("VkDeviceCreateInfo*", {
             "sType": vk.VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, "pNext": f2,
@@ -208,8 +227,11 @@ class LogicalDevice:
             "sType": vk.VK_STRUCTURE_TYPE_MEMORY_BARRIER,
             "srcAccessMask": vk.VK_ACCESS_MEMORY_WRITE_BIT,
             "dstAccessMask": vk.VK_ACCESS_MEMORY_READ_BIT | vk.VK_ACCESS_MEMORY_WRITE_BIT})
-        log.info("vkshmem.gpu: opened %s (%s, %s)", self.info.name, self.info.driver_name,
-                 self.info.uuid)
+        self.native = _open_native(vk, self)
+        #: minImportedHostPointerAlignment (0: host memory cannot be imported)
+        self.host_alignment = import_alignment(self)
+        log.info("vkshmem.gpu: opened %s (%s, %s); submission path: %s", self.info.name,
+                 self.info.driver_name, self.info.uuid, "native" if self.native else "Python")
 
     def _device_fn(self, name: str) -> Any:
         vk = self._vk
@@ -357,6 +379,9 @@ class LogicalDevice:
                             "Vulkan device stays open so those views remain valid", len(pinned))
                 return
             self._closed = True
+            if self.native is not None:
+                self.native.close()
+                self.native = None
             if self.handle is not None:
                 lib.vkDeviceWaitIdle(self.handle)
                 if self.launch_pool is not None and self.launch_pool != self.command_pool:
@@ -377,3 +402,45 @@ class LogicalDevice:
                 lib.vkDestroyInstance(self.instance, ffi.NULL)
                 self.instance = None
             self._keep.clear()
+
+
+class NativeSubmit:
+    """The native submission helper bound to one device (see ``_submit_build.py``): handles
+    and prebuilt structs are passed to C as addresses; every call releases the GIL."""
+
+    def __init__(self, lib: Any, ffi: Any, handle: Any) -> None:
+        self.lib = lib
+        self.ffi = ffi
+        self.dev = handle
+
+    def close(self) -> None:
+        if self.dev != self.ffi.NULL:
+            self.lib.vks_close(self.dev)
+            self.dev = self.ffi.NULL
+
+
+def _open_native(vk: Any, device: LogicalDevice) -> NativeSubmit | None:
+    """The native submission path for ``device``, or None (Python's) when the helper was not
+    built or ``VKSHMEM_GPU_NATIVE=0``."""
+    if os.environ.get(ENV_NATIVE, "1") == "0":
+        return None
+    try:
+        from . import _submit
+    except ImportError as exc:
+        log.info("vkshmem.gpu: no native submission helper (%s): the Python path is used", exc)
+        return None
+    ffi = vk.ffi
+
+    def addr(x: Any) -> int:
+        return int(ffi.cast("uintptr_t", x))
+
+    handle = _submit.lib.vks_open(
+        addr(ffi.addressof(vk.lib, "vkGetDeviceProcAddr")), addr(device.handle),
+        addr(device._begin_info), addr(device._barrier_in), addr(device._barrier_out),
+        vk.VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, vk.VK_PIPELINE_STAGE_HOST_BIT)
+    if handle == _submit.ffi.NULL:
+        log.warning("vkshmem.gpu: the native submission helper found no Vulkan functions; "
+                    "the Python path is used")
+        return None
+    return NativeSubmit(_submit.lib, _submit.ffi, handle)
+

@@ -13,13 +13,16 @@ from typing import Any
 
 from ._vk import check, cstr
 
-__all__ = ["EXT_DMA_BUF", "EXT_EXTERNAL_MEMORY_FD", "MEM_DEVICE_LOCAL", "MEM_HOST_CACHED",
+__all__ = ["EXT_DMA_BUF", "EXT_EXTERNAL_MEMORY_FD", "EXT_MEMORY_HOST", "MEM_DEVICE_LOCAL",
+           "MEM_HOST_CACHED",
            "MEM_HOST_COHERENT", "MEM_HOST_VISIBLE", "SHADER_FEATURES", "DeviceInfo",
            "PhysicalDevice", "physical_devices"]
 
 #: Device extensions vkshmem needs (external memory fd) or uses where present (dma-buf).
 EXT_EXTERNAL_MEMORY_FD = "VK_KHR_external_memory_fd"
 EXT_DMA_BUF = "VK_EXT_external_memory_dma_buf"
+#: host memory imported as device memory: CPU<->GPU copies without a staging buffer
+EXT_MEMORY_HOST = "VK_EXT_external_memory_host"
 
 #: Optional shader features recorded in :attr:`DeviceInfo.shader_features` (and enabled when
 #: the device has them), by Vulkan name -> where Vulkan reports it (VkPhysicalDeviceFeatures,

@@ -64,6 +64,13 @@ class Slot:
             "sType": vk.VK_STRUCTURE_TYPE_SUBMIT_INFO,
             "commandBufferCount": 1, "pCommandBuffers": self._cmds})
         self._lib = lib
+        # The native helper takes handles and prebuilt structs as integers.
+        self._native = device.native
+        self._addr = (int(ffi.cast("uintptr_t", self.cmd)),
+                      int(ffi.cast("uintptr_t", self.queue)),
+                      int(ffi.cast("uintptr_t", self._submit)),
+                      int(ffi.cast("uintptr_t", self.fence)))
+        self._regions = ffi.new("VkBufferCopy*")
         self._all_commands = vk.VK_PIPELINE_STAGE_ALL_COMMANDS_BIT
         self._host_stage = vk.VK_PIPELINE_STAGE_HOST_BIT
         self._null = ffi.NULL
@@ -94,10 +101,39 @@ class Slot:
         check(lib.vkEndCommandBuffer(self.cmd), "vkEndCommandBuffer")
 
     def submit(self) -> None:
+        """Submit what was recorded (the caller holds ``device.lock``)."""
         if self.pending:
             raise GpuError(f"{self.name}: command buffer submitted twice while in flight")
-        check(self._lib.vkQueueSubmit(self.queue, 1, self._submit, self.fence),
-              f"vkQueueSubmit ({self.name})")
+        nat = self._native
+        if nat is not None:
+            _cmd, queue, info, fence = self._addr
+            res = nat.lib.vks_submit(nat.dev, queue, info, fence)
+        else:
+            res = self._lib.vkQueueSubmit(self.queue, 1, self._submit, self.fence)
+        check(res, f"vkQueueSubmit ({self.name})")
+        self.pending = True
+
+    def copy(self, dst: Any, dst_offset: int, src: Any, src_offset: int, nbytes: int,
+             timeout: float | None = None) -> None:
+        """Record one buffer-to-buffer copy (between the usual barriers) and submit it (the
+        caller holds ``device.lock``); :meth:`wait` completes it. Natively, one C call."""
+        if self.pending:
+            self.wait(timeout)
+        nat = self._native
+        if nat is None:
+            self.begin(timeout)
+            r = self._regions
+            r.srcOffset, r.dstOffset, r.size = src_offset, dst_offset, nbytes
+            self._lib.vkCmdCopyBuffer(self.cmd, src, dst, 1, r)
+            self.end()
+            self.submit()
+            return
+        ffi = self.device._vk.ffi
+        cmd, queue, info, fence = self._addr
+        res = nat.lib.vks_copy(nat.dev, cmd, queue, info, fence,
+                               int(ffi.cast("uintptr_t", dst)), dst_offset,
+                               int(ffi.cast("uintptr_t", src)), src_offset, nbytes)
+        check(res, f"copy ({self.name})")
         self.pending = True
 
     def wait(self, timeout: float | None = None) -> None:
@@ -108,6 +144,17 @@ class Slot:
         dev = self.device
         lib = self._lib
         t = dev.timeout if timeout is None else timeout
+        nat = self._native
+        if nat is not None:  # spin, then block, then reset: one C call without the GIL
+            res = nat.lib.vks_wait(nat.dev, self._addr[3], int(dev.spin_wait * 1e9),
+                                   int(t * 1e9))
+            if res == 2:  # VK_TIMEOUT
+                raise GpuTimeoutError(
+                    f"{self.name} did not finish within {t:g} s on {dev.info.name} (raise "
+                    f"{ENV_TIMEOUT} or pass timeout=); the work is still in flight")
+            check(res, f"vkWaitForFences ({self.name})")
+            self.pending = False
+            return
         # Poll briefly first: a blocking vkWaitForFences costs a thread wake-up (~50 us more
         # per round trip on lavapipe), while short work is often done within microseconds.
         handle = dev.handle

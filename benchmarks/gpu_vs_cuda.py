@@ -1,0 +1,163 @@
+"""vkshmem's GPU domain next to CUDA on the same GPU, in one run.
+
+Run with ``vkshmem run -n 2 benchmarks/gpu_vs_cuda.py [--quick] [--json PATH]`` on a machine
+whose two PEs share one GPU. PE 0 measures, against PE 1 (reached through imported memory):
+
+- per-call cost of an 8-byte put GPU->GPU, CPU->GPU and get GPU->CPU (complete on return),
+  and of a fetch_add on the peer's GPU word;
+- bandwidth of GPU->GPU puts, CPU->GPU puts (from an ordinary numpy array, and from a
+  symmetric host array, which the GPU domain has imported) and GPU->CPU gets, at 1, 16, 64 MiB.
+
+When CuPy is importable, the same operations through CUDA on PE 0's GPU, each a
+``cudaMemcpyAsync`` + stream synchronize per call (what a Python user of CUDA pays): device to
+device, pageable and pinned host to device, device to pageable host. Prints one table; ``--json``
+writes the rows ``{"op", "pair", "bytes", "vkshmem", "cuda", "unit"}`` with the date, the
+device, the driver and the command.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import sys
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from vkshmem import shmem
+
+me, n = shmem.my_pe(), shmem.n_pes()
+peer = (me + 1) % n
+quick = "--quick" in sys.argv
+SIZES = [1 << 20, 16 << 20, 64 << 20]
+SMALL = 200 if quick else 2000
+BIG = 5 if quick else 20
+
+
+def timed(fn: Callable[[], object], iters: int) -> float:
+    """Seconds per call on PE 0 (best of three rounds; the other PEs wait in barriers)."""
+    best = float("inf")
+    for _ in range(3):
+        for _ in range(min(3, iters)):
+            if me == 0:
+                fn()
+        shmem.barrier_all()
+        t0 = time.perf_counter()
+        if me == 0:
+            for _ in range(iters):
+                fn()
+        best = min(best, time.perf_counter() - t0)
+        shmem.barrier_all()
+    return best / iters
+
+
+top = max(SIZES)
+g_dst = shmem.zeros(top, np.uint8, domain="gpu")
+g_src = shmem.zeros(top, np.uint8, domain="gpu")
+h_sym = shmem.zeros(top, np.uint8)
+h_arb = np.random.default_rng(0).integers(0, 255, top, dtype=np.uint8)
+h_out = np.empty(top, np.uint8)
+word = shmem.zeros(1, np.int64, domain="gpu")
+one = np.ones(1, np.int64)
+
+rows: list[dict[str, object]] = []
+
+
+def row(op: str, pair: str, nbytes: int, value: float, unit: str) -> None:
+    rows.append({"op": op, "pair": pair, "bytes": nbytes, "vkshmem": round(value, 3),
+                 "cuda": None, "unit": unit})
+
+
+d8, s8, a8, o8 = g_dst[:8], g_src[:8], h_arb[:8], h_out[:8]  # views made once, not per call
+row("put", "gpu->gpu", 8, timed(lambda: shmem.put(d8, s8, peer), SMALL) * 1e6, "us")
+row("put", "cpu->gpu", 8, timed(lambda: shmem.put(d8, a8, peer), SMALL) * 1e6, "us")
+row("get", "gpu->cpu", 8, timed(lambda: shmem.get(o8, d8, peer), SMALL) * 1e6, "us")
+row("fetch_add", "gpu", 8, timed(lambda: shmem.atomic_fetch_add(word, 1, peer), SMALL) * 1e6,
+    "us")
+for size in SIZES:
+    for op, pair, fn in (
+            ("put", "gpu->gpu", lambda s=size: shmem.put(g_dst[:s], g_src[:s], peer)),
+            ("put", "cpu->gpu", lambda s=size: shmem.put(g_dst[:s], h_arb[:s], peer)),
+            ("put", "cpu(sym)->gpu", lambda s=size: shmem.put(g_dst[:s], h_sym[:s], peer)),
+            ("get", "gpu->cpu", lambda s=size: shmem.get(h_out[:s], g_dst[:s], peer))):
+        row(op, pair, size, size / timed(fn, BIG) / 1e9, "GB/s")
+
+
+def cuda_reference() -> str:
+    """Fill the rows' ``cuda`` column on PE 0; returns a description (or why not)."""
+    try:
+        import cupy as cp
+    except Exception as exc:  # no CuPy, no CUDA
+        return f"no CUDA reference ({type(exc).__name__}: {exc})"
+    stream = cp.cuda.Stream(non_blocking=True)
+    rt = cp.cuda.runtime
+    d_a = cp.zeros(top, cp.uint8)
+    d_b = cp.zeros(top, cp.uint8)
+    pinned = cp.cuda.alloc_pinned_memory(top)
+    h_pin = np.frombuffer(pinned, np.uint8, top)
+    h_pin[:] = h_arb
+    h2d, d2d, d2h = 1, 3, 2
+
+    def copy(dst: int, src: int, nbytes: int, kind: int) -> Callable[[], None]:
+        def run() -> None:
+            rt.memcpyAsync(dst, src, nbytes, kind, stream.ptr)
+            stream.synchronize()
+        return run
+
+    def cost(fn: Callable[[], None], iters: int) -> float:
+        fn()
+        best = float("inf")
+        for _ in range(3):
+            t0 = time.perf_counter()
+            for _ in range(iters):
+                fn()
+            best = min(best, (time.perf_counter() - t0) / iters)
+        return best
+
+    dp, sp = d_a.data.ptr, d_b.data.ptr
+    arb, pin, out = h_arb.ctypes.data, h_pin.ctypes.data, h_out.ctypes.data
+    ref = {("put", "gpu->gpu"): (dp, sp, d2d), ("put", "cpu->gpu"): (dp, arb, h2d),
+           ("put", "cpu(sym)->gpu"): (dp, pin, h2d), ("get", "gpu->cpu"): (out, dp, d2h)}
+    for r in rows:
+        key = (r["op"], r["pair"])
+        if key not in ref:
+            continue
+        dst, src, kind = ref[key]
+        nbytes = int(r["bytes"])  # type: ignore[call-overload]
+        t = cost(copy(dst, src, nbytes, kind), SMALL if nbytes <= 8 else BIG)
+        r["cuda"] = round(t * 1e6 if r["unit"] == "us" else nbytes / t / 1e9, 3)
+    props = rt.getDeviceProperties(0)
+    return (f"CUDA {rt.runtimeGetVersion()} on {props['name'].decode()}: memcpyAsync + stream "
+            "sync per call; cpu->gpu and gpu->cpu from/to pageable numpy memory, cpu(sym)->gpu "
+            "compared with pinned H2D")
+
+
+if me == 0:
+    note = cuda_reference()
+    dom = word.domain
+    route = shmem._state.rt.heaps[dom.spec.name].route_names[peer]
+    head = (f"vkshmem GPU domain at {n} PEs on {dom.device.name} ({dom.device.info.driver_info}"
+            f"), route to the peer {route!r}, submission "
+            f"{'native' if dom.device.native else 'Python'}, host heap "
+            f"{'imported' if dom.host_imported else 'staged'}")
+    print(f"\n{head}\n{note}")
+    print(f"{'op':<10} {'pair':<14} {'bytes':>10} {'vkshmem':>10} {'CUDA':>10} {'unit':>5} "
+          f"{'ratio':>6}")
+    for r in rows:
+        cuda = r["cuda"]
+        ratio = ""
+        if cuda:
+            v = float(r["vkshmem"])  # type: ignore[arg-type]
+            ratio = f"{(cuda / v if r['unit'] == 'us' else v / cuda):.2f}"  # >1: vkshmem ahead
+        print(f"{r['op']:<10} {r['pair']:<14} {r['bytes']:>10} {r['vkshmem']:>10} "
+              f"{cuda if cuda is not None else '-':>10} {r['unit']:>5} {ratio:>6}")
+    if "--json" in sys.argv:
+        path = sys.argv[sys.argv.index("--json") + 1]
+        with open(path, "w") as f:
+            json.dump({"date": datetime.date.today().isoformat(), "device": dom.device.name,
+                       "driver": dom.device.info.driver_info, "header": head, "cuda": note,
+                       "command": "vkshmem run -n 2 benchmarks/gpu_vs_cuda.py --json " + path,
+                       "ratio": "CUDA/vkshmem for us rows, vkshmem/CUDA for GB/s rows",
+                       "rows": rows}, f, indent=1)
+shmem.barrier_all()

@@ -1,0 +1,148 @@
+"""cffi (API mode) build of ``vkshmem.gpu._submit``: the GPU domain's native submission path.
+
+The ``vulkan`` package calls Vulkan through libffi (about a microsecond per call, with the GIL
+held), and a blocking GPU operation makes about ten such calls: begin, barriers, the copy, end,
+submit, fence polls, reset. This helper makes each of those paths one call into C, with the GIL
+released: record and submit a copy, submit a prerecorded command buffer, and wait for a fence
+by spinning on ``vkGetFenceStatus`` (``VKSHMEM_GPU_SPIN_US``) before blocking in
+``vkWaitForFences`` (bounded by the caller's timeout).
+
+It needs no Vulkan headers: the functions come from ``vkGetDeviceProcAddr`` (its address is
+passed in), the structs it submits are the ones the Python layer prebuilt (passed as
+addresses), and the only struct it fills itself is ``VkBufferCopy`` (three ``VkDeviceSize``).
+Dispatchable handles (device, queue, command buffer) are pointers; the others (buffer, fence)
+64-bit integers, as on every 64-bit platform.
+"""
+
+from cffi import FFI
+
+CDEF = """
+typedef struct vks_dev vks_dev;
+vks_dev *vks_open(uintptr_t get_device_proc_addr, uintptr_t device, uintptr_t begin_info,
+                  uintptr_t barrier_in, uintptr_t barrier_out, uint32_t all_stages,
+                  uint32_t host_stage);
+void vks_close(vks_dev *d);
+int32_t vks_copy(vks_dev *d, uintptr_t cmd, uintptr_t queue, uintptr_t submit_info,
+                 uint64_t fence, uint64_t dst, uint64_t dst_offset, uint64_t src,
+                 uint64_t src_offset, uint64_t nbytes);
+int32_t vks_submit(vks_dev *d, uintptr_t queue, uintptr_t submit_info, uint64_t fence);
+int32_t vks_wait(vks_dev *d, uint64_t fence, int64_t spin_ns, uint64_t timeout_ns);
+"""
+
+SOURCE = r"""
+#include <stdint.h>
+#include <stdlib.h>
+#include <time.h>
+
+typedef int32_t VkResult;
+typedef struct vks_dev vks_dev;
+typedef void (*vks_fn)(void);
+typedef vks_fn (*PFN_gdpa)(void *device, const char *name);
+typedef struct { uint64_t src_offset, dst_offset, size; } vks_region;  /* VkBufferCopy */
+typedef VkResult (*PFN_begin)(void *cmd, const void *info);
+typedef void (*PFN_barrier)(void *cmd, uint32_t src_stages, uint32_t dst_stages,
+                            uint32_t dependency_flags, uint32_t n_memory, const void *memory,
+                            uint32_t n_buffer, const void *buffer, uint32_t n_image,
+                            const void *image);
+typedef void (*PFN_copy)(void *cmd, uint64_t src, uint64_t dst, uint32_t n,
+                         const vks_region *regions);
+typedef VkResult (*PFN_end)(void *cmd);
+typedef VkResult (*PFN_submit)(void *queue, uint32_t n, const void *submits, uint64_t fence);
+typedef VkResult (*PFN_status)(void *device, uint64_t fence);
+typedef VkResult (*PFN_wait)(void *device, uint32_t n, const uint64_t *fences, uint32_t all,
+                             uint64_t timeout_ns);
+typedef VkResult (*PFN_reset)(void *device, uint32_t n, const uint64_t *fences);
+
+struct vks_dev {
+    void *device;
+    PFN_begin begin;
+    PFN_barrier barrier;
+    PFN_copy copy;
+    PFN_end end;
+    PFN_submit submit;
+    PFN_status status;
+    PFN_wait wait;
+    PFN_reset reset;
+    const void *begin_info, *barrier_in, *barrier_out;
+    uint32_t all_stages, host_stage;
+};
+
+#define VK_NOT_READY 1
+#define VK_TIMEOUT 2
+
+vks_dev *vks_open(uintptr_t get_device_proc_addr, uintptr_t device, uintptr_t begin_info,
+                  uintptr_t barrier_in, uintptr_t barrier_out, uint32_t all_stages,
+                  uint32_t host_stage) {
+    PFN_gdpa gdpa = (PFN_gdpa)get_device_proc_addr;
+    vks_dev *d = calloc(1, sizeof *d);
+    if (!d) return NULL;
+    d->device = (void *)device;
+    d->begin = (PFN_begin)gdpa(d->device, "vkBeginCommandBuffer");
+    d->barrier = (PFN_barrier)gdpa(d->device, "vkCmdPipelineBarrier");
+    d->copy = (PFN_copy)gdpa(d->device, "vkCmdCopyBuffer");
+    d->end = (PFN_end)gdpa(d->device, "vkEndCommandBuffer");
+    d->submit = (PFN_submit)gdpa(d->device, "vkQueueSubmit");
+    d->status = (PFN_status)gdpa(d->device, "vkGetFenceStatus");
+    d->wait = (PFN_wait)gdpa(d->device, "vkWaitForFences");
+    d->reset = (PFN_reset)gdpa(d->device, "vkResetFences");
+    d->begin_info = (const void *)begin_info;
+    d->barrier_in = (const void *)barrier_in;
+    d->barrier_out = (const void *)barrier_out;
+    d->all_stages = all_stages;
+    d->host_stage = host_stage;
+    if (!d->begin || !d->barrier || !d->copy || !d->end || !d->submit || !d->status ||
+        !d->wait || !d->reset) {
+        free(d);
+        return NULL;
+    }
+    return d;
+}
+
+void vks_close(vks_dev *d) { free(d); }
+
+int32_t vks_copy(vks_dev *d, uintptr_t cmd, uintptr_t queue, uintptr_t submit_info,
+                 uint64_t fence, uint64_t dst, uint64_t dst_offset, uint64_t src,
+                 uint64_t src_offset, uint64_t nbytes) {
+    void *c = (void *)cmd;
+    vks_region r = {src_offset, dst_offset, nbytes};
+    VkResult res = d->begin(c, d->begin_info);
+    if (res) return res;
+    d->barrier(c, d->all_stages, d->all_stages, 0, 1, d->barrier_in, 0, 0, 0, 0);
+    d->copy(c, src, dst, 1, &r);
+    d->barrier(c, d->all_stages, d->host_stage, 0, 1, d->barrier_out, 0, 0, 0, 0);
+    res = d->end(c);
+    if (res) return res;
+    return d->submit((void *)queue, 1, (const void *)submit_info, fence);
+}
+
+int32_t vks_submit(vks_dev *d, uintptr_t queue, uintptr_t submit_info, uint64_t fence) {
+    return d->submit((void *)queue, 1, (const void *)submit_info, fence);
+}
+
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+int32_t vks_wait(vks_dev *d, uint64_t fence, int64_t spin_ns, uint64_t timeout_ns) {
+    VkResult res = d->status(d->device, fence);
+    if (res == VK_NOT_READY && spin_ns > 0) {
+        int64_t end = now_ns() + spin_ns;
+        do {
+            res = d->status(d->device, fence);
+        } while (res == VK_NOT_READY && now_ns() < end);
+    }
+    if (res == VK_NOT_READY)
+        res = d->wait(d->device, 1, &fence, 1, timeout_ns);
+    if (res) return res;
+    return d->reset(d->device, 1, &fence);
+}
+"""
+
+ffibuilder = FFI()
+ffibuilder.cdef(CDEF)
+ffibuilder.set_source("vkshmem.gpu._submit", SOURCE, extra_compile_args=["-O2"])
+
+if __name__ == "__main__":
+    ffibuilder.compile(verbose=True)
