@@ -1,7 +1,9 @@
-// Device-side copy of `count` elements from `src` to `dst` (device addresses), one element
-// per invocation. Built as ELEM_BITS=8 (copy_u8.spv: bytes, needs storageBuffer8BitAccess)
-// and ELEM_BITS=32 (copy_u32.spv: 4-byte words). Ranges must not overlap. The host splits
-// large copies into dispatches of at most maxComputeWorkGroupCount[0] workgroups.
+// Device-side copy of `count` elements from `src` to `dst` (device addresses). Built as
+// ELEM_BITS=8 (copy_u8.spv: bytes, needs storageBuffer8BitAccess), ELEM_BITS=32 (copy_u32.spv:
+// 4-byte words) and ELEM_BITS=128 (copy_u128.spv: 16-byte vectors, what reaches HBM rate).
+// Ranges must not overlap. Each invocation copies elements i, i + N, i + 2N, ... (N the
+// invocations dispatched), so the host may dispatch fewer workgroups than elements; it keeps
+// the stride loop short (lavapipe cuts loops of more than 65,535 iterations).
 #version 460
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_shader_explicit_arithmetic_types_int64 : require
@@ -11,6 +13,9 @@
 #extension GL_EXT_shader_explicit_arithmetic_types_int8 : require
 #define ELEM uint8_t
 #define ELEM_ALIGN 1
+#elif ELEM_BITS == 128
+#define ELEM uvec4
+#define ELEM_ALIGN 16
 #else
 #define ELEM uint
 #define ELEM_ALIGN 4
@@ -29,8 +34,10 @@ layout(push_constant) uniform Push {
 } pc;
 
 void main() {
-    uint i = gl_GlobalInvocationID.x;
-    if (i < pc.count) {
-        Elems(pc.dst).v[i] = Elems(pc.src).v[i];
+    uint stride = gl_NumWorkGroups.x * gl_WorkGroupSize.x;
+    Elems dst = Elems(pc.dst);
+    Elems src = Elems(pc.src);
+    for (uint i = gl_GlobalInvocationID.x; i < pc.count; i += stride) {
+        dst.v[i] = src.v[i];
     }
 }

@@ -181,10 +181,6 @@ _var("VKSHMEM_GPU_STAGING_SIZE", "size", "8M",
 _var("VKSHMEM_GPU_SPIN_US", "float", "200",
      "Microseconds a wait for the GPU polls its fence before blocking in the driver.",
      _parse_seconds)
-_var("VKSHMEM_GPU_IMPORT_MIN", "size", "1M",
-     "Host buffers of at least this size are imported into the GPU (VK_EXT_external_memory_"
-     "host) for one copy instead of going through the staging buffer (0: never). The host heap "
-     "is imported once, whatever its size.", parse_size)
 _var("VKSHMEM_GPU_NATIVE", "bool", "1",
      "Submit GPU copies and AMOs and wait for them through vkshmem's native helper (one C call "
      "with the GIL released); 0 uses the Python path (for comparison and debugging).",
@@ -264,7 +260,6 @@ class Config:
     gpu_staging_size: int
     gpu_spin_us: float
     gpu_native: bool
-    gpu_import_min: int
     gpu_validation: bool
     gpu_mapped: bool
     gpu_proxy_chunk: int

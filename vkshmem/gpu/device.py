@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from .copy import Transfer
-from .env import DEFAULT_IMPORT_MIN, DEFAULT_STAGING, ENV_IMPORT_MIN, ENV_STAGING, env_size
+from .env import DEFAULT_STAGING, ENV_STAGING, env_size
 from .errors import GpuError
 from .hostimport import HostImport
 from .kernels import Kernels
@@ -27,6 +27,10 @@ from .memory import GpuMemory, exportable_memory_types
 from .physical import MEM_DEVICE_LOCAL, MEM_HOST_COHERENT, MEM_HOST_VISIBLE
 from .pipeline import ComputePipeline, load_spirv
 from .submit import Slot
+
+#: device copies of at least this many bytes run as a shader (H100: the copy engine is ahead
+#: at 1 MiB, 39 vs 32 GB/s; the shader at 16 MiB, 391 vs 262, and at 64 MiB, 714 vs 367)
+SHADER_COPY_MIN = 4 << 20
 
 __all__ = ["VulkanDevice"]
 
@@ -43,7 +47,7 @@ class VulkanDevice(LogicalDevice):
 
     def __init__(self, index: int | None = None, validation: bool = False, *,
                  local_rank: int = 0, timeout: float | None = None,
-                 staging_size: int | None = None, import_min: int | None = None) -> None:
+                 staging_size: int | None = None) -> None:
         self._pipelines: dict[str, ComputePipeline] = {}
         self._transfer: Transfer | None = None
         self._kernels: Kernels | None = None
@@ -52,8 +56,7 @@ class VulkanDevice(LogicalDevice):
         try:
             size = staging_size if staging_size is not None else env_size(ENV_STAGING,
                                                                            DEFAULT_STAGING)
-            self._transfer = Transfer(self, size, import_min if import_min is not None
-                                      else env_size(ENV_IMPORT_MIN, DEFAULT_IMPORT_MIN))
+            self._transfer = Transfer(self, size)
         except BaseException:
             self.close()
             raise
@@ -160,7 +163,16 @@ class VulkanDevice(LogicalDevice):
     def copy(self, dst: GpuMemory, dst_offset: int, src: GpuMemory, src_offset: int,
              nbytes: int, *, timeout: float | None = None) -> None:
         """Device-to-device copy (either side may be imported peer memory); overlapping
-        ranges of one allocation are copied as memmove does."""
+        ranges of one allocation are copied as memmove does. From ``SHADER_COPY_MIN`` bytes,
+        disjoint copies between GPU allocations run as a compute shader (copy.comp), which
+        moves about twice what the copy engine does on an H100 (not on CPU drivers, where the
+        copy engine is a memcpy and shaders are slow)."""
+        if nbytes >= SHADER_COPY_MIN and not self.info.is_cpu and isinstance(dst, GpuMemory) \
+                and isinstance(src, GpuMemory) and (
+                    dst.memory != src.memory or dst_offset + nbytes <= src_offset
+                    or src_offset + nbytes <= dst_offset):
+            self.kernels.shader_copy(dst, dst_offset, src, src_offset, nbytes, timeout=timeout)
+            return
         self.transfer.copy(dst, dst_offset, src, src_offset, nbytes, timeout)
 
     # -- shaders (see pipeline.py, kernels.py) -----------------------------------------------

@@ -64,8 +64,7 @@ class VulkanDomain(MemoryDomain):
         self.mapped = cfg.gpu_mapped
         self.device = VulkanDevice(cfg.gpu_device, cfg.gpu_validation,
                                    local_rank=ctx.local_rank, timeout=cfg.gpu_timeout,
-                                   staging_size=cfg.gpu_staging_size,
-                                   import_min=cfg.gpu_import_min)
+                                   staging_size=cfg.gpu_staging_size)
         self.device.spin_wait = cfg.gpu_spin_us * 1e-6
         try:
             self.size = cfg.gpu_symmetric_size

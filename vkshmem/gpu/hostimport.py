@@ -3,8 +3,7 @@
 A :class:`HostImport` is a transfer buffer whose memory *is* a range of this process's host
 memory (pinned by the driver for as long as it is imported), so a copy between it and GPU memory
 is one DMA transfer: no staging buffer and no CPU memcpy. The GPU domain imports the core's
-host heap once (CPU<->GPU puts and gets between symmetric arrays), and imports large arbitrary
-host buffers for the duration of one copy (``VKSHMEM_GPU_IMPORT_MIN``).
+host heap once (CPU<->GPU puts and gets between symmetric arrays).
 
 The spec's rules, checked here: the pointer and the size must be multiples of
 ``minImportedHostPointerAlignment`` (so a range is widened to whole aligned blocks of the same

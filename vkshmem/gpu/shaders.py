@@ -53,6 +53,7 @@ VARIANTS: dict[str, tuple[str, dict[str, str]]] = {
     "amo_u64": ("amo.comp", {"AMO_WIDTH": "64"}),
     "copy_u8": ("copy.comp", {"ELEM_BITS": "8"}),
     "copy_u32": ("copy.comp", {"ELEM_BITS": "32"}),
+    "copy_u128": ("copy.comp", {"ELEM_BITS": "128"}),
     "reduce_i32": ("reduce.comp", {"DTYPE": "1"}),
     "reduce_i64": ("reduce.comp", {"DTYPE": "2"}),
     "reduce_u32": ("reduce.comp", {"DTYPE": "3"}),

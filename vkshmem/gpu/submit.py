@@ -146,7 +146,7 @@ class Slot:
         t = dev.timeout if timeout is None else timeout
         nat = self._native
         if nat is not None:  # spin, then block, then reset: one C call without the GIL
-            res = nat.lib.vks_wait(nat.dev, self._addr[3], int(dev.spin_wait * 1e9),
+            res = nat.lib.vks_wait(nat.dev, self._addr[3], int(min(dev.spin_wait, t) * 1e9),
                                    int(t * 1e9))
             if res == 2:  # VK_TIMEOUT
                 raise GpuTimeoutError(
