@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..core.errors import InvalidArgumentError
+from ..core.errors import InvalidArgumentError, InvalidTypeError
 from ..core.heap import MIN_ALIGN
 from ..core.runtime import HOST_SEG
 from . import state
@@ -93,8 +93,8 @@ def _offset(obj: Any, what: str) -> int:
         return obj.offset
     mem = obj.base if isinstance(obj, np.ndarray) and isinstance(obj.base, memoryview) else obj
     if not isinstance(mem, (memoryview, np.ndarray)):
-        raise InvalidArgumentError(f"{what} takes a symmetric array or memoryview, got "
-                                   f"{type(obj).__name__}")
+        raise InvalidTypeError(f"{what} takes a symmetric array or memoryview, got "
+                               f"{type(obj).__name__}")
     seg, off = locate(mem, 0, what)
     if seg != HOST_SEG:
         raise InvalidArgumentError(f"{what}: not a host-heap allocation")

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from ..core._native import ffi, lib
-from ..core.errors import InvalidArgumentError
+from ..core.errors import InvalidArgumentError, InvalidTypeError
 from ..gpu.array import DeviceArray
 from ..gpu.domain import GPU_SEG
 from . import state
@@ -29,7 +29,7 @@ def check_pe(pe: Any) -> int:
         try:
             pe = int(pe.__index__())
         except AttributeError:
-            raise InvalidArgumentError(f"PE must be an integer, got {pe!r}") from None
+            raise InvalidTypeError(f"PE must be an integer, got {pe!r}") from None
     if 0 <= pe < n:
         return pe
     raise InvalidArgumentError(f"PE {pe} does not exist: this job has PEs 0..{n - 1}")
@@ -58,7 +58,7 @@ def locate(a: np.ndarray, nbytes: int, what: str) -> tuple[int, int]:
                                            "past the end of the GPU heap") from None
             return GPU_SEG, a.offset
         if not isinstance(a, np.ndarray):
-            raise InvalidArgumentError(
+            raise InvalidTypeError(
                 f"{what} must be a numpy array from the symmetric heap, got "
                 f"{type(a).__name__}") from None
         raise InvalidArgumentError(
@@ -99,7 +99,7 @@ def same_dtype(target: np.ndarray, source: np.ndarray) -> np.dtype:
         sdt = source.dtype
     except AttributeError:
         bad = target if not isinstance(target, np.ndarray) else source
-        raise InvalidArgumentError(
+        raise InvalidTypeError(
             f"expected numpy arrays, got {type(bad).__name__}") from None
     if sdt is not dt and sdt != dt:
         raise InvalidArgumentError(f"dtype mismatch: target is {dt}, source is {sdt}")
@@ -121,7 +121,7 @@ def element_count(size: Any, *limits: int) -> int:
     try:
         n = int(size.__index__())
     except AttributeError:
-        raise InvalidArgumentError(f"size must be an integer, got {size!r}") from None
+        raise InvalidTypeError(f"size must be an integer, got {size!r}") from None
     if n < 0:
         raise InvalidArgumentError(f"size must be >= 0, got {n}")
     for limit in limits:

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core.errors import InvalidArgumentError
+from ..core.errors import InvalidTypeError
 from ..gpu.launch import UserKernel, pack_push
 from . import state
 from .args import GPU_SEG, DeviceArray, live, locate
@@ -38,5 +38,5 @@ def offset_of(a: Any) -> tuple[int, int]:
     if type(a) is DeviceArray:
         return GPU_SEG, live(a, "offset_of").offset
     if not isinstance(a, (np.ndarray, memoryview)):
-        raise InvalidArgumentError(f"offset_of takes a symmetric array, got {type(a).__name__}")
+        raise InvalidTypeError(f"offset_of takes a symmetric array, got {type(a).__name__}")
     return locate(a, 0, "offset_of")

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core.errors import InvalidArgumentError
+from ..core.errors import InvalidArgumentError, InvalidTypeError
 from . import state
 from .args import DeviceArray
 from .enums import cmp_function
@@ -68,7 +68,7 @@ def _flat(ivars: Any, what: str) -> tuple[np.ndarray, int, int]:
             return ivars.to_numpy(zero_copy=True).reshape(-1), addr, ivars.nbytes
         return ivars.to_numpy().reshape(-1), -1, ivars.nbytes
     if not isinstance(ivars, np.ndarray):
-        raise InvalidArgumentError(f"{what} needs a numpy array, got {type(ivars).__name__}")
+        raise InvalidTypeError(f"{what} needs a numpy array, got {type(ivars).__name__}")
     if ivars.size == 0:
         raise InvalidArgumentError(f"{what}: empty array")
     lo, hi = _byte_bounds(ivars)
