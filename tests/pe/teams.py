@@ -16,12 +16,22 @@ check(shmem.Team(W) == W and W != S and not INVALID and W and hash(shmem.Team(W)
       "aliases and equality")
 check(W.get_config() == {"num_contexts": 0}, "get_config")
 
-# strided split: the odd PEs
-odd = W.split_strided(1, 2)
+# strided split: the odd PEs (none at 1 PE: an empty selection raises on every PE)
+try:
+    odd = W.split_strided(1, 2)
+except InvalidArgumentError as exc:
+    check(n == 1 and "size=0" in str(exc), str(exc))
+    odd = INVALID
 if me % 2:
     check(odd.n_pes() == n // 2 and odd.my_pe() == me // 2, "odd team shape")
     check(odd.translate_pe() == me and odd.translate_pe(0) == 1, "translate to world")
-    check(W.translate_pe(me, odd) == me // 2 and W.translate_pe(0, odd) == -1, "from world")
+    check(W.translate_pe(me, odd) == me // 2, "from world")
+    try:  # OpenSHMEM's -1 (not a member) is an error, as in shmem4py
+        W.translate_pe(0, odd)
+    except InvalidArgumentError as exc:
+        check("not a member" in str(exc), str(exc))
+    else:
+        check(False, "translate_pe of a non-member must raise")
     odd.sync()
 else:
     check(odd == INVALID and not odd, "non-members get TEAM_INVALID")

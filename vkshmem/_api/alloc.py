@@ -18,11 +18,11 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..core.errors import InvalidArgumentError
+from ..core.errors import InvalidArgumentError, InvalidTypeError, NotAllocatedError
 from ..core.heap import MIN_ALIGN
 from ..core.runtime import HOST_SEG
 from . import state
-from .args import DomainArray, heap_of, locate
+from .args import DomainArray, contiguous, heap_of, locate
 
 __all__ = ["alloc", "array", "del_array", "empty", "free", "fromalloc", "full", "new_array",
            "ones", "realloc", "zeros"]
@@ -39,7 +39,7 @@ def _check_domain(domain: str) -> str:
 
 
 def _domain_array(where: str, shape: Shape, dt: np.dtype, align: int | None, clear: bool,
-               value: Any = None, order: str = "C") -> Any:
+                  value: Any = None, order: str = "C") -> Any:
     """Collective: an array of domain ``where`` (zeroed when ``clear``, else filled with
     ``value`` if given)."""
     if order == "F":
@@ -49,7 +49,8 @@ def _domain_array(where: str, shape: Shape, dt: np.dtype, align: int | None, cle
     nbytes = count * dt.itemsize
     fill = None
     if value is not None:
-        data = np.ascontiguousarray(np.broadcast_to(np.asarray(value, dt), _dims(shape)))
+        data = np.empty(_dims(shape), dt)
+        np.copyto(data, _fill_source(value, dt, data.shape), casting="unsafe")
 
         def fill(off: int) -> None:
             if nbytes:
@@ -57,6 +58,25 @@ def _domain_array(where: str, shape: Shape, dt: np.dtype, align: int | None, cle
 
     off = heap.alloc(nbytes, align or MIN_ALIGN, clear and value is None, fill)
     return heap.domain.make_array(off, _dims(shape), dt)
+
+
+def _fill_source(value: Any, dt: np.dtype, dims: tuple[int, ...]) -> np.ndarray:
+    """``value`` as the array a fill copies with ``casting='unsafe'``, as shmem4py's fills do:
+    an array of the value's own dtype, so ``-1`` fills uint8 with 255 and ``2.7`` int32 with 2
+    whatever numpy's rules for Python scalars are. What cannot be cast at all (an integer
+    beyond 64 bits into an integer dtype) or broadcast raises here, before any allocation."""
+    src = np.asarray(value)
+    if src.dtype.hasobject:
+        src = src.astype(dt)
+    np.broadcast_shapes(src.shape, dims)
+    return src
+
+
+def _plain(dt: np.dtype) -> np.dtype:
+    """``dt``, or an error for a dtype that holds Python objects (no symmetric array can)."""
+    if dt.hasobject:
+        raise InvalidArgumentError(f"symmetric arrays cannot hold Python objects ({dt})")
+    return dt
 
 
 def _dims(shape: Shape) -> tuple[int, ...]:
@@ -87,31 +107,59 @@ def alloc(count: int, size: int = 1, align: int | None = None, hints: int | None
 
 
 def _place(obj: Any, what: str) -> tuple[int, int]:
-    """``(segment, offset)`` of an allocation as the allocation functions returned it."""
+    """``(segment, offset)`` where the allocation ``obj`` starts (as an allocation routine
+    returned it: any order, any shape, 0-d and empty included, in any domain);
+    NotAllocatedError when no live allocation starts there."""
+    rt = state.rt
     if isinstance(obj, DomainArray):
         heap = heap_of(obj, what)
         if obj.base is not None:
             raise InvalidArgumentError(f"{what}: pass the allocated {type(obj).__name__}, not "
                                        "a view")
+        _check_live(heap.heap.used, obj.offset, what)
         return heap.seg_id, obj.offset
-    mem = obj.base if isinstance(obj, np.ndarray) and isinstance(obj.base, memoryview) else obj
-    if not isinstance(mem, (memoryview, np.ndarray)):
-        raise InvalidArgumentError(f"{what} takes a symmetric array or memoryview, got "
-                                   f"{type(obj).__name__}")
-    return locate(mem, 0, what)
+    if isinstance(obj, np.ndarray):
+        mem = contiguous(obj)  # a Fortran-ordered array starts where its transpose does
+        if mem is None:
+            raise InvalidArgumentError(f"{what}: a strided view is not an allocation; pass the "
+                                       "array the allocation routine returned")
+    elif isinstance(obj, memoryview):
+        mem = obj
+    else:
+        raise InvalidTypeError(f"{what} takes a symmetric array or memoryview, got "
+                               f"{type(obj).__name__}")
+    seg, off = locate(mem, 0, what)
+    heap = rt.seg_heaps[seg]
+    if heap is not None:  # a numpy array over a domain's CPU-addressable memory
+        _check_live(heap.heap.used, off, what)
+    elif seg == HOST_SEG:
+        _check_live(rt.heap.used, off, what)
+    else:
+        raise InvalidArgumentError(f"{what}: not a symmetric allocation")
+    return seg, off
 
 
-def free(mem: memoryview | np.ndarray) -> None:
-    """Collective: release a symmetric allocation (the array or memoryview it returned)."""
+def _check_live(used: Any, off: int, what: str) -> None:
+    if off not in used:
+        raise NotAllocatedError(
+            f"{what}: no live symmetric allocation starts at offset {off} (freed already, or "
+            "a slice that does not start where the allocation does)")
+
+
+def free(mem: memoryview | np.ndarray | None) -> None:
+    """Collective: release a symmetric allocation (the array or memoryview an allocation
+    routine returned, in any domain). ``None`` does nothing (OpenSHMEM's free of a null
+    pointer); a second ``free`` of the same allocation raises NotAllocatedError (a KeyError,
+    as in shmem4py)."""
+    if mem is None:
+        return
     rt = state.rt
     seg, off = _place(mem, "free")
     heap = rt.seg_heaps[seg]
-    if heap is not None:  # a domain's array (or numpy array over a domain's CPU memory)
+    if heap is not None:
         heap.free(off)
-    elif seg == HOST_SEG:
-        rt.free(off)
     else:
-        raise InvalidArgumentError("free: not a symmetric allocation")
+        rt.free(off)
 
 
 def realloc(mem: memoryview | np.ndarray, count: int, size: int | None = None,
@@ -162,9 +210,7 @@ def new_array(shape: Shape, dtype: Any = float, order: Literal["C", "F"] = "C", 
     """Collective: a new symmetric array (zero-filled when ``clear``); the domain's array type
     (a DeviceArray with ``domain='gpu'``) for other domains."""
     where = _check_domain(domain)
-    dt = np.dtype(dtype)
-    if dt.hasobject:
-        raise InvalidArgumentError("symmetric arrays cannot hold Python objects")
+    dt = _plain(np.dtype(dtype))
     if where != "host":
         return _domain_array(where, shape, dt, align, clear, order=order)  # type: ignore
     count = int(np.prod(shape, dtype=np.int64))
@@ -174,9 +220,10 @@ def new_array(shape: Shape, dtype: Any = float, order: Literal["C", "F"] = "C", 
 def _filled(shape: Shape, dt: np.dtype, order: Literal["C", "F"], align: int | None,
             value: Any) -> np.ndarray:
     count = int(np.prod(shape, dtype=np.int64))
+    src = _fill_source(value, _plain(dt), _dims(shape))
 
     def fill(buf: memoryview) -> None:
-        np.frombuffer(buf, dt).reshape(shape, order=order)[...] = value
+        np.copyto(np.frombuffer(buf, dt).reshape(shape, order=order), src, casting="unsafe")
 
     return fromalloc(_allocate(count * dt.itemsize, align, False, fill), shape, dt, order)
 

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..core._native import ffi, lib
-from ..core.errors import InvalidArgumentError
+from ..core.errors import InvalidArgumentError, InvalidTypeError
 from ..core.transport import AmoOp
 from . import state
 from .args import ND, DomainArray, locate, resolve, segment_route
@@ -45,7 +45,7 @@ class _Kind:
                     try:
                         v = v.__index__()
                     except AttributeError:
-                        raise InvalidArgumentError(
+                        raise InvalidTypeError(
                             f"AMO operand {v!r} is not an integer (target dtype {dt})") from None
                 return v & mask
 
@@ -74,7 +74,10 @@ def _word(target: np.ndarray, ints_only: bool, what: str) -> tuple[_Kind, int, i
     try:
         kind = _KINDS[target.dtype]
     except (KeyError, AttributeError):
-        dt = getattr(target, "dtype", type(target).__name__)
+        dt = getattr(target, "dtype", None)
+        if dt is None:
+            raise InvalidTypeError(f"{what}: the target must be a one-element symmetric numpy "
+                                   f"array, got {type(target).__name__}") from None
         raise InvalidArgumentError(
             f"{what}: AMOs work on 32/64-bit integers (and fetch/set/swap on float32/64), "
             f"not {dt}") from None

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core.errors import InvalidArgumentError
+from ..core.errors import InvalidArgumentError, InvalidTypeError
 from ..core.transport import AmoOp
 from .amo import _amo, _op
 from .args import DomainArray
@@ -30,9 +30,9 @@ def _nbi(fetch: np.ndarray, target: np.ndarray, pe: int, op: AmoOp, value: Any, 
          ints_only: bool, what: str, ctx: Any) -> None:
     device = isinstance(fetch, DomainArray)
     if not device and not isinstance(fetch, np.ndarray):
-        raise InvalidArgumentError(f"{what}: fetch must be a one-element numpy array (or a "
-                                   f"domain's array such as a DeviceArray), got "
-                                   f"{type(fetch).__name__}")
+        raise InvalidTypeError(f"{what}: fetch must be a one-element numpy array (or a "
+                               f"domain's array such as a DeviceArray), got "
+                               f"{type(fetch).__name__}")
     tdt = getattr(target, "dtype", None)
     if tdt is not None and fetch.dtype != tdt:
         raise InvalidArgumentError(f"{what}: fetch has dtype {fetch.dtype}, the target {tdt}; "

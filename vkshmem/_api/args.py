@@ -13,7 +13,7 @@ import numpy as np
 from ..core._native import ffi, lib
 from ..core.domain import DomainArray
 from ..core.domainheap import DomainHeap
-from ..core.errors import InvalidArgumentError
+from ..core.errors import InvalidArgumentError, InvalidTypeError
 from . import state
 
 __all__ = ["ND", "DomainArray", "check_pe", "contiguous", "count_of", "element_count",
@@ -38,7 +38,7 @@ def check_pe(pe: Any) -> int:
         try:
             pe = int(pe.__index__())
         except AttributeError:
-            raise InvalidArgumentError(f"PE must be an integer, got {pe!r}") from None
+            raise InvalidTypeError(f"PE must be an integer, got {pe!r}") from None
     if 0 <= pe < n:
         return pe
     raise InvalidArgumentError(f"PE {pe} does not exist: this job has PEs 0..{n - 1}")
@@ -64,7 +64,7 @@ def locate(a: np.ndarray, nbytes: int, what: str) -> tuple[int, int]:
         r = lib.vk_locate(ffi.from_buffer(a), nbytes)
     except (TypeError, BufferError, ValueError):
         if not isinstance(a, np.ndarray):
-            raise InvalidArgumentError(
+            raise InvalidTypeError(
                 f"{what} must be a numpy array from the symmetric heap, got "
                 f"{type(a).__name__}") from None
         raise InvalidArgumentError(
@@ -122,7 +122,7 @@ def same_dtype(target: np.ndarray, source: np.ndarray) -> np.dtype:
         sdt = source.dtype
     except AttributeError:
         bad = target if not isinstance(target, np.ndarray) else source
-        raise InvalidArgumentError(
+        raise InvalidTypeError(
             f"expected numpy arrays, got {type(bad).__name__}") from None
     if sdt is not dt and sdt != dt:
         raise InvalidArgumentError(f"dtype mismatch: target is {dt}, source is {sdt}")
@@ -144,7 +144,7 @@ def element_count(size: Any, *limits: int) -> int:
     try:
         n = int(size.__index__())
     except AttributeError:
-        raise InvalidArgumentError(f"size must be an integer, got {size!r}") from None
+        raise InvalidTypeError(f"size must be an integer, got {size!r}") from None
     if n < 0:
         raise InvalidArgumentError(f"size must be >= 0, got {n}")
     for limit in limits:

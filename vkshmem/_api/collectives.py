@@ -22,7 +22,7 @@ import numpy as np
 from ..core import collectives as _core
 from ..core._native import ffi, lib
 from ..core.collectives import _TEAMS, CollTeam, coll_team
-from ..core.errors import InvalidArgumentError
+from ..core.errors import InvalidArgumentError, InvalidTypeError
 from ..core.transport import CollectiveArgs
 from . import device_collectives as _dev
 from . import state
@@ -63,7 +63,7 @@ def _team(team: Any) -> CollTeam:
     try:
         ts = state.rt.world if team is None else team.state
     except AttributeError:
-        raise InvalidArgumentError(f"team must be a shmem.Team, got {type(team).__name__}") \
+        raise InvalidTypeError(f"team must be a shmem.Team, got {type(team).__name__}") \
             from None
     ct = _TEAMS.get(ts)
     if ct is None:
@@ -86,8 +86,8 @@ def _resolve(ct: CollTeam, target: Any, what: str) -> tuple[np.dtype, np.ndarray
         dt = target.dtype
         flags = target.flags
     except AttributeError:
-        raise InvalidArgumentError(f"{what} target must be a numpy array from the symmetric "
-                                   f"heap, got {type(target).__name__}") from None
+        raise InvalidTypeError(f"{what} target must be a numpy array from the symmetric "
+                               f"heap, got {type(target).__name__}") from None
     if dt.hasobject:
         raise InvalidArgumentError("arrays of Python objects cannot be moved between PEs")
     if not flags.writeable:
@@ -118,7 +118,7 @@ def _prep(ct: CollTeam, target: Any, source: Any,
         sdt = source.dtype
         sf = source.flags
     except AttributeError:
-        raise InvalidArgumentError(
+        raise InvalidTypeError(
             f"{what} source must be a numpy array, got {type(source).__name__}") from None
     if sdt is not dt and sdt != dt:
         same_dtype(target, source)  # raises: mismatch
@@ -171,7 +171,7 @@ def broadcast(target: np.ndarray, source: np.ndarray, root: int, size: int | Non
         try:
             root = int(root.__index__())
         except AttributeError:
-            raise InvalidArgumentError(f"root must be an integer, got {root!r}") from None
+            raise InvalidTypeError(f"root must be an integer, got {root!r}") from None
     if not 0 <= root < ct.n:
         raise InvalidArgumentError(f"root {root} is not a PE of this team of {ct.n} PEs")
     nbytes = cnt * dt.itemsize

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..core.errors import InvalidArgumentError
 
-__all__ = ["AMO", "CMP", "CTX", "MALLOC", "THREAD", "cmp_function"]
+__all__ = ["AMO", "CMP", "CTX", "CTX_SESSION", "MALLOC", "THREAD", "cmp_function"]
 
 
 class THREAD(enum.IntEnum):
@@ -27,6 +27,13 @@ class CTX(enum.IntFlag):
     PRIVATE = 1
     SERIALIZED = 2
     NOSTORE = 4
+
+
+class CTX_SESSION(enum.IntFlag):
+    """Session options (OpenSHMEM 1.6 ``SHMEM_CTX_SESSION_*``) for ``ctx_session_start``."""
+
+    BATCH = 1
+    """The context will issue a batch: many small RMA/AMO calls that may be combined."""
 
 
 class MALLOC(enum.IntFlag):

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from ..core._native import ffi, lib
-from ..core.errors import InvalidArgumentError, WaitTimeoutError
+from ..core.errors import InvalidArgumentError, InvalidTypeError, WaitTimeoutError
 from ..core.transport import AmoOp
 from . import state
 from .alloc import free, new_array
@@ -96,8 +96,8 @@ def _explain(lock: Any, what: str) -> None:
     """Raise the InvalidArgumentError that says what is wrong with ``lock``."""
     dt = getattr(lock, "dtype", None)
     if not isinstance(lock, np.ndarray) or dt is None:
-        raise InvalidArgumentError(f"{what}: a lock is a one-element symmetric int64 array "
-                                   f"(from shmem.new_lock()), got {type(lock).__name__}")
+        raise InvalidTypeError(f"{what}: a lock is a one-element symmetric int64 array "
+                               f"(from shmem.new_lock()), got {type(lock).__name__}")
     if dt.kind not in "iu" or dt.itemsize != 8 or not dt.isnative:
         raise InvalidArgumentError(f"{what}: a lock must be a 64-bit integer word (int64), "
                                    f"not {dt}")

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from ..core._native import ffi, lib
-from ..core.errors import InvalidArgumentError
+from ..core.errors import InvalidArgumentError, InvalidTypeError
 from ..core.transport import AmoOp
 from . import state
 from .alloc import free, new_array
@@ -70,8 +70,8 @@ def _value(value: Any, what: str) -> int:
     try:
         return operator.index(value) & _MASK64
     except TypeError:
-        raise InvalidArgumentError(f"{what}: the signal value must be an integer, got "
-                                   f"{value!r}") from None
+        raise InvalidTypeError(f"{what}: the signal value must be an integer, got "
+                               f"{value!r}") from None
 
 
 _MASK48 = (1 << 48) - 1
@@ -93,8 +93,8 @@ def _signal_word(signal: Any, what: str) -> tuple[int, int]:
             and not signal.offset & 7:
         return heap_of(signal, what).seg_id, signal.offset
     if not isinstance(signal, (np.ndarray, DomainArray)) or dt is None:
-        raise InvalidArgumentError(f"{what}: a signal is a one-element symmetric uint64 array "
-                                   f"(from shmem.new_signal()), got {type(signal).__name__}")
+        raise InvalidTypeError(f"{what}: a signal is a one-element symmetric uint64 array "
+                               f"(from shmem.new_signal()), got {type(signal).__name__}")
     if dt.kind not in "iu" or dt.itemsize != 8 or not dt.isnative:
         raise InvalidArgumentError(f"{what}: a signal must be a 64-bit integer word (uint64), "
                                    f"not {dt}")

@@ -3,6 +3,10 @@
 
 Waits spin on the local words in native code with the GIL released (so a transport's threads
 and other Python threads run), and honour ``VKSHMEM_WAIT_TIMEOUT``.
+
+An empty set (no variables, or ``status`` excluding every one) is OpenSHMEM 1.6's: the waits
+return at once, ``wait_until_any``/``test_any`` return None (C's ``SIZE_MAX``),
+``wait_until_some``/``test_some`` return ``[]`` and ``test_all`` returns True.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core.errors import InvalidArgumentError
+from ..core.errors import InvalidArgumentError, InvalidTypeError
 from . import state
 from .args import ND, DomainArray, heap_of
 from .enums import cmp_function
@@ -59,18 +63,16 @@ def sync_all() -> None:
 
 def _flat(ivars: Any, what: str) -> tuple[np.ndarray, int, int]:
     """``(flat values, address, nbytes)``; the address is -1 for GPU memory without a CPU
-    view (the values are then a copy that :func:`_wait` refreshes)."""
+    view (the values are then a copy that :func:`_wait` refreshes), and for no values."""
+    if getattr(ivars, "size", None) == 0:  # an empty set: nothing to watch
+        return np.empty(0, ivars.dtype), -1, 0
     if type(ivars) is not ND and isinstance(ivars, DomainArray):
-        if ivars.size == 0:
-            raise InvalidArgumentError(f"{what}: empty array")
         addr = heap_of(ivars, what).watch_address(ivars.offset)
         if addr:
             return ivars.to_numpy(zero_copy=True).reshape(-1), addr, ivars.nbytes
         return ivars.to_numpy().reshape(-1), -1, ivars.nbytes
     if not isinstance(ivars, np.ndarray):
-        raise InvalidArgumentError(f"{what} needs a numpy array, got {type(ivars).__name__}")
-    if ivars.size == 0:
-        raise InvalidArgumentError(f"{what}: empty array")
+        raise InvalidTypeError(f"{what} needs a numpy array, got {type(ivars).__name__}")
     lo, hi = _byte_bounds(ivars)
     return ivars.reshape(-1), lo, hi - lo
 
@@ -85,19 +87,28 @@ def _wait(pred: Callable[[], object], ivars: Any, flat: np.ndarray, addr: int, n
 
 
 def _active(status: Sequence[int] | None, n: int) -> np.ndarray | None:
+    """Which of ``n`` variables the set holds (``status`` nonzero excludes one; entries past
+    the ``n``-th are ignored, as in shmem4py)."""
     if status is None:
         return None
     mask = np.asarray(status).reshape(-1)
-    if mask.size != n:
+    if mask.size < n:
         raise InvalidArgumentError(f"status has {mask.size} entries for {n} variables")
-    return mask == 0
+    return mask[:n] == 0
 
 
 def _values(values: Any, flat: np.ndarray) -> np.ndarray:
+    """One comparison value per variable (entries past the last variable are ignored)."""
     v = np.asarray(values, dtype=flat.dtype).reshape(-1)
-    if v.size != flat.size:
+    if v.size < flat.size:
         raise InvalidArgumentError(f"values has {v.size} entries for {flat.size} variables")
-    return v
+    return v[:flat.size]
+
+
+def _empty(flat: np.ndarray, active: np.ndarray | None) -> bool:
+    """Whether the wait/test set is empty: no variables, or ``status`` excludes them all
+    (OpenSHMEM 1.6: waits return at once; ``all`` is satisfied, ``any`` finds no index)."""
+    return flat.size == 0 or (active is not None and not active.any())
 
 
 def _hits(flat: np.ndarray, f: Callable[[Any, Any], Any], value: Any,
@@ -124,6 +135,8 @@ def _wait_set(name: str, ivars: np.ndarray, cmp: Any, value: Any,
     active = _active(status, flat.size)
     if vector:
         value = _values(value, flat)
+    if _empty(flat, active):
+        return np.zeros(flat.size, bool)
     box: list[np.ndarray] = []
 
     def pred() -> bool:
@@ -140,20 +153,20 @@ def _all_done(hits: np.ndarray, active: np.ndarray | None) -> bool:
 
 
 def _any_done(hits: np.ndarray, active: np.ndarray | None) -> bool:
-    return bool(hits.any()) or (active is not None and not active.any())
+    return bool(hits.any())
 
 
 def wait_until_all(ivars: np.ndarray, cmp: Any, value: Any,
                    status: Sequence[int] | None = None) -> None:
     """Block until every element not excluded by ``status`` (nonzero = excluded) satisfies
-    ``ivar cmp value``."""
+    ``ivar cmp value`` (at once when the set is empty)."""
     _wait_set("wait_until_all", ivars, cmp, value, status, False, _all_done)
 
 
 def wait_until_any(ivars: np.ndarray, cmp: Any, value: Any,
                    status: Sequence[int] | None = None) -> int | None:
-    """Block until some element satisfies the condition; return its index (None when
-    ``status`` excludes every element)."""
+    """Block until some element satisfies the condition; return its index (None, at once,
+    when the set is empty: no elements, or ``status`` excludes every one)."""
     hits = _wait_set("wait_until_any", ivars, cmp, value, status, False, _any_done)
     idx = np.flatnonzero(hits)
     return int(idx[0]) if idx.size else None
@@ -161,7 +174,8 @@ def wait_until_any(ivars: np.ndarray, cmp: Any, value: Any,
 
 def wait_until_some(ivars: np.ndarray, cmp: Any, value: Any,
                     status: Sequence[int] | None = None) -> list[int]:
-    """Block until at least one element satisfies the condition; return every such index."""
+    """Block until at least one element satisfies the condition; return every such index
+    (``[]``, at once, when the set is empty)."""
     hits = _wait_set("wait_until_some", ivars, cmp, value, status, False, _any_done)
     return [int(i) for i in np.flatnonzero(hits)]
 
@@ -207,7 +221,8 @@ def test(ivar: np.ndarray, cmp: Any, value: Any) -> bool:
 
 def test_all(ivars: np.ndarray, cmp: Any, value: Any,
              status: Sequence[int] | None = None) -> bool:
-    """Whether every element not excluded by ``status`` satisfies the condition now."""
+    """Whether every element not excluded by ``status`` satisfies the condition now (True for
+    an empty set)."""
     return _all_done(*_test_hits("test_all", ivars, cmp, value, status, False))
 
 

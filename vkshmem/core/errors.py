@@ -12,6 +12,8 @@ __all__ = [
     "FeatureNotAvailableError",
     "HeapExhaustedError",
     "InvalidArgumentError",
+    "InvalidTypeError",
+    "NotAllocatedError",
     "PluginError",
     "TransportError",
     "VkshmemError",
@@ -65,6 +67,20 @@ class HeapExhaustedError(VkshmemError, MemoryError):
 
 class InvalidArgumentError(VkshmemError, ValueError):
     """A call got a bad PE, an address outside the symmetric heap, mismatched dtypes or sizes."""
+
+
+class InvalidTypeError(InvalidArgumentError, TypeError):
+    """An argument has the wrong type: not a numpy array where one is needed, a float where an
+    integer is needed, ... (a ``TypeError`` too, as shmem4py raises for these)."""
+
+
+class NotAllocatedError(InvalidArgumentError, KeyError):
+    """``free``/``realloc`` of memory that is not a live symmetric allocation: a double free,
+    or a slice that does not start where the allocation does (a ``KeyError`` too, as shmem4py
+    raises on a second ``free``)."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
 
 
 class FeatureNotAvailableError(VkshmemError, NotImplementedError):

@@ -17,7 +17,7 @@ import numpy as np
 
 from vkshmem._api import state
 from vkshmem._api.args import heap_of, locate
-from vkshmem.core.errors import FeatureNotAvailableError, InvalidArgumentError
+from vkshmem.core.errors import FeatureNotAvailableError, InvalidArgumentError, InvalidTypeError
 
 from .array import DeviceArray
 from .launch import UserKernel, pack_push
@@ -49,7 +49,7 @@ def offset_of(a: Any) -> tuple[int, int]:
         heap_of(a, "offset_of")
         return _KERNEL_GPU, a.offset
     if not isinstance(a, (np.ndarray, memoryview)):
-        raise InvalidArgumentError(f"offset_of takes a symmetric array, got {type(a).__name__}")
+        raise InvalidTypeError(f"offset_of takes a symmetric array, got {type(a).__name__}")
     seg, off = locate(a, 0, "offset_of")
     if seg != _KERNEL_HOST:
         raise InvalidArgumentError(f"offset_of: kernels address the host heap and the GPU heap; "

@@ -425,7 +425,8 @@ def _open_native(vk: Any, device: LogicalDevice) -> NativeSubmit | None:
     if os.environ.get(ENV_NATIVE, "1") == "0":
         return None
     try:
-        from . import _submit
+        from ._submit import ffi as native_ffi
+        from ._submit import lib as native_lib
     except ImportError as exc:
         log.info("vkshmem.gpu: no native submission helper (%s): the Python path is used", exc)
         return None
@@ -434,13 +435,13 @@ def _open_native(vk: Any, device: LogicalDevice) -> NativeSubmit | None:
     def addr(x: Any) -> int:
         return int(ffi.cast("uintptr_t", x))
 
-    handle = _submit.lib.vks_open(
+    handle = native_lib.vks_open(
         addr(ffi.addressof(vk.lib, "vkGetDeviceProcAddr")), addr(device.handle),
         addr(device._begin_info), addr(device._barrier_in), addr(device._barrier_out),
         vk.VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, vk.VK_PIPELINE_STAGE_HOST_BIT)
-    if handle == _submit.ffi.NULL:
+    if handle == native_ffi.NULL:
         log.warning("vkshmem.gpu: the native submission helper found no Vulkan functions; "
                     "the Python path is used")
         return None
-    return NativeSubmit(_submit.lib, _submit.ffi, handle)
+    return NativeSubmit(native_lib, native_ffi, handle)
 
