@@ -19,6 +19,8 @@ their team. Everything else, contexts and sessions included, is local to the cal
 
 from __future__ import annotations
 
+import numpy as np  # noqa: F401  (shmem4py's module exposes ``np`` too)
+
 from ._api import state as _state  # noqa: F401  (tools and tests read shmem._state.rt)
 from ._api.alloc import (
     alloc,
