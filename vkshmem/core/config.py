@@ -181,6 +181,17 @@ _var("VKSHMEM_GPU_STAGING_SIZE", "size", "8M",
 _var("VKSHMEM_GPU_SPIN_US", "float", "200",
      "Microseconds a wait for the GPU polls its fence before blocking in the driver.",
      _parse_seconds)
+_var("VKSHMEM_GPU_BAR", "str", "auto",
+     "Let exportable GPU memory take the CPU-mapped device-local type (a PCIe BAR) although "
+     "the spec excludes it for exportable buffers: then small CPU->GPU puts, gets and flag "
+     "writes are CPU stores and loads. auto: on NVIDIA without the validation layer, checked "
+     "at start-up; 1: always try; 0: never.", _parse_choice("auto", "0", "1"))
+_var("VKSHMEM_GPU_BAR_WRITE_MAX", "size", "64K",
+     "Largest CPU->GPU transfer done with CPU stores into a write-combined GPU mapping (larger "
+     "ones are GPU copies).", parse_size)
+_var("VKSHMEM_GPU_BAR_READ_MAX", "size", "256",
+     "Largest GPU->CPU transfer done with CPU loads from a write-combined GPU mapping (they "
+     "run at tens of MB/s; larger ones are GPU copies).", parse_size)
 _var("VKSHMEM_GPU_NATIVE", "bool", "1",
      "Submit GPU copies and AMOs and wait for them through vkshmem's native helper (one C call "
      "with the GIL released); 0 uses the Python path (for comparison and debugging).",
@@ -260,6 +271,9 @@ class Config:
     gpu_staging_size: int
     gpu_spin_us: float
     gpu_native: bool
+    gpu_bar: str
+    gpu_bar_write_max: int
+    gpu_bar_read_max: int
     gpu_validation: bool
     gpu_mapped: bool
     gpu_proxy_chunk: int

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import os
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -66,9 +67,20 @@ class VulkanDomain(MemoryDomain):
                                    local_rank=ctx.local_rank, timeout=cfg.gpu_timeout,
                                    staging_size=cfg.gpu_staging_size)
         self.device.spin_wait = cfg.gpu_spin_us * 1e-6
+        #: CPU access to write-combined (BAR) mappings only up to these sizes: stores are
+        #: fast, loads crawl
+        self.bar_write_max = cfg.gpu_bar_write_max
+        self.bar_read_max = cfg.gpu_bar_read_max
         try:
             self.size = cfg.gpu_symmetric_size
             self.segment = GpuSegment(self.device, self.seg_id, self.size)
+            if self.segment.memory.bar and not self._bar_works(self.segment.memory):
+                log.warning("PE %d: %s maps exportable device memory but CPU and GPU do not "
+                            "see each other's writes through it; using unmapped memory "
+                            "(VKSHMEM_GPU_BAR=0 skips the attempt)", self.my_pe, self.device.name)
+                self.segment.close()
+                self.device.bar_exports = False
+                self.segment = GpuSegment(self.device, self.seg_id, self.size)
         except BaseException:
             self.close(check=False)
             raise
@@ -118,22 +130,51 @@ class VulkanDomain(MemoryDomain):
     def check_range(self, offset: int, nbytes: int, what: str) -> None:
         self.memory.check_range(offset, nbytes, what)
 
+    def _bar_works(self, mem: GpuMemory) -> bool:
+        """Whether CPU stores through the mapping of ``mem`` reach the GPU and GPU copies
+        reach the CPU's loads (memory bound outside its buffer's memoryTypeBits)."""
+        a, b = os.urandom(64), os.urandom(64)
+        seen_gpu, seen_cpu = bytearray(64), bytearray(64)
+        self.device.write(mem, 0, a, direct=True)
+        _core.vk_fence()  # drain the write-combining buffers
+        self.device.read(mem, 0, seen_gpu)  # by a GPU copy
+        self.device.write(mem, 64, b)  # by a GPU copy
+        self.device.read(mem, 64, seen_cpu, direct=True)
+        self.device.write(mem, 0, bytes(128))
+        return bytes(seen_gpu) == a and bytes(seen_cpu) == b
+
     def write(self, mem: GpuMemory, offset: int, src: Any) -> None:
-        """Copy host bytes into ``mem`` (through the mapping where there is one)."""
-        self.device.write(mem, offset, src, direct=self.mapped and mem.host_visible)
+        """Copy host bytes into ``mem``: CPU stores through the mapping where there is one
+        (up to ``VKSHMEM_GPU_BAR_WRITE_MAX`` bytes for write-combined device memory), else a
+        GPU copy."""
+        if self.mapped and mem.host_visible:
+            if mem.host_cached:
+                self.device.write(mem, offset, src, direct=True)
+                return
+            if memoryview(src).nbytes <= self.bar_write_max:
+                self.device.write(mem, offset, src, direct=True)
+                _core.vk_fence()  # drain the write-combining buffers before what follows
+                return
+        self.device.write(mem, offset, src)
 
     def read(self, mem: GpuMemory, offset: int, dst: Any) -> None:
-        """Copy ``mem`` bytes into a host buffer."""
-        self.device.read(mem, offset, dst, direct=self.mapped and mem.host_visible)
+        """Copy ``mem`` bytes into a host buffer: CPU loads through a cached mapping, or a
+        write-combined one up to ``VKSHMEM_GPU_BAR_READ_MAX`` bytes; else a GPU copy."""
+        direct = self.mapped and mem.host_visible and (
+            mem.host_cached or memoryview(dst).nbytes <= self.bar_read_max)
+        self.device.read(mem, offset, dst, direct=direct)
 
     def copy(self, dst: GpuMemory, dst_offset: int, src: GpuMemory, src_offset: int,
              nbytes: int) -> None:
         """Device-to-device copy (both mapped: a memmove)."""
-        if self.mapped and dst.host_address and src.host_address:
+        if self.mapped and dst.host_address and src.host_address and (
+                src.host_cached or nbytes <= self.bar_read_max):
             dst.check_range(dst_offset, nbytes, "GPU copy")
             src.check_range(src_offset, nbytes, "GPU copy")
             ctypes.memmove(dst.host_address + dst_offset, src.host_address + src_offset,
                            nbytes)
+            if not dst.host_cached:
+                _core.vk_fence()  # drain the write-combining buffers
         else:
             self.device.copy(dst, dst_offset, src, src_offset, nbytes)
 
@@ -147,8 +188,10 @@ class VulkanDomain(MemoryDomain):
 
     def zero(self, offset: int, nbytes: int) -> None:
         mem = self.memory
-        if self.mapped and mem.host_address:
+        if self.mapped and mem.host_address and (mem.host_cached
+                                                 or nbytes <= self.bar_write_max):
             ctypes.memset(mem.host_address + offset, 0, nbytes)
+            _core.vk_fence()
             return
         super().zero(offset, nbytes)
 

@@ -15,14 +15,14 @@ import os
 import threading
 from typing import Any
 
-from vkshmem.core.errors import FeatureNotAvailableError, InvalidArgumentError
+from vkshmem.core.errors import ConfigError, FeatureNotAvailableError, InvalidArgumentError
 
 from ._vk import c_strings, check, load
 from .env import (
     DEFAULT_SPIN_US,
     DEFAULT_TIMEOUT,
+    ENV_BAR,
     ENV_DEVICE,
-    ENV_NATIVE,
     ENV_SPIN,
     ENV_TIMEOUT,
     env_float,
@@ -31,6 +31,7 @@ from .errors import GpuError
 from .hostimport import import_alignment
 from .instance import Messenger, choose_physical, create_instance
 from .memory import GpuMemory
+from .native import open_native
 from .physical import (
     EXT_DMA_BUF,
     EXT_EXTERNAL_MEMORY_FD,
@@ -43,6 +44,8 @@ from .physical import (
 )
 
 __all__ = ["LogicalDevice"]
+
+_NVIDIA = 0x10DE
 
 log = logging.getLogger("vkshmem.gpu")
 
@@ -75,6 +78,8 @@ class LogicalDevice:
         self.native: Any = None
         self.has_memory_host = False
         self.host_alignment = 0
+        #: exportable memory may take the CPU-mapped device memory type (see bar_type)
+        self.bar_exports = False
         self._memories: dict[int, GpuMemory] = {}
         self._closed = False
         try:
@@ -227,7 +232,12 @@ class LogicalDevice:
             "sType": vk.VK_STRUCTURE_TYPE_MEMORY_BARRIER,
             "srcAccessMask": vk.VK_ACCESS_MEMORY_WRITE_BIT,
             "dstAccessMask": vk.VK_ACCESS_MEMORY_READ_BIT | vk.VK_ACCESS_MEMORY_WRITE_BIT})
-        self.native = _open_native(vk, self)
+        self.native = open_native(vk, self)
+        bar = os.environ.get(ENV_BAR, "auto")
+        if bar not in ("auto", "0", "1"):
+            raise ConfigError(ENV_BAR, f"expected auto, 0 or 1, got {bar!r}")
+        self.bar_exports = bar == "1" or (bar == "auto" and not self.validation
+                                          and self.info.vendor_id == _NVIDIA)
         #: minImportedHostPointerAlignment (0: host memory cannot be imported)
         self.host_alignment = import_alignment(self)
         log.info("vkshmem.gpu: opened %s (%s, %s); submission path: %s", self.info.name,
@@ -278,6 +288,24 @@ class LogicalDevice:
                 f"Vulkan device {self.info.name} has no {want} memory type for this buffer")
         scored.sort(key=lambda t: (t[0], -t[1]), reverse=True)
         return scored[0][1]
+
+    def bar_type(self, size: int) -> int | None:
+        """The DEVICE_LOCAL|HOST_VISIBLE|HOST_COHERENT memory type exportable memory may use
+        although an exportable buffer's memoryTypeBits exclude it, or None.
+
+        This is a deviation from the Vulkan spec, taken only where it was verified: NVIDIA's
+        driver (580, H100) exports, imports, maps and binds such memory, and the CPU then
+        writes a peer's GPU memory with plain stores (~5 GB/s, ~1 us for small data) instead
+        of a queue submission (~20 us). Enabled by ``VKSHMEM_GPU_BAR`` (``auto``: on NVIDIA
+        without the validation layer, which would rightly report the bind); the GPU domain
+        checks each such segment (CPU and GPU see each other's writes) before using it."""
+        if not self.bar_exports:
+            return None
+        for i, (flags, heap) in enumerate(self._phys.memory_types):
+            want = MEM_DEVICE_LOCAL | MEM_HOST_VISIBLE | MEM_HOST_COHERENT
+            if flags & want == want and self._phys.heap_sizes[heap] > 2 * size:
+                return i
+        return None
 
     def alloc(self, size: int, *, exportable: bool = True, host_visible: bool | None = None,
               memory_type_index: int | None = None) -> GpuMemory:
@@ -402,46 +430,4 @@ class LogicalDevice:
                 lib.vkDestroyInstance(self.instance, ffi.NULL)
                 self.instance = None
             self._keep.clear()
-
-
-class NativeSubmit:
-    """The native submission helper bound to one device (see ``_submit_build.py``): handles
-    and prebuilt structs are passed to C as addresses; every call releases the GIL."""
-
-    def __init__(self, lib: Any, ffi: Any, handle: Any) -> None:
-        self.lib = lib
-        self.ffi = ffi
-        self.dev = handle
-
-    def close(self) -> None:
-        if self.dev != self.ffi.NULL:
-            self.lib.vks_close(self.dev)
-            self.dev = self.ffi.NULL
-
-
-def _open_native(vk: Any, device: LogicalDevice) -> NativeSubmit | None:
-    """The native submission path for ``device``, or None (Python's) when the helper was not
-    built or ``VKSHMEM_GPU_NATIVE=0``."""
-    if os.environ.get(ENV_NATIVE, "1") == "0":
-        return None
-    try:
-        from ._submit import ffi as native_ffi
-        from ._submit import lib as native_lib
-    except ImportError as exc:
-        log.info("vkshmem.gpu: no native submission helper (%s): the Python path is used", exc)
-        return None
-    ffi = vk.ffi
-
-    def addr(x: Any) -> int:
-        return int(ffi.cast("uintptr_t", x))
-
-    handle = native_lib.vks_open(
-        addr(ffi.addressof(vk.lib, "vkGetDeviceProcAddr")), addr(device.handle),
-        addr(device._begin_info), addr(device._barrier_in), addr(device._barrier_out),
-        vk.VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, vk.VK_PIPELINE_STAGE_HOST_BIT)
-    if handle == native_ffi.NULL:
-        log.warning("vkshmem.gpu: the native submission helper found no Vulkan functions; "
-                    "the Python path is used")
-        return None
-    return NativeSubmit(native_lib, native_ffi, handle)
 

@@ -21,7 +21,7 @@ from vkshmem.core.errors import FeatureNotAvailableError, InvalidArgumentError
 
 from ._vk import check
 from .errors import GpuError
-from .physical import MEM_HOST_COHERENT, MEM_HOST_VISIBLE
+from .physical import MEM_HOST_CACHED, MEM_HOST_COHERENT, MEM_HOST_VISIBLE
 
 if TYPE_CHECKING:
     from .logical import LogicalDevice
@@ -105,6 +105,9 @@ class GpuMemory:
         self._ptr: Any = None
         self.host_address: int | None = None
         self.map_reason: str | None = None
+        #: bound to a memory type its buffer's memoryTypeBits exclude (the BAR deviation:
+        #: see LogicalDevice.bar_type)
+        self.bar = False
         self._buffers = device._vk.ffi.new("VkBuffer[]", 1)
 
     # -- construction -----------------------------------------------------------------------
@@ -217,12 +220,17 @@ class GpuMemory:
                 or bool(dreq.prefersDedicatedAllocation))
         self.dedicated = dedicated
         auto_type = memory_type_index is None
+        bar = dev.bar_type(size) if handle_types else None
         if memory_type_index is None:
             memory_type_index = dev.memory_type(req.memoryTypeBits, host_visible, size)
-        elif not req.memoryTypeBits & (1 << memory_type_index):
+            if host_visible is None and bar is not None \
+                    and not dev.info.memory_types[memory_type_index][0] & MEM_HOST_VISIBLE:
+                memory_type_index = bar  # CPU-mapped device memory (see bar_type)
+        elif not req.memoryTypeBits & (1 << memory_type_index) and memory_type_index != bar:
             raise InvalidArgumentError(
                 f"memory type {memory_type_index} cannot back this buffer (allowed types: "
                 f"{req.memoryTypeBits:#x}); was the memory exported by another device?")
+        self.bar = not req.memoryTypeBits & (1 << memory_type_index)
         self.memory_type_index = memory_type_index
         self.property_flags = dev.info.memory_types[memory_type_index][0]
         self.allocation_size = int(req.size)
@@ -258,6 +266,7 @@ class GpuMemory:
             memory_type_index = dev.memory_type(req.memoryTypeBits, False, size)
             self.memory_type_index = ainfo.memoryTypeIndex = memory_type_index
             self.property_flags = dev.info.memory_types[memory_type_index][0]
+            self.bar = False
             res = lib.vkAllocateMemory(dev.handle, ainfo, ffi.NULL, out)
         if res != 0:
             what = "import of an opaque fd" if import_fd is not None else f"{size}-byte allocation"
@@ -304,6 +313,12 @@ class GpuMemory:
     @property
     def host_visible(self) -> bool:
         return self._fbuf is not None
+
+    @property
+    def host_cached(self) -> bool:
+        """Whether CPU reads of the mapping are cached (fast); device memory behind a PCIe BAR
+        is write-combined: stores run at GB/s, loads at tens of MB/s."""
+        return bool(self.property_flags & MEM_HOST_CACHED)
 
     def map(self) -> memoryview | None:
         """A writable memoryview of the whole allocation when its memory is host-visible and
