@@ -31,6 +31,7 @@ from vkshmem.gpu import (
     reduce_unsupported,
     shipped_shaders,
 )
+from vkshmem.gpu import kernels as kernels_mod
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -325,6 +326,26 @@ def test_shader_copy_bytes_and_words(dev: VulkanDevice, mem: GpuMemory) -> None:
     assert np.array_equal(got2, data[3:3 + 9992])
     with pytest.raises(InvalidArgumentError, match="disjoint"):
         k.shader_copy(mem, 10, mem, 12, 100)
+
+
+@pytest.mark.parametrize("groups", [1, 4096])
+def test_shader_copy_vectors_and_stride_loop(dev: VulkanDevice, mem: GpuMemory,
+                                            monkeypatch: pytest.MonkeyPatch,
+                                            groups: int) -> None:
+    """16-aligned copies take copy_u128; with one workgroup every invocation walks the
+    unrolled stride loop (four vectors at a time) and then the tail."""
+    monkeypatch.setattr(kernels_mod, "_COPY_GROUPS", groups)
+    n = 16 * (256 * 4 * 5 + 256 + 3)  # 5 unrolled rounds, one plain round, 3 stragglers
+    data = np.random.default_rng(6).integers(0, 256, n, dtype=np.uint8)
+    big = dev.alloc_exportable(2 * n)
+    try:
+        dev.write(big, 0, data)
+        dev.kernels.shader_copy(big, n, big, 0, n)
+        got = np.empty(n, np.uint8)
+        dev.read(big, n, got)
+        assert np.array_equal(got, data)
+    finally:
+        big.free()
 
 
 def test_pipeline_api(dev: VulkanDevice, mem: GpuMemory) -> None:
