@@ -181,6 +181,11 @@ _var("VKSHMEM_GPU_STAGING_SIZE", "size", "8M",
 _var("VKSHMEM_GPU_SPIN_US", "float", "200",
      "Microseconds a wait for the GPU polls its fence before blocking in the driver.",
      _parse_seconds)
+_var("VKSHMEM_GPU_HOST_IMPORT", "bool", "1",
+     "Import the host heap into the GPU (VK_EXT_external_memory_host) when the GPU domain "
+     "opens, so CPU<->GPU copies between symmetric arrays are one DMA; the driver may pin the "
+     "whole heap (VKSHMEM_SYMMETRIC_SIZE of RAM per PE). 0 stages those copies instead.",
+     _parse_bool)
 _var("VKSHMEM_GPU_BAR", "str", "auto",
      "Let exportable GPU memory take the CPU-mapped device-local type (a PCIe BAR) although "
      "the spec excludes it for exportable buffers: then small CPU->GPU puts, gets and flag "
@@ -272,6 +277,7 @@ class Config:
     gpu_spin_us: float
     gpu_native: bool
     gpu_bar: str
+    gpu_host_import: bool
     gpu_bar_write_max: int
     gpu_bar_read_max: int
     gpu_validation: bool

@@ -90,7 +90,7 @@ class VulkanDomain(MemoryDomain):
         #: are one DMA (VK_EXT_external_memory_host), no staging
         self.host_imported = False
         host = ctx.host_heap
-        if host is not None and self.device.has_memory_host:
+        if host is not None and cfg.gpu_host_import and self.device.has_memory_host:
             try:
                 self.device.register_host(host.address, host.size)
                 self.host_imported = True
