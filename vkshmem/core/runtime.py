@@ -28,16 +28,16 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from ._native import ffi, lib
+from ._native import lib
 from .bootstrap.base import Bootstrap
 from .bootstrap.select import open_bootstrap
 from .config import Config
 from .config import load as load_config
 from .domain import DomainSpec
 from .domainheap import DomainHeap
+from .domains import FIRST_DOMAIN_SEG, MemoryDomains
 from .errors import (
     ConfigError,
-    FeatureNotAvailableError,
     InvalidArgumentError,
     VkshmemError,
 )
@@ -55,7 +55,6 @@ __all__ = ["HOST_SEG", "Route", "Runtime", "current", "start", "stop"]
 log = logging.getLogger("vkshmem")
 
 HOST_SEG = 0
-_FIRST_DOMAIN_SEG = INTERNAL_SEG + 1
 _CHECK = struct.Struct("<QQQQ")  # seq, kind+nbytes, align, offset
 _CHECK_OPS = ("?", "alloc", "free", "realloc")  # kind = segment * 4 + index
 
@@ -74,9 +73,10 @@ def _node_id() -> str:
     return ":".join(parts)
 
 
-class Runtime(TransportRoutes):
+class Runtime(TransportRoutes, MemoryDomains):
     """Everything one PE holds while vkshmem is initialised (its transports and routes:
-    :class:`~vkshmem.core.rails.TransportRoutes`)."""
+    :class:`~vkshmem.core.rails.TransportRoutes`; its memory domains:
+    :class:`~vkshmem.core.domains.MemoryDomains`)."""
 
     def __init__(self, config: Config) -> None:
         self.config = config
@@ -93,7 +93,7 @@ class Runtime(TransportRoutes):
         self.domain_specs: list[DomainSpec] = sorted(self.registry.domains.values(),
                                                      key=lambda s: s.name)
         #: per segment id, the open domain heap (None: host, internal, or not opened yet)
-        self.seg_heaps: list[DomainHeap | None] = [None] * (_FIRST_DOMAIN_SEG +
+        self.seg_heaps: list[DomainHeap | None] = [None] * (FIRST_DOMAIN_SEG +
                                                             len(self.domain_specs))
         self.heaps: dict[str, DomainHeap] = {}
         #: the open heap of each open domain object (what a domain's array points to)
@@ -199,81 +199,6 @@ class Runtime(TransportRoutes):
         for heap in self.seg_heaps:
             if heap is not None:
                 heap.domain.check_errors()
-
-    # -- memory domains ------------------------------------------------------------------------
-
-    def resolve_domain(self, name: str) -> str:
-        """The domain ``name`` means: ``'host'``, or an installed domain's name. ``'gpu'`` is
-        the highest-priority installed domain of the gpu family; ``'auto'`` is that domain when
-        every PE has a real accelerator for it (not a CPU emulation such as lavapipe), else
-        ``'host'`` (collective the first time ``'auto'`` is asked)."""
-        if name == "host":
-            return name
-        got = self._resolved.get(name)
-        if got is not None:
-            return got
-        specs = {s.name: s for s in self.domain_specs}
-        if name in specs:
-            return name
-        gpus = sorted((s for s in self.domain_specs if s.family == "gpu"),
-                      key=lambda s: (-s.priority, s.name))
-        installed = ", ".join(["host", *specs]) + (", gpu, auto" if gpus else ", auto")
-        if name == "gpu":
-            if not gpus:
-                raise FeatureNotAvailableError(
-                    "domain='gpu': no GPU memory domain is installed or allowed (install "
-                    "vkshmem[gpu] for the Vulkan domain; see VKSHMEM_PLUGINS_ALLOW/DENY)")
-            got = gpus[0].name
-        elif name == "auto":
-            spec = gpus[0] if gpus else None
-            ok = spec is not None and spec.accelerator is not None \
-                and spec.accelerator(self.config)
-            votes = self.bootstrap.allgather(b"1" if ok else b"0")
-            got = spec.name if spec and all(v == b"1" for v in votes) else "host"
-        else:
-            raise InvalidArgumentError(f"unknown memory domain {name!r}: use one of {installed}")
-        self._resolved[name] = got
-        return got
-
-    def domain(self, name: str) -> DomainHeap:
-        """Collective the first time: the open heap of domain ``name`` (see
-        :meth:`resolve_domain`; not ``'host'``)."""
-        heap = self.heaps.get(name)
-        if heap is not None:
-            return heap
-        real = self.resolve_domain(name)
-        heap = self.heaps.get(real)
-        if heap is None:
-            if real == "host":
-                raise InvalidArgumentError("the host heap is not a domain plugin")
-            index = [s.name for s in self.domain_specs].index(real)
-            seg = _FIRST_DOMAIN_SEG + index
-            heap = DomainHeap(self, self.domain_specs[index], seg)
-            self.seg_heaps[seg] = heap
-            self.heaps[real] = heap
-            self.domain_heaps[heap.domain] = heap
-            if heap.info is not None and heap.info.kind == "host" and heap.info.address:
-                self._map_host_domain(heap)
-        self.heaps[name] = heap
-        return heap
-
-    def _map_host_domain(self, heap: DomainHeap) -> None:
-        """A domain of CPU-addressable memory joins the native address table, so numpy arrays
-        over it take the host paths; imported peers' segments become shm peers."""
-        info = heap.info
-        assert info is not None
-        lib.vk_set_local(info.seg_id, info.address, info.size)
-        lib.vk_set_peer(info.seg_id, self.my_pe, info.address)
-        for pe, mem in heap.peers.items():
-            view = heap.domain.host_view(mem)
-            if pe != self.my_pe and view is not None:
-                cdata = ffi.from_buffer(view)
-                lib.vk_set_peer(info.seg_id, pe, int(ffi.cast("uintptr_t", cdata)))
-                ffi.release(cdata)
-
-    def heap_of(self, seg: int) -> DomainHeap | None:
-        """The open domain heap of segment ``seg`` (None for the host heap and internal area)."""
-        return self.seg_heaps[seg]
 
     # -- collective allocation ----------------------------------------------------------------
 

@@ -36,11 +36,9 @@ from .physical import (
     EXT_DMA_BUF,
     EXT_EXTERNAL_MEMORY_FD,
     EXT_MEMORY_HOST,
-    MEM_DEVICE_LOCAL,
-    MEM_HOST_CACHED,
-    MEM_HOST_COHERENT,
-    MEM_HOST_VISIBLE,
     DeviceInfo,
+    bar_memory_type,
+    pick_memory_type,
 )
 
 __all__ = ["LogicalDevice"]
@@ -253,41 +251,9 @@ class LogicalDevice:
     # -- memory -----------------------------------------------------------------------------
 
     def memory_type(self, type_bits: int, host_visible: bool | None, size: int = 0) -> int:
-        """Index of the memory type to use among ``type_bits`` for ``size`` bytes.
-
-        ``host_visible=None``: device-local, also host-visible (and coherent) when such a
-        type exists with a heap larger than ``size`` (NVIDIA exposes one; without resizable
-        BAR its heap is only 256 MiB); ``True``: host-visible and coherent, preferably cached
-        and in system memory (CPU reads of write-combined device memory crawl: 30 MB/s on an
-        H100); ``False``: device-local, preferably not host-visible.
-        """
-        types = self._phys.memory_types
-        heaps = self._phys.heap_sizes
-        cands = [(i, flags, heaps[heap]) for i, (flags, heap) in enumerate(types)
-                 if type_bits & (1 << i)]
-
-        def score(flags: int, heap_size: int) -> tuple[int, ...] | None:
-            dl = bool(flags & MEM_DEVICE_LOCAL)
-            hv = bool(flags & MEM_HOST_VISIBLE)
-            hc = bool(flags & MEM_HOST_COHERENT)
-            cached = bool(flags & MEM_HOST_CACHED)
-            if host_visible is True:
-                if not (hv and hc):
-                    return None
-                return (int(cached), int(not dl))
-            if not dl:
-                return None
-            if host_visible is False:
-                return (int(not hv),)
-            return (int(hv and hc and heap_size > 2 * size),)
-
-        scored = [(sc, i) for i, fl, hs in cands if (sc := score(fl, hs)) is not None]
-        if not scored:
-            want = "host-visible coherent" if host_visible else "device-local"
-            raise FeatureNotAvailableError(
-                f"Vulkan device {self.info.name} has no {want} memory type for this buffer")
-        scored.sort(key=lambda t: (t[0], -t[1]), reverse=True)
-        return scored[0][1]
+        """Index of the memory type to use among ``type_bits`` for ``size`` bytes (see
+        :func:`~vkshmem.gpu.physical.pick_memory_type`)."""
+        return pick_memory_type(self._phys, self.info.name, type_bits, host_visible, size)
 
     def bar_type(self, size: int) -> int | None:
         """The DEVICE_LOCAL|HOST_VISIBLE|HOST_COHERENT memory type exportable memory may use
@@ -299,13 +265,7 @@ class LogicalDevice:
         of a queue submission (~20 us). Enabled by ``VKSHMEM_GPU_BAR`` (``auto``: on NVIDIA
         without the validation layer, which would rightly report the bind); the GPU domain
         checks each such segment (CPU and GPU see each other's writes) before using it."""
-        if not self.bar_exports:
-            return None
-        for i, (flags, heap) in enumerate(self._phys.memory_types):
-            want = MEM_DEVICE_LOCAL | MEM_HOST_VISIBLE | MEM_HOST_COHERENT
-            if flags & want == want and self._phys.heap_sizes[heap] > 2 * size:
-                return i
-        return None
+        return bar_memory_type(self._phys, size) if self.bar_exports else None
 
     def alloc(self, size: int, *, exportable: bool = True, host_visible: bool | None = None,
               memory_type_index: int | None = None) -> GpuMemory:

@@ -11,12 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from vkshmem.core.errors import FeatureNotAvailableError
+
 from ._vk import check, cstr
 
 __all__ = ["EXT_DMA_BUF", "EXT_EXTERNAL_MEMORY_FD", "EXT_MEMORY_HOST", "MEM_DEVICE_LOCAL",
            "MEM_HOST_CACHED",
            "MEM_HOST_COHERENT", "MEM_HOST_VISIBLE", "SHADER_FEATURES", "DeviceInfo",
-           "PhysicalDevice", "physical_devices"]
+           "PhysicalDevice", "bar_memory_type", "physical_devices", "pick_memory_type"]
 
 #: Device extensions vkshmem needs (external memory fd) or uses where present (dma-buf).
 EXT_EXTERNAL_MEMORY_FD = "VK_KHR_external_memory_fd"
@@ -210,3 +212,49 @@ def physical_devices(vk: Any, instance: Any) -> list[Any]:
     devs.sort(key=lambda t: (t[0], t[1]))
     return [h for _, _, h in devs]
 
+def pick_memory_type(phys: PhysicalDevice, name: str, type_bits: int,
+                     host_visible: bool | None, size: int = 0) -> int:
+    """Index of the memory type to use among ``type_bits`` for ``size`` bytes.
+
+    ``host_visible=None``: device-local, also host-visible (and coherent) when such a
+    type exists with a heap larger than ``size`` (NVIDIA exposes one; without resizable
+    BAR its heap is only 256 MiB); ``True``: host-visible and coherent, preferably cached
+    and in system memory (CPU reads of write-combined device memory crawl: 30 MB/s on an
+    H100); ``False``: device-local, preferably not host-visible.
+    """
+    types = phys.memory_types
+    heaps = phys.heap_sizes
+    cands = [(i, flags, heaps[heap]) for i, (flags, heap) in enumerate(types)
+             if type_bits & (1 << i)]
+
+    def score(flags: int, heap_size: int) -> tuple[int, ...] | None:
+        dl = bool(flags & MEM_DEVICE_LOCAL)
+        hv = bool(flags & MEM_HOST_VISIBLE)
+        hc = bool(flags & MEM_HOST_COHERENT)
+        cached = bool(flags & MEM_HOST_CACHED)
+        if host_visible is True:
+            if not (hv and hc):
+                return None
+            return (int(cached), int(not dl))
+        if not dl:
+            return None
+        if host_visible is False:
+            return (int(not hv),)
+        return (int(hv and hc and heap_size > 2 * size),)
+
+    scored = [(sc, i) for i, fl, hs in cands if (sc := score(fl, hs)) is not None]
+    if not scored:
+        want = "host-visible coherent" if host_visible else "device-local"
+        raise FeatureNotAvailableError(
+            f"Vulkan device {name} has no {want} memory type for this buffer")
+    scored.sort(key=lambda t: (t[0], -t[1]), reverse=True)
+    return scored[0][1]
+
+
+def bar_memory_type(phys: PhysicalDevice, size: int) -> int | None:
+    """A DEVICE_LOCAL|HOST_VISIBLE|HOST_COHERENT memory type with a heap over ``2 * size``."""
+    want = MEM_DEVICE_LOCAL | MEM_HOST_VISIBLE | MEM_HOST_COHERENT
+    for i, (flags, heap) in enumerate(phys.memory_types):
+        if flags & want == want and phys.heap_sizes[heap] > 2 * size:
+            return i
+    return None
