@@ -181,6 +181,10 @@ _var("VKSHMEM_GPU_STAGING_SIZE", "size", "8M",
 _var("VKSHMEM_GPU_SPIN_US", "float", "200",
      "Microseconds a wait for the GPU polls its fence before blocking in the driver.",
      _parse_seconds)
+_var("VKSHMEM_GPU_PROVIDER", "str", "auto",
+     "Which installed GPU memory domain domain='gpu' and 'auto' mean (e.g. vulkan, cuda; "
+     "vkshmem info lists them). auto: the highest-priority one that can open on every PE.",
+     str)
 _var("VKSHMEM_GPU_HOST_IMPORT", "bool", "1",
      "Import the host heap into the GPU (VK_EXT_external_memory_host) when the GPU domain "
      "opens, so CPU<->GPU copies between symmetric arrays are one DMA; the driver may pin the "
@@ -278,6 +282,7 @@ class Config:
     gpu_native: bool
     gpu_bar: str
     gpu_host_import: bool
+    gpu_provider: str
     gpu_bar_write_max: int
     gpu_bar_read_max: int
     gpu_validation: bool

@@ -37,6 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .domainarray import DomainArray
 from .errors import VkshmemError
 from .transport import AmoOp, SegmentInfo
 
@@ -67,6 +68,9 @@ class DomainSpec:
     (when ``accelerator()`` is true on every PE); ``"host"`` domains only their name.
     ``accelerator(config)`` is a cheap, local, non-collective probe: does this PE have a real
     accelerator for this domain (not an emulation such as a CPU Vulkan driver)?
+    ``available(config)``: could the domain open here at all (its library and a device are
+    present; None: always)? ``domain='gpu'`` takes the first gpu-family domain available on
+    every PE.
     """
 
     name: str
@@ -75,6 +79,7 @@ class DomainSpec:
     priority: int = 0
     api_version: int = DOMAIN_API_VERSION
     accelerator: Callable[[Config], bool] | None = None
+    available: Callable[[Config], bool] | None = None
     description: str = ""
 
 
@@ -115,59 +120,6 @@ class DomainExport:
     fds: list[int]
     meta: bytes = b""
     group: str | None = None
-
-
-class DomainArray:
-    """Base of the array types domains hand to users for memory the CPU cannot address.
-
-    An array views ``nbytes`` bytes at byte ``offset`` of its domain's segment (the same offset
-    names the same array on every PE) and is C-contiguous. ``base`` is the allocation it views
-    (None for an allocation itself). A subclass implements every method below. (A plain base
-    class, not an ABC: the API's dispatch tests ``isinstance`` on every call, and that is
-    cheapest on an ordinary class.)
-    """
-
-    __slots__ = ()
-    domain: MemoryDomain
-    offset: int
-    shape: tuple[int, ...]
-    dtype: np.dtype
-
-    @property
-    def size(self) -> int:
-        """Number of elements."""
-        raise NotImplementedError
-
-    @property
-    def nbytes(self) -> int:
-        """Size in bytes."""
-        raise NotImplementedError
-
-    @property
-    def base(self) -> DomainArray | None:
-        """The allocation this array views, or None for an allocation."""
-        raise NotImplementedError
-
-    def ravel(self) -> DomainArray:
-        """A 1-D view of the same elements."""
-        raise NotImplementedError
-
-    def to_numpy(self, zero_copy: bool = False) -> np.ndarray:
-        """The contents as a numpy array (a copy, or with ``zero_copy`` a view of the CPU
-        mapping where one exists)."""
-        raise NotImplementedError
-
-    def copy_from(self, values: Any) -> None:
-        """Write ``values`` (array-like of this size) into this PE's memory."""
-        raise NotImplementedError
-
-    def __getitem__(self, index: Any) -> Any:
-        """Views (``a[i:j]``) and element values."""
-        raise NotImplementedError
-
-    def __setitem__(self, index: Any, value: Any) -> None:
-        """Writes through a view."""
-        raise NotImplementedError
 
 
 class MemoryDomain(ABC):
@@ -241,6 +193,10 @@ class MemoryDomain(ABC):
         """A CPU view of memory handle ``mem`` (this PE's or an imported segment), or None
         where the CPU cannot address it (``shmem.ptr`` then returns None)."""
         return None
+
+    def no_view_reason(self) -> str:
+        """Why :meth:`host_view` of this PE's segment is None (for error messages)."""
+        return "the domain does not map its memory for the CPU"
 
     def reduce(self, dst_offset: int, src_offset: int, count: int, op: str,
                dtype: np.dtype) -> bool:

@@ -8,12 +8,14 @@ order (``domain_specs``); ``seg_heaps`` maps a segment to its open
 
 from __future__ import annotations
 
+import json
+import logging
 from typing import TYPE_CHECKING
 
 from ._native import ffi, lib
 from .domain import DomainSpec
 from .domainheap import DomainHeap
-from .errors import FeatureNotAvailableError, InvalidArgumentError
+from .errors import ConfigError, FeatureNotAvailableError, InvalidArgumentError
 from .teams import INTERNAL_SEG
 
 if TYPE_CHECKING:
@@ -21,6 +23,8 @@ if TYPE_CHECKING:
     from .config import Config
 
 __all__ = ["FIRST_DOMAIN_SEG", "MemoryDomains"]
+
+log = logging.getLogger("vkshmem")
 
 #: the segment of the first domain plugin (0 is the host heap, then the internal area)
 FIRST_DOMAIN_SEG = INTERNAL_SEG + 1
@@ -40,9 +44,11 @@ class MemoryDomains:
 
     def resolve_domain(self, name: str) -> str:
         """The domain ``name`` means: ``'host'``, or an installed domain's name. ``'gpu'`` is
-        the highest-priority installed domain of the gpu family; ``'auto'`` is that domain when
-        every PE has a real accelerator for it (not a CPU emulation such as lavapipe), else
-        ``'host'`` (collective the first time ``'auto'`` is asked)."""
+        ``VKSHMEM_GPU_PROVIDER`` when set, else the highest-priority domain of the gpu family
+        that can open on every PE (its ``available`` probe); ``'auto'`` is the highest-priority
+        one whose ``accelerator`` probe is true on every PE (a real GPU, not a CPU emulation
+        such as lavapipe), else ``'host'``. Collective the first time ``'gpu'`` or ``'auto'``
+        is asked."""
         if name == "host":
             return name
         got = self._resolved.get(name)
@@ -53,23 +59,43 @@ class MemoryDomains:
             return name
         gpus = sorted((s for s in self.domain_specs if s.family == "gpu"),
                       key=lambda s: (-s.priority, s.name))
-        installed = ", ".join(["host", *specs]) + (", gpu, auto" if gpus else ", auto")
-        if name == "gpu":
-            if not gpus:
-                raise FeatureNotAvailableError(
-                    "domain='gpu': no GPU memory domain is installed or allowed (install "
-                    "vkshmem[gpu] for the Vulkan domain; see VKSHMEM_PLUGINS_ALLOW/DENY)")
-            got = gpus[0].name
-        elif name == "auto":
-            spec = gpus[0] if gpus else None
-            ok = spec is not None and spec.accelerator is not None \
-                and spec.accelerator(self.config)
-            votes = self.bootstrap.allgather(b"1" if ok else b"0")
-            got = spec.name if spec and all(v == b"1" for v in votes) else "host"
-        else:
+        if name not in ("gpu", "auto"):
+            installed = ", ".join(["host", *specs, "gpu", "auto"])
             raise InvalidArgumentError(f"unknown memory domain {name!r}: use one of {installed}")
+        provider = self.config.gpu_provider
+        if provider != "auto":
+            if provider not in (s.name for s in gpus):
+                raise ConfigError("VKSHMEM_GPU_PROVIDER",
+                                  f"{provider!r} is not an installed GPU memory domain "
+                                  f"(installed: {', '.join(s.name for s in gpus) or 'none'})")
+            gpus = [specs[provider]]
+        probe = "accelerator" if name == "auto" else "available"
+        mine = [self._probe(s, probe) for s in gpus]
+        votes = [json.loads(b) for b in self.bootstrap.allgather(json.dumps(mine).encode())]
+        usable = [s for i, s in enumerate(gpus) if all(v[i] for v in votes)]
+        if usable:
+            got = usable[0].name
+        elif name == "auto":
+            got = "host"
+        else:
+            raise FeatureNotAvailableError(
+                "domain='gpu': no GPU memory domain can open on every PE (installed: "
+                f"{', '.join(s.name for s in gpus) or 'none'}; install vkshmem[gpu] for the "
+                "Vulkan domain; see VKSHMEM_GPU_PROVIDER and VKSHMEM_PLUGINS_ALLOW/DENY)")
         self._resolved[name] = got
         return got
+
+    def _probe(self, spec: DomainSpec, which: str) -> bool:
+        """A spec's ``available``/``accelerator`` probe on this PE (a probe that raises says
+        no: a broken plugin must not take the job down)."""
+        fn = getattr(spec, which)
+        if fn is None:
+            return which == "available"
+        try:
+            return bool(fn(self.config))
+        except Exception as exc:
+            log.info("domain %s: %s probe failed: %s", spec.name, which, exc)
+            return False
 
     def domain(self, name: str) -> DomainHeap:
         """Collective the first time: the open heap of domain ``name`` (see

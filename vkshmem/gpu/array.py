@@ -1,21 +1,15 @@
-"""``DeviceArray``: a typed, shaped view of the symmetric GPU heap.
+"""``DeviceArray``: an array in the symmetric GPU heap of the Vulkan domain.
 
-What ``shmem.zeros(..., domain='gpu')`` returns. It holds no memory of its own: a byte
-``offset`` into this PE's GPU heap (the same offset names the same array on every PE), a
-``shape`` and a ``dtype``, always C-contiguous. Slicing along the first axis (step 1) and
-integer indexing of leading axes give views; every RMA, AMO, signal, wait and collective
-call of :mod:`vkshmem.shmem` takes it wherever it takes a numpy array.
+What ``shmem.zeros(..., domain='gpu')`` returns there: a
+:class:`~vkshmem.core.domainarray.DomainArray` (offset, shape, dtype, views, ``to_numpy``,
+``copy_from``, ...) plus what Vulkan adds: the device address kernels take.
 """
 
 from __future__ import annotations
 
-import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-import numpy as np
-
-from vkshmem.core.domain import DomainArray
-from vkshmem.core.errors import FeatureNotAvailableError, InvalidArgumentError
+from vkshmem.core.domainarray import DomainArray
 
 if TYPE_CHECKING:
     from .domain import VulkanDomain
@@ -23,197 +17,17 @@ if TYPE_CHECKING:
 __all__ = ["DeviceArray"]
 
 
-def _shape(shape: Any) -> tuple[int, ...]:
-    if isinstance(shape, (int, np.integer)):
-        return (int(shape),)
-    return tuple(int(s) for s in shape)
-
-
 class DeviceArray(DomainArray):
     """A C-contiguous array in the symmetric GPU heap (see the module docstring)."""
 
-    __slots__ = ("_base", "_size", "domain", "dtype", "offset", "shape")
-
-    def __init__(self, domain: VulkanDomain, offset: int, shape: Any, dtype: Any,
-                 base: DeviceArray | None = None) -> None:
-        self.domain = domain
-        self.offset = int(offset)
-        self.shape = _shape(shape)
-        self.dtype = np.dtype(dtype)
-        self._base = base
-        self._size = math.prod(self.shape)  # once: every RMA call asks
-
-    # -- numpy-like attributes ------------------------------------------------------------
-
-    @property
-    def size(self) -> int:
-        """Number of elements."""
-        return self._size
-
-    @property
-    def ndim(self) -> int:
-        return len(self.shape)
-
-    @property
-    def itemsize(self) -> int:
-        return self.dtype.itemsize
-
-    @property
-    def nbytes(self) -> int:
-        return self.size * self.dtype.itemsize
-
-    @property
-    def base(self) -> DeviceArray | None:
-        """The allocation this is a view of (None for an allocation itself)."""
-        return self._base
+    __slots__ = ()
+    domain: VulkanDomain
 
     @property
     def device_address(self) -> int:
         """Vulkan device address of the first element (for shaders' push constants)."""
         return self.domain.memory.device_address + self.offset
 
-    def __len__(self) -> int:
-        if not self.shape:
-            raise TypeError("len() of a 0-d DeviceArray")
-        return self.shape[0]
-
     def __repr__(self) -> str:
         return (f"DeviceArray(shape={self.shape}, dtype={self.dtype}, offset={self.offset}, "
                 f"device={self.domain.device.name!r})")
-
-    # -- views ---------------------------------------------------------------------------------
-
-    def _view(self, offset: int, shape: tuple[int, ...], dtype: np.dtype | None = None
-              ) -> DeviceArray:
-        return DeviceArray(self.domain, offset, shape, dtype or self.dtype,
-                           self._base or self)
-
-    def __getitem__(self, key: Any) -> Any:
-        """``a[i]`` (a row view, or an element's value for 1-D), ``a[i:j]`` along the first
-        axis (step 1), ``a[i, j]`` for leading axes. Other indexing: use ``to_numpy()``."""
-        if not isinstance(key, tuple):
-            key = (key,)
-        if len(key) > self.ndim:
-            raise IndexError(f"too many indices for a {self.ndim}-d DeviceArray")
-        offset, shape = self.offset, self.shape
-        for i, k in enumerate(key):
-            row = math.prod(shape[1:]) * self.itemsize
-            if isinstance(k, slice):
-                if i != len(key) - 1:
-                    raise InvalidArgumentError("a DeviceArray slice must be the last index")
-                start, stop, step = k.indices(shape[0])
-                if step != 1:
-                    raise InvalidArgumentError(
-                        "DeviceArray slices must be contiguous (step 1); use shmem.iput/iget "
-                        "for strided access, or to_numpy()")
-                return self._view(offset + start * row, (max(0, stop - start), *shape[1:]))
-            try:
-                j = int(k.__index__())
-            except AttributeError:
-                raise InvalidArgumentError(
-                    f"cannot index a DeviceArray with {type(k).__name__}") from None
-            if j < 0:
-                j += shape[0]
-            if not 0 <= j < shape[0]:
-                raise IndexError(f"index {k} is out of bounds for axis {i} of size {shape[0]}")
-            offset += j * row
-            shape = shape[1:]
-        view = self._view(offset, shape)
-        return view.to_numpy()[()] if not shape else view
-
-    def __setitem__(self, key: Any, value: Any) -> None:
-        """``a[key] = value``: write through a view (same indexing as ``__getitem__``)."""
-        target = self if key is Ellipsis else self._item_view(key)
-        target.copy_from(np.broadcast_to(np.asarray(value, self.dtype), target.shape))
-
-    def _item_view(self, key: Any) -> DeviceArray:
-        if not isinstance(key, tuple):
-            key = (key,)
-        if len(key) == self.ndim and all(not isinstance(k, slice) for k in key):
-            # a single element: view of one item
-            flat = 0
-            for k, n in zip(key, self.shape, strict=True):
-                j = int(k.__index__())
-                j = j + n if j < 0 else j
-                if not 0 <= j < n:
-                    raise IndexError(f"index {k} is out of bounds for size {n}")
-                flat = flat * n + j
-            return self._view(self.offset + flat * self.itemsize, ())
-        out = self[key]
-        assert isinstance(out, DeviceArray)
-        return out
-
-    def reshape(self, *shape: Any) -> DeviceArray:
-        """The same memory with another shape (one -1 allowed)."""
-        if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
-            shape = tuple(shape[0])
-        new = np.empty(self.size, dtype=np.int8).reshape(*shape).shape  # numpy's checks
-        return self._view(self.offset, new)
-
-    def ravel(self) -> DeviceArray:
-        return self._view(self.offset, (self.size,))
-
-    def view(self, dtype: Any) -> DeviceArray:
-        """Reinterpret the bytes as ``dtype`` (the last axis rescales, as numpy's ``view``)."""
-        dt = np.dtype(dtype)
-        last = self.shape[-1] * self.itemsize if self.shape else self.itemsize
-        if last % dt.itemsize or self.offset % dt.itemsize:
-            raise InvalidArgumentError(
-                f"cannot view {self.dtype} with shape {self.shape} at offset {self.offset} as "
-                f"{dt}: the last axis ({last} bytes) and the offset must be whole {dt}s")
-        shape = (*self.shape[:-1], self.shape[-1] * self.itemsize // dt.itemsize) \
-            if self.shape else (self.itemsize // dt.itemsize,)
-        return self._view(self.offset, shape, dt)
-
-    # -- data ----------------------------------------------------------------------------------
-
-    def to_numpy(self, zero_copy: bool = False) -> np.ndarray:
-        """The contents as a numpy array: a copy (staged read), or with ``zero_copy=True`` a view
-        of the mapped memory where the device has host-visible exportable memory (lavapipe,
-        GPUs whose driver exposes resizable BAR to Vulkan exports); elsewhere
-        FeatureNotAvailableError says why."""
-        if zero_copy:
-            mem = self.domain.memory
-            view = mem.map()
-            if view is None:
-                raise FeatureNotAvailableError(
-                    f"no CPU view of this GPU memory: {mem.map_reason}. Use to_numpy() (a "
-                    "copy) or copy_from()")
-            return np.frombuffer(view, self.dtype, self.size, self.offset).reshape(self.shape)
-        out = np.empty(self.shape, self.dtype)
-        if self.nbytes:
-            self.domain.read(self.domain.memory, self.offset,
-                                   memoryview(out.reshape(-1)).cast("B"))
-        return out
-
-    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        a = self.to_numpy()
-        return a if dtype is None else a.astype(dtype, copy=False)
-
-    def ptr(self) -> int:
-        """Host address of the first element in the CPU mapping (see ``to_numpy``)."""
-        mem = self.domain.memory
-        if not mem.host_address:
-            raise FeatureNotAvailableError(f"no CPU view of this GPU memory: {mem.map_reason}")
-        return mem.host_address + self.offset
-
-    def copy_from(self, src: Any) -> None:
-        """Fill from ``src``: a numpy array (or anything ``np.asarray`` takes) with as many
-        elements (converted to this dtype), or another DeviceArray of this PE (a GPU copy)."""
-        dom = self.domain
-        if isinstance(src, DeviceArray):
-            if src.nbytes != self.nbytes:
-                raise InvalidArgumentError(
-                    f"copy_from: {src.nbytes} bytes into a {self.nbytes}-byte DeviceArray")
-            dom.copy(dom.memory, self.offset, dom.memory, src.offset, self.nbytes)
-            return
-        a = np.ascontiguousarray(src, dtype=self.dtype)
-        if a.size != self.size:
-            raise InvalidArgumentError(
-                f"copy_from: {a.size} elements into a DeviceArray of {self.size}")
-        if self.nbytes:
-            dom.write(dom.memory, self.offset, memoryview(a.reshape(-1)).cast("B"))
-
-    def fill(self, value: Any) -> None:
-        """Set every element to ``value``."""
-        self.copy_from(np.full(self.shape, value, self.dtype))

@@ -205,6 +205,9 @@ class VulkanDomain(MemoryDomain):
         """A CPU view of ``mem`` where the device maps it (else None)."""
         return mem.map()
 
+    def no_view_reason(self) -> str:
+        return self.memory.map_reason or "the GPU heap is not mapped"
+
     def reduce(self, dst_offset: int, src_offset: int, count: int, op: str,
                dtype: np.dtype) -> bool:
         """``reduce.comp`` when the device has the features ``dtype`` needs."""

@@ -40,8 +40,16 @@ def _has_gpu(config: Config) -> bool:
     return pick < len(devices) and not devices[pick].is_cpu
 
 
+def _has_device(config: Config) -> bool:
+    """Whether a Vulkan device (a GPU or a CPU driver such as lavapipe) can be opened here."""
+    from .instance import list_devices
+
+    return bool(list_devices())
+
+
 SPEC = DomainSpec(
     name="vulkan", factory=_open, family="gpu", priority=10, accelerator=_has_gpu,
+    available=_has_device,
     description="exportable Vulkan device memory (any vendor; lavapipe on the CPU)",
 )
 
