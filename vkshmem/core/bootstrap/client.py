@@ -1,10 +1,17 @@
 """One PE's connection to the bootstrap store (:class:`StoreClient`; the server is
-:class:`vkshmem.core.bootstrap.store.StoreServer`)."""
+:class:`vkshmem.core.bootstrap.store.StoreServer`).
+
+Its hello names this process (pid and a random token, new in each forked child), so that the
+store lets only the process that finalized a rank join again as that rank (re-initialisation,
+OpenSHMEM 1.6; see :mod:`vkshmem.core.bootstrap.members`).
+"""
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import os
+import secrets
 import socket
 import struct
 import threading
@@ -20,6 +27,7 @@ from .wire import (
     MAGIC,
     ROUND,
     TIMEOUT_VAR,
+    U32,
     Msg,
     Role,
     deadline_in,
@@ -34,6 +42,16 @@ from .wire import (
 __all__ = ["StoreClient"]
 
 
+_token = secrets.token_bytes(8)  # the "8s" of HELLO
+
+
+def _new_token() -> None:
+    global _token
+    _token = secrets.token_bytes(len(_token))
+
+
+os.register_at_fork(after_in_child=_new_token)
+
 _RETRY_ERRNOS = {errno.ECONNREFUSED, errno.ECONNRESET, errno.ECONNABORTED, errno.ETIMEDOUT,
                  errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EAGAIN}
 
@@ -44,7 +62,8 @@ class StoreClient:
     ``source`` names the variables that set ``host``/``port`` and ``hint`` says who should be
     serving; both go into error messages. ``timeout`` is the bootstrap timeout
     (``VKSHMEM_BOOTSTRAP_TIMEOUT``; 0 = no limit). Connecting retries while the connection is
-    refused (the server may not be up yet) until the timeout.
+    refused (the server may not be up yet) until the timeout. ``generation`` is the one the
+    store gave this member connection: 0, then 1, 2, ... for each re-initialisation.
     """
 
     def __init__(
@@ -71,6 +90,7 @@ class StoreClient:
         self._limit = time_limit(timeout)
         self._lock = threading.Lock()
         self._round = 0
+        self.generation = 0
         self._sock: socket.socket | None = self._connect(role, self._limit)
 
     @property
@@ -109,7 +129,8 @@ class StoreClient:
                     f"{TIMEOUT_VAR} sets how long to wait.") from None
             try:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                hello = HELLO.pack(MAGIC, int(role), self.rank, self.size)
+                hello = HELLO.pack(MAGIC, int(role), self.rank, self.size,
+                                   os.getpid() & 0xFFFFFFFF, _token)
                 send_frame(sock, Msg.HELLO, hello + self.job_id.encode())
                 hello_limit = HELLO_TIMEOUT if limit is None else max(limit, 1.0)
                 kind, payload = self._recv_on(sock, deadline_in(hello_limit), "its hello")
@@ -117,6 +138,8 @@ class StoreClient:
                 sock.close()
                 raise
             if kind == Msg.OK:
+                if role == Role.MEMBER and len(payload) == U32.size:
+                    (self.generation,) = U32.unpack(payload)
                 return sock
             sock.close()
             raise BootstrapError(f"PE {self.rank}: the bootstrap store at {self.where} (set by "
@@ -207,12 +230,24 @@ class StoreClient:
         self._control(Msg.ABORT, I32.pack(status))
 
     def close(self) -> None:
-        """Say goodbye and close the connection. Safe to call twice."""
+        """Say goodbye and close the connection. Safe to call twice.
+
+        Waits (a few seconds at most) for the server to close its side, which it does once it
+        has recorded the goodbye: this process may then connect again at once, as the next
+        generation (``shmem.init`` after the last ``shmem.finalize``)."""
         sock, self._sock = self._sock, None
         if sock is None:
             return
-        with contextlib.suppress(OSError):
+        limit = CONTROL_TIMEOUT if self._limit is None else min(self._limit, CONTROL_TIMEOUT)
+        deadline = time.monotonic() + limit
+        try:
             send_frame(sock, Msg.BYE)
-        with contextlib.suppress(OSError):
-            sock.shutdown(socket.SHUT_RDWR)
-        sock.close()
+            sock.shutdown(socket.SHUT_WR)
+            while (remaining := deadline - time.monotonic()) > 0:
+                sock.settimeout(remaining)
+                if not sock.recv(4096):
+                    break
+        except OSError:  # the server is gone, or the wait ran out: nothing more to do
+            pass
+        finally:
+            sock.close()

@@ -32,6 +32,7 @@ import time
 from collections.abc import Callable
 
 from .client import StoreClient
+from .members import Members, generation_name
 from .wire import (
     HELLO,
     HELLO_TIMEOUT,
@@ -39,6 +40,7 @@ from .wire import (
     MAGIC,
     ROUND,
     TIMEOUT_VAR,
+    U32,
     Msg,
     Role,
     deadline_in,
@@ -84,7 +86,12 @@ class StoreServer:
     whose launcher ends the job) the others only learn it through their time limit.
 
     ``on_failure(rank, text)`` and ``on_abort(rank, status)`` are called from a server thread
-    before the PE's request is acknowledged.
+    before the PE's request is acknowledged. A PE that drops its connection without a goodbye
+    and then tries to join again is refused, and that counts as its failure report.
+
+    Re-initialisation (OpenSHMEM 1.6): a PE that said goodbye (finalized) may connect again
+    from the same process, as the next *generation*; rounds are numbered per generation (see
+    :mod:`vkshmem.core.bootstrap.members` for who may join and who is refused).
     """
 
     def __init__(
@@ -121,12 +128,9 @@ class StoreServer:
             self._listener.close()
             raise
         self._cond = threading.Condition()
-        self._connected: set[int] = set()  # member ranks connected now
-        self._seen: set[int] = set()  # member ranks that ever said hello
-        self._gone: dict[int, str] = {}  # rank -> why it will not take part any more
-        self._bye: set[int] = set()  # ranks that closed their bootstrap cleanly
-        self._next: dict[int, int] = {}  # rank -> its next round
-        self._rounds: dict[int, _Round] = {}
+        self._members = Members(size)
+        self._next: dict[int, int] = {}  # rank -> its next round (in its generation)
+        self._rounds: dict[tuple[int, int], _Round] = {}  # (generation, round) -> round
         self._poison: str | None = None
         self._closed = False
         self._conns: set[socket.socket] = set()
@@ -147,20 +151,40 @@ class StoreServer:
             self._acceptor.start()
         return self
 
-    def wait_members_gone(self, timeout: float | None) -> bool:
+    def wait_members_gone(self, timeout: float | None, generation: int | None = None) -> bool:
         """Wait until every PE that ever connected has left; False if ``timeout`` ran out.
 
+        With ``generation``, only connections of that generation or an older one are waited
+        for (a PE that already joined the next runtime does not hold up the end of this one).
         PEs that never connected are not waited for, and nobody is waited for once a
         ``fail_fast`` store knows the job failed.
         """
         deadline = deadline_in(timeout)
         with self._cond:
-            while self._connected and not self._closed and self._poison is None:
+            while (self._members.connected(generation) and not self._closed
+                   and self._poison is None):
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     return False
                 self._cond.wait(remaining if remaining is not None else 1.0)
             return True
+
+    def connected(self) -> list[int]:
+        """The ranks that hold a member connection now."""
+        with self._cond:
+            return self._members.connected()
+
+    def member_exited(self, rank: int) -> None:
+        """The process of PE ``rank`` has ended (the launcher saw it): it cannot join again, so
+        a round of a later generation that waits for it fails at once, naming it."""
+        with self._cond:
+            if self._members.exited(rank):
+                self._cond.notify_all()
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed
 
     def close(self) -> None:
         """Stop serving and close every socket. Safe to call twice."""
@@ -222,8 +246,11 @@ class StoreServer:
                 t.start()
 
     def _serve(self, conn: socket.socket) -> None:
+        """One connection: its hello, then requests until a goodbye or the end of the
+        connection. The socket is closed only after a member's leaving is recorded, so a client
+        that waits for that (``StoreClient.close``) may connect again at once."""
         rank = -1
-        role = Role.CONTROL
+        generation = -1  # of a member connection
         said_bye = False
         try:
             try:
@@ -232,15 +259,14 @@ class StoreServer:
                 return
             if kind != Msg.HELLO or len(payload) < HELLO.size:
                 return  # not one of ours: drop it silently
-            magic, role_v, rank, size = HELLO.unpack_from(payload)
+            magic, role, rank, size, pid, token = HELLO.unpack_from(payload)
             job_id = payload[HELLO.size:].decode("utf-8", "replace")
-            problem = self._hello(magic, role_v, rank, size, job_id)
-            if problem:
-                send_frame(conn, Msg.ERROR, problem.encode())
-                rank = -1
+            got = self._hello(magic, role, rank, size, job_id, token, pid)
+            if isinstance(got, str):
+                send_frame(conn, Msg.ERROR, got.encode())
                 return
-            role = Role(role_v)
-            send_frame(conn, Msg.OK)
+            generation = got
+            send_frame(conn, Msg.OK, U32.pack(max(generation, 0)))
             while True:
                 try:
                     kind, payload = recv_frame(conn, None)
@@ -249,29 +275,25 @@ class StoreServer:
                 if kind == Msg.BYE:
                     said_bye = True
                     return
-                answer = self._handle(rank, kind, payload)
+                answer = self._handle(rank, generation, kind, payload)
                 send_frame(conn, *answer)
         except OSError:
             return
         finally:
             with self._cond:
                 self._conns.discard(conn)
-                if role == Role.MEMBER and rank >= 0:
-                    self._connected.discard(rank)
-                    if said_bye:
-                        self._bye.add(rank)
-                    if rank not in self._gone:
-                        self._gone[rank] = (
-                            "it closed its bootstrap (finalized)" if said_bye else
-                            "its connection to the bootstrap store closed without a goodbye "
-                            "(did it exit or crash?)")
-                        if not said_bye and self.fail_fast and self._poison is None:
-                            self._poison = f"PE {rank} left the job: {self._gone[rank]}"
+                if generation >= 0:
+                    why = self._members.leave(rank, said_bye)
+                    if not said_bye and self.fail_fast and self._poison is None:
+                        self._poison = f"PE {rank} left the job: {why}"
                     self._cond.notify_all()
             with contextlib.suppress(OSError):
                 conn.close()
 
-    def _hello(self, magic: bytes, role: int, rank: int, size: int, job_id: str) -> str | None:
+    def _hello(self, magic: bytes, role: int, rank: int, size: int, job_id: str,
+               token: bytes, pid: int) -> int | str:
+        """Check a hello: the connection's generation (-1: a control connection), or why it
+        is refused."""
         if magic != MAGIC:
             return "protocol mismatch: this store speaks another vkshmem store protocol version"
         if role not in (Role.MEMBER, Role.CONTROL):
@@ -284,35 +306,44 @@ class StoreServer:
         if job_id != self.job_id:
             return (f"job id mismatch: PE {rank} belongs to job {job_id!r}, this store serves "
                     f"job {self.job_id!r} (a stale environment from another job?)")
-        if role == Role.MEMBER:
-            with self._cond:
-                if self._closed:
-                    return "the store is shutting down"
-                if rank in self._seen:
-                    return f"PE {rank} is already connected (two processes with the same rank?)"
-                self._seen.add(rank)
-                self._connected.add(rank)
+        if role != Role.MEMBER:
+            return -1
+        with self._cond:
+            if self._closed:
+                return "the store is shutting down"
+            got = self._members.admit(rank, token, pid)
+            if isinstance(got, int):
                 self._next[rank] = 0
                 self._cond.notify_all()
-        return None
+                return got
+        if got.failure:
+            self._failed(rank, got.text)
+        return got.text
 
-    def _handle(self, rank: int, kind: int, payload: bytes) -> tuple[Msg, bytes]:
+    def _failed(self, rank: int, text: str) -> None:
+        """Record that PE ``rank`` failed (its report, or a refused join after a crash) and
+        tell ``on_failure``."""
+        with self._cond:
+            self.failures.append((rank, text))
+            if self.fail_fast and self._poison is None:
+                self._poison = f"PE {rank} failed: {text}"
+            self._cond.notify_all()
+        if self.on_failure is not None:
+            with contextlib.suppress(Exception):
+                self.on_failure(rank, text)
+
+    def _handle(self, rank: int, generation: int, kind: int,
+                payload: bytes) -> tuple[Msg, bytes]:
         if kind == Msg.ALLGATHER:
             if len(payload) < ROUND.size:
                 return Msg.ERROR, b"malformed allgather request"
+            if generation < 0:
+                return Msg.ERROR, b"allgather on a control connection"
             round_no, limit_ms = ROUND.unpack_from(payload)
-            return self._allgather(rank, round_no, limit_ms / 1000.0,
+            return self._allgather(rank, generation, round_no, limit_ms / 1000.0,
                                    payload[ROUND.size:])
         if kind == Msg.FAILURE:
-            text = payload.decode("utf-8", "replace")
-            with self._cond:
-                self.failures.append((rank, text))
-                if self.fail_fast and self._poison is None:
-                    self._poison = f"PE {rank} failed: {text}"
-                self._cond.notify_all()
-            if self.on_failure is not None:
-                with contextlib.suppress(Exception):
-                    self.on_failure(rank, text)
+            self._failed(rank, payload.decode("utf-8", "replace"))
             return Msg.OK, b""
         if kind == Msg.ABORT:
             if len(payload) != I32.size:
@@ -329,17 +360,17 @@ class StoreServer:
             return Msg.OK, b""
         return Msg.ERROR, f"unknown request kind {kind}".encode()
 
-    def _allgather(self, rank: int, round_no: int, limit: float,
+    def _allgather(self, rank: int, generation: int, round_no: int, limit: float,
                    blob: bytes) -> tuple[Msg, bytes]:
+        name = f"allgather round {round_no}{generation_name(generation)}"
         with self._cond:
-            expected = self._next.get(rank)
-            if expected is None:
-                return Msg.ERROR, b"allgather on a control connection"
+            expected = self._next[rank]
             if round_no != expected:
-                return Msg.ERROR, (f"PE {rank} sent allgather round {round_no}, expected "
+                return Msg.ERROR, (f"PE {rank} sent {name}, expected round "
                                    f"{expected}").encode()
             self._next[rank] = round_no + 1
-            rnd = self._rounds.setdefault(round_no, _Round())
+            key = (generation, round_no)
+            rnd = self._rounds.setdefault(key, _Round())
             rnd.blobs[rank] = blob
             if len(rnd.blobs) == self.size:
                 rnd.result = pack_blobs(rnd.blobs[r] for r in range(self.size))
@@ -347,42 +378,37 @@ class StoreServer:
                 self._cond.notify_all()
             deadline = None if limit <= 0 else time.monotonic() + limit
             while rnd.result is None:
-                problem = self._stuck(rnd)
+                problem = self._stuck(rnd, generation)
                 if problem is not None:
-                    return Msg.ERROR, (f"allgather round {round_no} cannot complete: "
-                                       f"{problem}").encode()
+                    return Msg.ERROR, f"{name} cannot complete: {problem}".encode()
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
-                    return Msg.ERROR, self._timeout_text(round_no, rnd, limit).encode()
+                    return Msg.ERROR, self._timeout_text(name, generation, rnd, limit).encode()
                 self._cond.wait(remaining)
             result = rnd.result
             rnd.fetched += 1
             if rnd.fetched >= self.size:
-                self._rounds.pop(round_no, None)
+                self._rounds.pop(key, None)
         return Msg.RESULT, result
 
-    def _stuck(self, rnd: _Round) -> str | None:
+    def _stuck(self, rnd: _Round, generation: int) -> str | None:
         """Why a pending round can never complete, or None (caller holds the lock)."""
         if self._closed:
             return "the bootstrap store is shutting down"
         if self._poison is not None:
             return self._poison
-        for r, why in sorted(self._gone.items()):
-            if r not in rnd.blobs and (self.fail_fast or r in self._bye):
-                return f"PE {r} will not take part: {why}"
+        for r in range(self.size):
+            if r not in rnd.blobs:
+                why = self._members.absent(r, generation, self.fail_fast)
+                if why is not None:
+                    return f"PE {r} will not take part: {why}"
         return None
 
-    def _timeout_text(self, round_no: int, rnd: _Round, limit: float) -> str:
+    def _timeout_text(self, name: str, generation: int, rnd: _Round, limit: float) -> str:
         missing = sorted(set(range(self.size)) - set(rnd.blobs))
-        notes = []
-        never = [r for r in missing if r not in self._seen]
-        if never:
-            notes.append(f"never connected: {rank_list(never)}")
-        left = [r for r in missing if r in self._gone]
-        if left:
-            notes.append("left: " + "; ".join(f"PE {r}: {self._gone[r]}" for r in left))
+        notes = self._members.notes(missing, generation)
         detail = f" ({'; '.join(notes)})" if notes else ""
-        return (f"allgather round {round_no} timed out after {format_seconds(limit)} waiting "
+        return (f"{name} timed out after {format_seconds(limit)} waiting "
                 f"for PEs {rank_list(missing)}{detail}; {len(rnd.blobs)} of {self.size} PEs "
                 f"arrived. {TIMEOUT_VAR} sets this limit: raise it if they are only slow, "
                 f"otherwise find out why they stopped (every PE must make the same collective "

@@ -2,9 +2,12 @@
 
 Every message is a frame: a header ``!BQ`` (message kind, payload length) and the payload. No
 pickle: payloads are raw bytes, UTF-8 text or ``struct``-packed integers. A connection starts
-with ``HELLO`` (magic, role, rank, size, job id); the server answers ``OK`` or ``ERROR``. Each
-request gets exactly one answer: ``OK``, ``RESULT`` (a list of blobs: count, then length +
-bytes for each) or ``ERROR`` (UTF-8 text, raised as :class:`BootstrapError` by the client).
+with ``HELLO`` (magic, role, rank, size, the process's pid and random token, job id); the
+server answers ``OK`` (with the connection's generation, see
+:mod:`vkshmem.core.bootstrap.members`) or ``ERROR``. A member connection ends with ``BYE``,
+after which the server closes it once it has recorded the goodbye. Each request gets exactly
+one answer: ``OK``, ``RESULT`` (a list of blobs: count, then length + bytes for each) or
+``ERROR`` (UTF-8 text, raised as :class:`BootstrapError` by the client).
 
 Every blocking wait has a time limit (the bootstrap timeout, ``VKSHMEM_BOOTSTRAP_TIMEOUT``;
 ``0`` means no limit). The server enforces the limit of an allgather itself, so the error can
@@ -28,9 +31,11 @@ __all__ = [
 ]
 
 TIMEOUT_VAR = "VKSHMEM_BOOTSTRAP_TIMEOUT"
-MAGIC = b"VKS\x01"
+#: Version 2: the hello names its process (pid, token) and the answer its generation.
+MAGIC = b"VKS\x02"
 HEADER = struct.Struct("!BQ")
-HELLO = struct.Struct("!4sBII")  # magic, role, rank, size; the job id follows
+#: magic, role, rank, size, pid, process token; the job id follows
+HELLO = struct.Struct("!4sBIII8s")
 ROUND = struct.Struct("!QI")  # round number, time limit in ms (0: none); the blob follows
 U32 = struct.Struct("!I")
 I32 = struct.Struct("!i")
