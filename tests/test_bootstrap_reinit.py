@@ -5,17 +5,34 @@ is refused, the last as the failure it is. Every wait has a time limit."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
+import types
 from typing import Any
 
 import pytest
-from test_bootstrap import client, threads
+from test_bootstrap import (
+    PE_DIR,
+    SUB_TIMEOUT,
+    _finish,
+    _mpirun_cmd,
+    clean_env,
+    client,
+    free_port,
+    threads,
+)
+from test_multipe import MODES
 
+from vkshmem.core.bootstrap import builtin
 from vkshmem.core.bootstrap import client as client_mod
 from vkshmem.core.bootstrap.members import Members, Refusal
 from vkshmem.core.bootstrap.store import StoreClient, StoreServer
 from vkshmem.core.errors import BootstrapError
+
+REJOIN = str(PE_DIR / "boot_rejoin.py")
+REINIT = str(PE_DIR / "reinit.py")
 
 
 def in_thread(fn: Any) -> tuple[threading.Thread, dict[str, Any]]:
@@ -236,3 +253,86 @@ def test_a_client_closing_against_a_dead_store_does_not_hang() -> None:
     start = time.monotonic()
     c.close()
     assert time.monotonic() - start < 6
+
+
+# --------------------------------------------------------------------------------------------
+# Real processes: env (torchrun style) and mpi; vkshmem run is tests/test_launcher.py's and
+# tests/test_multipe_spec.py's (tests/pe/reinit.py)
+# --------------------------------------------------------------------------------------------
+
+def env_job(n: int, script: str, *args: str, **extra: str) -> list[tuple[int, str, str]]:
+    """Run ``script`` as the ``n`` PEs of a torchrun-style job; (rc, stdout, stderr) each."""
+    port = free_port()
+    procs = [subprocess.Popen([sys.executable, script, *args], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True,
+                              env=clean_env(RANK=str(r), WORLD_SIZE=str(n),
+                                            MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                                            **extra))
+             for r in range(n)]
+    return _finish(procs)
+
+
+def rejoined(out: str, name: str, n: int, generation: str) -> None:
+    """Every PE printed its REJOINED line."""
+    for r in range(n):
+        line = f"REJOINED rank={r} size={n} name={name} generation={generation}"
+        assert line in out, out
+
+
+@pytest.mark.parametrize("n", [1, 2, 4])
+def test_env_bootstrap_rejoin(n: int) -> None:
+    """Rank 0 closes last: the others open again while its store from the first init is up.
+    It stays up (rank 0's close waits only for this generation), and they all join it again."""
+    results = env_job(n, REJOIN, "env", VKSHMEM_BOOTSTRAP_TIMEOUT="20")
+    for rc, _out, err in results:
+        assert rc == 0, err
+    rejoined("".join(out for _, out, _ in results), "env", n, "1")
+
+
+@pytest.mark.parametrize("mode", ["shm", "hostproxy"])
+def test_env_bootstrap_reinit_runtime(mode: str) -> None:
+    results = env_job(2, REINIT, VKSHMEM_SYMMETRIC_SIZE="64M", VKSHMEM_WAIT_TIMEOUT="60",
+                      VKSHMEM_PLUGINS_ALLOW="", **MODES[mode])
+    for rc, out, err in results:
+        assert rc == 0, out + err
+        assert f"routes: ['{mode}']" in out and "reinit ok: 2 PEs" in out, out
+
+
+@pytest.mark.parametrize("n", [1, 2, 4])
+def test_mpi_bootstrap_rejoin(n: int) -> None:
+    cmd = [*_mpirun_cmd(n), sys.executable, REJOIN, "mpi"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=SUB_TIMEOUT,
+                          env=clean_env())
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rejoined(proc.stdout, "mpi", n, "-")
+
+
+def test_mpi_bootstrap_reinit_runtime() -> None:
+    cmd = [*_mpirun_cmd(2), sys.executable, REINIT]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=SUB_TIMEOUT * 2,
+                          env=clean_env(VKSHMEM_SYMMETRIC_SIZE="64M", VKSHMEM_PLUGINS_ALLOW=""))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("reinit ok: 2 PEs") == 2, proc.stdout
+
+
+def test_mpi_bootstrap_after_mpi_finalize_says_why() -> None:
+    cmd = [*_mpirun_cmd(2), sys.executable, REJOIN, "mpi", "mpi-finalized"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=SUB_TIMEOUT,
+                          env=clean_env())
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("REFUSED: BootstrapError: bootstrap 'mpi': MPI is already "
+                             "finalized") == 2, proc.stdout
+    assert "MPI cannot be initialised twice" in proc.stdout
+
+
+@pytest.mark.parametrize(("finalized", "initialized", "match"), [
+    (True, True, r"MPI is already finalized .* cannot be initialised twice"),
+    (False, False, r"MPI is not initialised \(mpi4py.rc.initialize = False\?\)"),
+])
+def test_check_mpi_usable(finalized: bool, initialized: bool, match: str) -> None:
+    fake = types.SimpleNamespace(Is_finalized=lambda: finalized,
+                                 Is_initialized=lambda: initialized)
+    with pytest.raises(BootstrapError, match=match):
+        builtin.check_mpi_usable(fake)
+    builtin.check_mpi_usable(types.SimpleNamespace(Is_finalized=lambda: False,
+                                                   Is_initialized=lambda: True))

