@@ -42,11 +42,16 @@ def rejoin(mode: str) -> None:
     if mode == "drop-rejoin" and RANK == 1:
         boot.client._sock.close()  # the connection dies, not the process: no goodbye
         boot.client._sock = None
-        try:
-            open_boot()
-        except Exception as exc:  # refused; the launcher must end the job anyway
-            print(f"refused: {exc}", file=sys.stderr, flush=True)
-        sleep_forever()
+        end = time.monotonic() + 10
+        while True:
+            try:
+                open_boot()
+            except Exception as exc:  # refused; the launcher must end the job anyway
+                if "already connected" in str(exc) and time.monotonic() < end:
+                    time.sleep(0.05)  # the store has not seen the drop yet
+                    continue
+                print(f"refused: {exc}", file=sys.stderr, flush=True)
+            sleep_forever()
     boot.close()
     if RANK == 1 and mode == "rejoin-exit":
         sys.exit(0)
