@@ -5,6 +5,8 @@ is refused, the last as the failure it is. Every wait has a time limit."""
 
 from __future__ import annotations
 
+import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -29,6 +31,7 @@ from vkshmem.core.bootstrap import builtin
 from vkshmem.core.bootstrap import client as client_mod
 from vkshmem.core.bootstrap.members import Members, Refusal
 from vkshmem.core.bootstrap.store import StoreClient, StoreServer
+from vkshmem.core.bootstrap.wire import Msg, recv_frame, send_frame
 from vkshmem.core.errors import BootstrapError
 
 REJOIN = str(PE_DIR / "boot_rejoin.py")
@@ -336,3 +339,11 @@ def test_check_mpi_usable(finalized: bool, initialized: bool, match: str) -> Non
         builtin.check_mpi_usable(fake)
     builtin.check_mpi_usable(types.SimpleNamespace(Is_finalized=lambda: False,
                                                    Is_initialized=lambda: True))
+
+
+def test_a_hello_of_the_previous_protocol_is_told_the_mismatch() -> None:
+    """A version-1 client (whose hello is shorter) learns why, instead of a dropped line."""
+    with StoreServer(1) as server, socket.create_connection(server.address, timeout=5) as s:
+        send_frame(s, Msg.HELLO, struct.pack("!4sBII", b"VKS\x01", 0, 0, 1))
+        kind, payload = recv_frame(s, time.monotonic() + 5)
+        assert kind == Msg.ERROR and b"protocol mismatch" in payload

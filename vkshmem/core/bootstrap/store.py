@@ -61,6 +61,9 @@ __all__ = [
     "unpack_blobs",
 ]
 
+_MISMATCH = ("protocol mismatch: this store speaks another vkshmem store protocol version "
+             "(the launcher and the PEs must run the same vkshmem)")
+
 # --------------------------------------------------------------------------------------------
 # Server
 # --------------------------------------------------------------------------------------------
@@ -258,6 +261,8 @@ class StoreServer:
             except (OSError, EOFError, TimeoutError, ValueError, struct.error):
                 return
             if kind != Msg.HELLO or len(payload) < HELLO.size:
+                if kind == Msg.HELLO and payload[:3] == MAGIC[:3]:  # another version's hello
+                    send_frame(conn, Msg.ERROR, _MISMATCH.encode())
                 return  # not one of ours: drop it silently
             magic, role, rank, size, pid, token = HELLO.unpack_from(payload)
             job_id = payload[HELLO.size:].decode("utf-8", "replace")
@@ -295,7 +300,7 @@ class StoreServer:
         """Check a hello: the connection's generation (-1: a control connection), or why it
         is refused."""
         if magic != MAGIC:
-            return "protocol mismatch: this store speaks another vkshmem store protocol version"
+            return _MISMATCH
         if role not in (Role.MEMBER, Role.CONTROL):
             return f"unknown connection role {role}"
         if size != self.size:
