@@ -205,6 +205,46 @@ def test_global_exit_status() -> None:
     assert wait_dead(ready_pids(proc.stdout), 1) == []
 
 
+@pytest.mark.parametrize("n", [1, 2, 4])
+def test_every_pe_rejoins_the_store_after_closing(n: int) -> None:
+    """Re-initialisation (OpenSHMEM 1.6) at the bootstrap: each PE closes and opens again."""
+    proc = vkshmem_run("-n", str(n), FAIL, "rejoin")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for rank in range(n):
+        assert f"rejoined {rank} generation 1" in proc.stdout, proc.stdout
+
+
+def test_a_rejoin_after_a_dropped_connection_ends_the_job() -> None:
+    """A PE whose connection died without a goodbye is refused when it opens again, and the
+    launcher ends the job for it even though its process lives on."""
+    start = time.monotonic()
+    proc = vkshmem_run("-n", "3", FAIL, "drop-rejoin")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert re.search(r"PE 1 failed: PE 1 cannot join again: its previous connection "
+                     r"\(generation 0, process \d+\) ended without a goodbye", proc.stderr), \
+        proc.stderr
+    assert time.monotonic() - start < 15
+    assert wait_dead(ready_pids(proc.stdout), 1) == []
+
+
+def test_a_pe_that_exits_instead_of_rejoining_is_named_at_once() -> None:
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "vkshmem", "run", "-n", "3", FAIL,
+                           "rejoin-exit"], capture_output=True, text=True, timeout=SUB_TIMEOUT,
+                          env=clean_env(VKSHMEM_BOOTSTRAP_TIMEOUT="25"))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "PE 1 will not take part: its process exited after it finalized (generation 0); " \
+           "it did not initialise again" in proc.stderr, proc.stderr
+    assert time.monotonic() - start < 15  # not the bootstrap timeout
+
+
+def test_a_pe_killed_between_finalize_and_init_ends_the_job() -> None:
+    proc = vkshmem_run("-n", "3", FAIL, "rejoin-die")
+    assert proc.returncode == 128 + signal.SIGKILL, proc.stdout + proc.stderr
+    assert "PE 1 was killed by signal 9 (SIGKILL" in proc.stderr, proc.stderr
+    assert wait_dead(ready_pids(proc.stdout), 1) == []
+
+
 def test_timeout() -> None:
     start = time.monotonic()
     proc = vkshmem_run("-n", "2", "--timeout", "1", FAIL, "sleep")

@@ -8,6 +8,9 @@ PEs (``python script.py args...`` or ``python -m module args...``) with the vari
   (``Bootstrap.report_failure``) or calls ``global_exit`` (``Bootstrap.abort``), every other PE
   gets SIGTERM at once (the one that reported gets a grace period to finish printing), and
   SIGKILL after the grace period; the launcher prints which PE failed and why;
+* a PE whose process ends (even with status 0) is reported to the store, so that a runtime
+  that the other PEs initialise again (OpenSHMEM 1.6) fails at once, naming it, instead of
+  waiting for it until the bootstrap timeout;
 * ``--timeout`` ends the job the same way, with exit status 124;
 * SIGINT/SIGTERM/SIGHUP on the launcher end every PE (a second one kills them at once);
 * each PE runs in its own process group (so a terminal's Ctrl-C reaches only the launcher,
@@ -399,19 +402,25 @@ class _Job:
             # Forward (and read the traceback from) what it printed before looking at why.
             self._drain(pe.streams, 0.2)
             pe.returncode = rc
-            if rc == 0 or self.ending:
-                continue
-            if rc < 0:
-                text = f"PE {pe.rank} was killed by {_signal_name(-rc)}"
-                code = 128 - rc
-                kind = "signal"
-            else:
-                text = f"PE {pe.rank} exited with code {rc}"
-                if pe.last_exception:
-                    text += f" ({pe.last_exception})"
-                code = rc
-                kind = "exit"
-            self._begin_end(_Cause(kind, text, pe.rank, code))
+            if rc != 0 and not self.ending:
+                self._exit_cause(pe, rc)
+            # After the cause is recorded: the PE cannot initialise again, so a round of a
+            # re-initialised runtime that waits for it fails at once, naming it.
+            self.server.member_exited(pe.rank)
+
+    def _exit_cause(self, pe: _PE, rc: int) -> None:
+        """Start ending the job because ``pe`` exited with ``rc`` (non-zero)."""
+        if rc < 0:
+            text = f"PE {pe.rank} was killed by {_signal_name(-rc)}"
+            code = 128 - rc
+            kind = "signal"
+        else:
+            text = f"PE {pe.rank} exited with code {rc}"
+            if pe.last_exception:
+                text += f" ({pe.last_exception})"
+            code = rc
+            kind = "exit"
+        self._begin_end(_Cause(kind, text, pe.rank, code))
 
     # -- the job ----------------------------------------------------------------------------
     def run(self) -> int:

@@ -1,7 +1,11 @@
 """Multi-PE helper for launcher tests: PE 1 (or every PE) misbehaves as ``sys.argv[1]`` says.
 
-Modes: ok, env, argv, leave-child, exit, raise, signal, report, report-hang, abort, sleep, stubborn.
-Sleeping PEs print ``ready <pid>`` first, so a test can wait for them.
+Modes: ok, env, argv, leave-child, exit, raise, signal, report, report-hang, abort, sleep, stubborn,
+and re-initialisation (OpenSHMEM 1.6) at the bootstrap: rejoin (every PE closes and opens again),
+rejoin-exit (PE 1 closes and exits 0 instead), rejoin-die (PE 1 is killed between its close and
+its next open), drop-rejoin (PE 1 loses its connection without a goodbye, then tries to open
+again, and sleeps when refused). Sleeping PEs print ``ready <pid>`` first, so a test can wait
+for them.
 """
 
 from __future__ import annotations
@@ -29,6 +33,38 @@ def sleep_forever() -> None:
     print(f"ready {os.getpid()}", flush=True)
     while True:
         time.sleep(1000)
+
+
+def rejoin(mode: str) -> None:
+    """The re-initialisation modes: open, exchange, close, open again and exchange again."""
+    boot = open_boot()
+    assert boot.allgather(b"%d" % RANK) == [b"%d" % r for r in range(SIZE)]
+    if mode == "drop-rejoin" and RANK == 1:
+        boot.client._sock.close()  # the connection dies, not the process: no goodbye
+        boot.client._sock = None
+        end = time.monotonic() + 10
+        while True:
+            try:
+                open_boot()
+            except Exception as exc:  # refused; the launcher must end the job anyway
+                if "already connected" in str(exc) and time.monotonic() < end:
+                    time.sleep(0.05)  # the store has not seen the drop yet
+                    continue
+                print(f"refused: {exc}", file=sys.stderr, flush=True)
+            sleep_forever()
+    boot.close()
+    if RANK == 1 and mode == "rejoin-exit":
+        sys.exit(0)
+    if RANK == 1 and mode == "rejoin-die":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if mode != "rejoin":
+        print(f"ready {os.getpid()}", flush=True)
+    boot = open_boot()
+    got = boot.allgather(b"again %d" % RANK)
+    assert got == [b"again %d" % r for r in range(SIZE)], got
+    print(f"rejoined {RANK} generation {boot.client.generation}", flush=True)
+    boot.close()
+    sys.exit(0)
 
 
 def main() -> None:
@@ -61,6 +97,8 @@ def main() -> None:
     if mode == "stubborn":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         sleep_forever()
+    if mode.startswith(("rejoin", "drop-rejoin")):
+        rejoin(mode)
     if mode in ("report", "report-hang", "abort"):
         boot = open_boot()
         boot.barrier()

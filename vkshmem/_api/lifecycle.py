@@ -1,7 +1,8 @@
 """Library set-up and queries: ``init``/``init_thread``/``finalize`` (OpenSHMEM 1.6: callable
-several times, in matching pairs), ``query_initialized``, ``query_thread``, ``global_exit``,
-``my_pe``/``n_pes``/``pe_accessible``, ``info_get_version``/``info_get_name`` and the
-profiling interface's ``pcontrol``.
+several times, in matching pairs, and ``init`` again after the last ``finalize``, which starts
+a new runtime on every bootstrap: ``single``, ``local`` (``vkshmem run``), ``env`` and ``mpi``),
+``query_initialized``, ``query_thread``, ``global_exit``, ``my_pe``/``n_pes``/``pe_accessible``,
+``info_get_version``/``info_get_name`` and the profiling interface's ``pcontrol``.
 
 Importing :mod:`vkshmem.shmem` calls ``init`` (unless ``VKSHMEM_AUTO_INIT=0``), as shmem4py's
 import does, and that call counts: a program that also calls ``init`` itself must call
@@ -55,7 +56,9 @@ def query_initialized() -> bool:
 
 def init() -> None:
     """Collective: start the runtime, or, when it is running, count one more initialisation
-    that a ``finalize`` must match (OpenSHMEM 1.6)."""
+    that a ``finalize`` must match (OpenSHMEM 1.6). After the last ``finalize`` it starts a new
+    runtime: every PE must call it, in the same order as its other collective calls; nothing
+    of the previous runtime (symmetric arrays, teams, contexts) may be used in the new one."""
     global _inits
     running = query_initialized()
     state.rt = _runtime.start()

