@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from _common import check
 
-from vkshmem import shmem
+from vkshmem import InvalidArgumentError, shmem
 
 ROUNDS = 3
 
@@ -56,9 +56,16 @@ def communicate(k: int) -> list[str]:
 
 routes = communicate(0)
 for k in range(1, ROUNDS):
+    kept = shmem.TEAM_WORLD.split_strided(0, 1, shmem.n_pes())  # dies with the runtime
     shmem.finalize()  # matches the import's init: the last finalize
     check(not shmem.query_initialized(), f"finalize {k}: still initialised")
     shmem.init()
+    try:
+        shmem.sync(kept)
+    except InvalidArgumentError as exc:
+        check("finalized" in str(exc), f"unclear error for a stale team: {exc}")
+    else:
+        check(False, "a team of a finalized runtime must be refused")
     again = communicate(k)
     check(again == routes, f"runtime {k} takes the routes {again}, runtime 0 took {routes}")
 print(f"routes: {routes}")

@@ -65,6 +65,9 @@ class Team:
             raise InvalidArgumentError("TEAM_INVALID (or a destroyed team) cannot be used")
         if ts.destroyed:
             raise InvalidArgumentError("this team was destroyed (through another handle of it)")
+        if ts.rt is not state.rt:
+            raise InvalidArgumentError("this team belongs to a runtime that was finalized; "
+                                       "split it again after init")
         return ts
 
     def __eq__(self, other: object) -> bool:

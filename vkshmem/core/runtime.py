@@ -59,6 +59,7 @@ _CHECK = struct.Struct("<QQQQ")  # seq, kind+nbytes, align, offset
 _CHECK_OPS = ("?", "alloc", "free", "realloc")  # kind = segment * 4 + index
 
 current: Runtime | None = None
+_hook_installed = False
 
 
 def _node_id() -> str:
@@ -340,8 +341,11 @@ def start(config: Config | None = None) -> Runtime:
         return current
     rt = Runtime(config or load_config())
     current = rt
-    _install_failure_hook(rt)
-    atexit.register(stop)
+    global _hook_installed
+    if not _hook_installed:  # once per process: a re-initialised runtime reuses it
+        _install_failure_hook()
+        atexit.register(stop)
+        _hook_installed = True
     return rt
 
 
@@ -353,14 +357,19 @@ def stop() -> None:
         rt.close()
 
 
-def _install_failure_hook(rt: Runtime) -> None:
-    """An uncaught exception marks this PE failed (finalize then skips its barriers) and is
-    reported to the launcher so it can name the PE and the error when it ends the job."""
+def _install_failure_hook() -> None:
+    """An uncaught exception marks the running runtime failed (finalize then skips its
+    barriers) and is reported to the launcher so it can name the PE and the error when it ends
+    the job."""
     previous = sys.excepthook
 
     def hook(etype: type[BaseException], value: BaseException, tb: object) -> None:
-        rt.failed = True
+        rt = current
+        if rt is not None:
+            rt.failed = True
         previous(etype, value, tb)  # type: ignore[arg-type]  # first: mpi's report aborts
+        if rt is None:
+            return
         try:
             rt.bootstrap.report_failure(f"{etype.__name__}: {value}")
         except Exception:
