@@ -10,7 +10,8 @@ whose two PEs share one GPU. PE 0 measures, against PE 1 (reached through import
 
 When CuPy is importable, the same operations through CUDA on PE 0's GPU, each a
 ``cudaMemcpyAsync`` + stream synchronize per call (what a Python user of CUDA pays): device to
-device, pageable and pinned host to device, device to pageable host. Prints one table; ``--json``
+device (with ``--peer`` on a two-GPU machine: GPU 0 to GPU 1 with peer access), pageable and
+pinned host to device, device to pageable host. Prints one table; ``--json``
 writes the rows ``{"op", "pair", "bytes", "vkshmem", "cuda", "unit"}`` with the date, the
 device, the driver and the command.
 """
@@ -116,6 +117,13 @@ def cuda_reference() -> str:
         return best
 
     dp, sp = d_a.data.ptr, d_b.data.ptr
+    peer_note = ""
+    if rt.getDeviceCount() > 1 and "--peer" in sys.argv:  # GPU->GPU rows: GPU 0 -> GPU 1
+        with cp.cuda.Device(1):
+            d_peer = cp.zeros(top, cp.uint8)
+        rt.deviceEnablePeerAccess(1)
+        dp = d_peer.data.ptr
+        peer_note = "; gpu->gpu rows: GPU 0 -> GPU 1 with peer access (cudaMemcpyPeer's path)"
     arb, pin, out = h_arb.ctypes.data, h_pin.ctypes.data, h_out.ctypes.data
     ref = {("put", "gpu->gpu"): (dp, sp, d2d), ("put", "cpu->gpu"): (dp, arb, h2d),
            ("put", "cpu(sym)->gpu"): (dp, pin, h2d), ("get", "gpu->cpu"): (out, dp, d2h)}
@@ -130,17 +138,21 @@ def cuda_reference() -> str:
     props = rt.getDeviceProperties(0)
     return (f"CUDA {rt.runtimeGetVersion()} on {props['name'].decode()}: memcpyAsync + stream "
             "sync per call; cpu->gpu and gpu->cpu from/to pageable numpy memory, cpu(sym)->gpu "
-            "compared with pinned H2D")
+            f"compared with pinned H2D{peer_note}")
 
 
 if me == 0:
     note = cuda_reference()
     dom = word.domain
     route = shmem._state.rt.heaps[dom.spec.name].route_names[peer]
-    head = (f"vkshmem GPU domain at {n} PEs on {dom.device.name} ({dom.device.info.driver_info}"
-            f"), route to the peer {route!r}, submission "
-            f"{'native' if dom.device.native else 'Python'}, host heap "
-            f"{'imported' if dom.host_imported else 'staged'}")
+    dev = dom.device
+    info = getattr(dev, "info", None)
+    driver = info.driver_info if info is not None else "CUDA driver"
+    head = (f"vkshmem GPU domain {dom.spec.name!r} at {n} PEs on {dev.name} ({driver}), route "
+            f"to the peer {route!r}")
+    if dom.spec.name == "vulkan":
+        head += (f", submission {'native' if dev.native else 'Python'}, host heap "
+                 f"{'imported' if dom.host_imported else 'staged'}")
     print(f"\n{head}\n{note}")
     print(f"{'op':<10} {'pair':<14} {'bytes':>10} {'vkshmem':>10} {'CUDA':>10} {'unit':>5} "
           f"{'ratio':>6}")
@@ -155,8 +167,8 @@ if me == 0:
     if "--json" in sys.argv:
         path = sys.argv[sys.argv.index("--json") + 1]
         with open(path, "w") as f:
-            json.dump({"date": datetime.date.today().isoformat(), "device": dom.device.name,
-                       "driver": dom.device.info.driver_info, "header": head, "cuda": note,
+            json.dump({"date": datetime.date.today().isoformat(), "device": dev.name,
+                       "driver": driver, "header": head, "cuda": note,
                        "command": "vkshmem run -n 2 benchmarks/gpu_vs_cuda.py --json " + path,
                        "ratio": "CUDA/vkshmem for us rows, vkshmem/CUDA for GB/s rows",
                        "rows": rows}, f, indent=1)

@@ -1,0 +1,49 @@
+"""vkshmem-cuda: the ``cuda`` memory domain (a plugin of ``vkshmem.domains``).
+
+Each PE's symmetric GPU heap is a CUDA virtual-memory-management allocation (``cuMemCreate``
+with a POSIX-fd handle) on its GPU (local rank modulo GPUs, or ``VKSHMEM_CUDA_DEVICE``). The
+fd goes to the PEs of the node, which map the heap into their own address space on *their*
+GPU (``cuMemImportFromShareableHandle`` + ``cuMemMap`` + ``cuMemSetAccess``): a put into a peer
+on another GPU of the node is one ``cuMemcpy`` over NVLink, with no CPU in the way. Arrays are
+:class:`~vkshmem_cuda.array.CudaArray` (``__cuda_array_interface__``: CuPy, PyTorch and Numba
+take them without a copy). Selected by ``domain='cuda'``, and by ``domain='gpu'``/``'auto'``
+where CUDA can open on every PE (``VKSHMEM_GPU_PROVIDER`` picks another). Importing this
+module imports no CUDA library: the domain is built on first use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from vkshmem.core.config import Config
+from vkshmem.core.domain import DomainContext, DomainSpec, MemoryDomain
+from vkshmem.core.hookspecs import hookimpl
+
+__all__ = ["SPEC", "register_domains"]
+
+
+def _open(ctx: DomainContext) -> MemoryDomain:
+    from .domain import CudaDomain
+
+    return CudaDomain(SPEC, ctx)
+
+
+def _available(config: Config) -> bool:
+    """Whether the CUDA driver and a GPU are there (the binding imports, cuInit succeeds)."""
+    from .driver import device_count
+
+    return device_count() > 0
+
+
+SPEC = DomainSpec(
+    name="cuda", factory=_open, family="gpu", priority=20, accelerator=_available,
+    available=_available,
+    description="a CUDA VMM allocation (NVIDIA; peers on every GPU of the node map it)",
+)
+
+
+@hookimpl
+def register_domains(register: Callable[[Any], None]) -> None:
+    """The CUDA domain."""
+    register(SPEC)

@@ -1,0 +1,150 @@
+"""The ``cuda`` memory domain: a PE's symmetric GPU heap as a CUDA VMM allocation.
+
+:class:`CudaDomain` implements :class:`~vkshmem.core.domain.MemoryDomain`: the segment is
+``VKSHMEM_CUDA_SYMMETRIC_SIZE`` (default ``VKSHMEM_GPU_SYMMETRIC_SIZE``) bytes rounded up to the
+allocation granularity on this PE's GPU (``VKSHMEM_CUDA_DEVICE``, else local rank modulo
+GPUs), exported as a POSIX fd. Every PE of the node imports it (``group`` is the node: a VMM
+allocation maps onto any GPU that can reach the owner's, over NVLink or PCIe peer access); an
+import the driver refuses (no peer access) makes the core route that pair through the domain
+proxy. Copies are synchronous ``cuMemcpy``; AMOs a one-thread kernel; reductions run on the
+host (``reduce`` says no); there is no CPU mapping.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+from typing import Any
+
+import numpy as np
+
+from vkshmem.core.domain import DomainContext, DomainExport, DomainSpec, MemoryDomain
+from vkshmem.core.errors import ConfigError, InvalidArgumentError
+from vkshmem.core.transport import AmoOp, SegmentInfo
+
+from .array import CudaArray
+from .driver import CudaError, Device, Mapping, device_count
+
+__all__ = ["CudaDomain"]
+
+log = logging.getLogger("vkshmem")
+
+ENV_DEVICE = "VKSHMEM_CUDA_DEVICE"
+ENV_SIZE = "VKSHMEM_CUDA_SYMMETRIC_SIZE"
+_META = struct.Struct("<Q16s")  # size, owner's GPU UUID
+
+
+def _env_int(name: str) -> int | None:
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return None
+    try:
+        from vkshmem.core.config import parse_size
+
+        return parse_size(text) if name == ENV_SIZE else int(text)
+    except ValueError:
+        raise ConfigError(name, f"bad value {text!r}") from None
+
+
+class CudaDomain(MemoryDomain):
+    """This PE's CUDA VMM segment (see the module docstring)."""
+
+    error_type = CudaError
+
+    def __init__(self, spec: DomainSpec, ctx: DomainContext) -> None:
+        self.spec = spec
+        self.seg_id = ctx.seg_id
+        self.my_pe = ctx.my_pe
+        self.closed = False
+        pick = _env_int(ENV_DEVICE)
+        n = device_count()
+        ordinal = pick if pick is not None else ctx.local_rank % max(n, 1)
+        self.device = Device(ordinal)
+        size = _env_int(ENV_SIZE) or ctx.config.gpu_symmetric_size
+        self.size = self.device.round_up(size)
+        try:
+            self.local, self.fd = self.device.create(self.size)
+        except BaseException:
+            self.device.close()
+            raise
+        #: the core's host heap pinned for DMA (VKSHMEM_GPU_HOST_IMPORT): CPU<->GPU copies
+        #: between symmetric arrays go at the PCIe rate
+        self.host_pinned = 0
+        host = ctx.host_heap
+        if host is not None and ctx.config.gpu_host_import:
+            try:
+                self.device.register_host(host.address, host.size)
+                self.host_pinned = host.address
+            except CudaError as exc:
+                log.info("PE %d: the host heap stays unpinned for CUDA: %s", self.my_pe, exc)
+
+    # -- the segment -------------------------------------------------------------------------
+
+    def export(self) -> DomainExport:
+        return DomainExport([self.fd], _META.pack(self.size, self.device.uuid), group="node")
+
+    def import_peer(self, pe: int, fds: list[int], meta: bytes) -> Mapping:
+        size, _uuid = _META.unpack(meta)
+        return self.device.import_fd(fds[0], size)
+
+    def release_peer(self, handle: Any) -> None:
+        self.device.release(handle)
+
+    def describe(self) -> SegmentInfo:
+        return SegmentInfo(self.seg_id, "cuda_va", self.local.va, self.size, self.fd,
+                           memoryview(b""))
+
+    # -- local operations ----------------------------------------------------------------------
+
+    def check_range(self, offset: int, nbytes: int, what: str) -> None:
+        if offset < 0 or nbytes < 0 or offset + nbytes > self.size:
+            raise InvalidArgumentError(f"{what}: {nbytes} bytes at offset {offset} are outside "
+                                       f"the {self.size}-byte CUDA heap")
+
+    def write(self, mem: Mapping, offset: int, src: Any) -> None:
+        n = memoryview(src).nbytes
+        self.check_range(offset, n, "CUDA write")
+        if n:
+            self.device.htod(mem.va + offset, src, n)
+
+    def read(self, mem: Mapping, offset: int, dst: Any) -> None:
+        n = memoryview(dst).nbytes
+        self.check_range(offset, n, "CUDA read")
+        if n:
+            self.device.dtoh(dst, mem.va + offset, n)
+
+    def copy(self, dst: Mapping, dst_offset: int, src: Mapping, src_offset: int,
+             nbytes: int) -> None:
+        self.check_range(dst_offset, nbytes, "CUDA copy")
+        self.check_range(src_offset, nbytes, "CUDA copy")
+        if nbytes:
+            self.device.dtod(dst.va + dst_offset, src.va + src_offset, nbytes)
+
+    def amo(self, mem: Mapping, offset: int, op: AmoOp, width: int, operand: int,
+            compare: int) -> int:
+        return self.device.amo(mem.va + offset, int(op), width, operand, compare)
+
+    def zero(self, offset: int, nbytes: int) -> None:
+        if nbytes:
+            self.device.zero(self.local.va + offset, nbytes)
+
+    def no_view_reason(self) -> str:
+        return "CUDA device memory has no CPU mapping (use cupy.asarray(a) on the GPU)"
+
+    def make_array(self, offset: int, shape: tuple[int, ...], dtype: np.dtype) -> CudaArray:
+        return CudaArray(self, offset, shape, dtype)
+
+    # -- teardown ---------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            if self.host_pinned:
+                self.device.unregister_host(self.host_pinned)
+            self.device.release(self.local)
+        finally:
+            os.close(self.fd)
+            self.device.close()

@@ -1,0 +1,80 @@
+"""The ``cuda`` memory domain (plugins/cuda) under the launcher, on a machine with NVIDIA GPUs:
+CudaArrays take puts, gets and AMOs from every kind of source, waits, signals and a reduction
+work on them, and CuPy (when importable) views them without a copy."""
+
+from __future__ import annotations
+
+import numpy as np
+from _common import check
+
+from vkshmem import shmem
+
+me, n = shmem.my_pe(), shmem.n_pes()
+right, left = (me + 1) % n, (me - 1) % n
+rt = shmem._state.rt
+
+a = shmem.zeros(1024, np.int64, domain="cuda")
+heap = rt.heaps["cuda"]
+check(type(a).__name__ == "CudaArray" and not a.to_numpy().any(), "a zeroed CudaArray")
+print(f"PE {me} cuda domain on {a.domain.device.name} (GPU {a.domain.device.ordinal}): "
+      f"{heap.route_names}", flush=True)
+shmem.barrier_all()
+
+# host -> cuda, cuda -> cuda, cuda -> host
+shmem.put(a[:8], np.arange(8, dtype=np.int64) + 100 * me, right)
+b = shmem.full(8, me + 1, np.int64, domain="cuda")
+shmem.put(a[8:16], b, right)
+shmem.barrier_all()
+got = a.to_numpy()
+check(np.array_equal(got[:8], np.arange(8) + 100 * left), f"host->cuda put: {got[:8]}")
+check(np.array_equal(got[8:16], np.full(8, left + 1)), f"cuda->cuda put: {got[8:16]}")
+h = np.empty(8, np.int64)
+shmem.get(h, a[:8], right)
+check(np.array_equal(h, np.arange(8) + 100 * me), f"cuda->host get: {h}")
+c = shmem.zeros(8, np.int64, domain="cuda")
+shmem.get(c, a[8:16], right)
+check(np.array_equal(c.to_numpy(), np.full(8, me + 1)), "cuda->cuda get")
+
+# contended AMOs on PE 0's word (a kernel on the owner's GPU or a peer's)
+ctr = shmem.zeros(1, np.int64, domain="cuda")
+olds = [shmem.atomic_fetch_inc(ctr, 0) for _ in range(20)]
+shmem.atomic_add(ctr, 5, 0)
+check(len(set(olds)) == 20, f"fetch_inc values are distinct: {olds}")
+shmem.barrier_all()
+if me == 0:
+    check(int(ctr.to_numpy()[0]) == 25 * n, f"counter {ctr.to_numpy()[0]} != {25 * n}")
+shmem.barrier_all()  # PE 0 has read the counter
+check(shmem.atomic_compare_swap(ctr, 25 * n, -1, 0) in (25 * n, -1), "compare_swap")
+shmem.barrier_all()
+check(shmem.atomic_fetch(ctr, 0) == -1, "exactly one compare_swap won")
+
+# signal + wait on CUDA memory
+sig = shmem.new_signal(domain="cuda")
+data = shmem.zeros(4, np.float64, domain="cuda")
+shmem.put_signal(data, np.full(4, me + 0.5), right, sig, me + 1, shmem.SIGNAL_SET)
+seen = shmem.signal_wait_until(sig, shmem.CMP.EQ, left + 1)
+check(seen == left + 1 and np.all(data.to_numpy() == left + 0.5), "put_signal on CUDA memory")
+
+# a reduction into CUDA memory (host reduction after the gather)
+src = shmem.full(5, me + 1, np.int64, domain="cuda")
+dst = shmem.zeros(5, np.int64, domain="cuda")
+shmem.sum_reduce(dst, src)
+check(np.all(dst.to_numpy() == n * (n + 1) // 2), f"sum_reduce: {dst.to_numpy()}")
+
+try:
+    import cupy as cp
+except Exception:  # no CuPy: the interface is still checked
+    cp = None
+iface = a.__cuda_array_interface__
+check(iface["data"][0] == a.device_pointer and iface["shape"] == (1024,), "CUDA array interface")
+if cp is not None:
+    view = cp.asarray(a)
+    check(int(view[:8].sum()) == int((np.arange(8) + 100 * left).sum()), "CuPy sees the data")
+    view[16] = 42
+    check(int(a.to_numpy()[16]) == 42, "CuPy writes land in the symmetric heap")
+shmem.barrier_all()
+for x in (a, b, c, ctr, data, src, dst):
+    shmem.free(x)
+shmem.del_signal(sig)
+print(f"routes: {sorted({r.name for r in rt.routes})}")
+print("cuda_domain ok", flush=True)

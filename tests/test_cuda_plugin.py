@@ -1,0 +1,78 @@
+"""The ``cuda`` memory domain (plugins/cuda), pip-installed from its folder as a user would.
+
+Everywhere: the plugin is discovered through ``vkshmem.domains``; on a machine without CUDA
+(CI) ``domain='gpu'`` still means the Vulkan domain, ``domain='cuda'`` fails with an error
+that says why, and ``VKSHMEM_GPU_PROVIDER=cuda`` makes ``domain='gpu'`` fail the same way. On a
+machine with NVIDIA GPUs the multi-PE script runs at 1, 2 and 4 PEs, over the imported
+mappings and through the domain proxy."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from test_multipe import MODES, check_run, launch
+
+from vkshmem.core import plugins
+from vkshmem.core.config import load
+
+PLUGIN = Path(__file__).parent.parent / "plugins" / "cuda"
+
+
+def _pip(*args: str) -> None:
+    subprocess.run([sys.executable, "-m", "pip", "-q", *args], check=True, timeout=600,
+                   capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def cuda_installed() -> Iterator[bool]:
+    """Install the plugin (and cuda-bindings); yield whether CUDA can open here."""
+    _pip("install", "--no-build-isolation", str(PLUGIN))
+    importlib.invalidate_caches()
+    try:
+        from vkshmem_cuda.driver import device_count
+
+        yield device_count() > 0
+    finally:
+        _pip("uninstall", "-y", "vkshmem-cuda")
+
+
+def test_discovered_through_its_entry_point(cuda_installed: bool) -> None:
+    reg = plugins.load_plugins(load({}))
+    assert reg.origin["cuda"] == "vkshmem-cuda"
+    spec = reg.domains["cuda"]
+    assert spec.family == "gpu" and spec.priority > reg.domains["vulkan"].priority
+    assert spec.available is not None and spec.available(load({})) == cuda_installed
+
+
+def _one_pe(code: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, env={**__import__("os").environ, **env})
+
+
+def test_without_cuda_gpu_means_vulkan_and_cuda_says_why(cuda_installed: bool) -> None:
+    if cuda_installed:
+        pytest.skip("this machine has CUDA")
+    code = ("import numpy as np\nfrom vkshmem import shmem\n"
+            "a = shmem.zeros(2, np.int64, domain='gpu')\nprint(type(a).__name__)\n"
+            "try:\n    shmem.zeros(2, np.int64, domain='cuda')\n"
+            "except Exception as exc:\n    print('refused:', type(exc).__name__, exc)\n")
+    r = _one_pe(code, {"VKSHMEM_GPU_SYMMETRIC_SIZE": "64M"})
+    assert r.returncode == 0, r.stderr
+    assert "DeviceArray" in r.stdout, r.stdout
+    assert "refused:" in r.stdout and "NVIDIA" in r.stdout, r.stdout
+    r = _one_pe(code.split("print(type")[0], {"VKSHMEM_GPU_PROVIDER": "cuda"})
+    assert r.returncode != 0
+    assert "VKSHMEM_GPU_PROVIDER" in r.stderr and "cuda" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("mode", ["shm", "hostproxy"])
+@pytest.mark.parametrize("npes", [1, 2, 4])
+def test_cuda_domain_multipe(cuda_installed: bool, npes: int, mode: str) -> None:
+    if not cuda_installed:
+        pytest.skip("no CUDA GPU here (tests/gpu/device_run.sh runs this on one)")
+    check_run(launch("cuda_domain", npes, MODES[mode]), "cuda_domain", npes, mode)
