@@ -72,6 +72,15 @@ if cp is not None:
     check(int(view[:8].sum()) == int((np.arange(8) + 100 * left).sum()), "CuPy sees the data")
     view[16] = 42
     check(int(a.to_numpy()[16]) == 42, "CuPy writes land in the symmetric heap")
+pv = shmem.ptr(a, right)  # the right neighbour's array as mapped on this GPU
+if heap.route_names[right] == "direct":
+    check(pv is not None and pv.__cuda_array_interface__["shape"] == (1024,),
+          "ptr gives a device view of a mapped peer")
+    if cp is not None:
+        check(int(cp.asarray(pv)[:8].sum()) == int((np.arange(8) + 100 * me).sum()),
+              "the ptr view reads the peer's memory")
+else:
+    check(pv is None, "no view of a peer reached through the proxy")
 shmem.barrier_all()
 for x in (a, b, c, ctr, data, src, dst):
     shmem.free(x)

@@ -47,8 +47,9 @@ def ptr(target: np.ndarray, pe: int) -> np.ndarray | None:
         heap = heap_of(target, "ptr target")
         mem = heap.direct[pe]
         view = heap.domain.host_view(mem) if mem is not None else None
-        if view is None:
-            return None
+        if view is None:  # a device-usable view, where the domain offers one
+            return None if mem is None else heap.domain.device_view(
+                mem, target.offset, target.shape, target.dtype)
         return np.frombuffer(view, target.dtype, target.size, target.offset).reshape(
             target.shape)
     seg, off = _symmetric_offset(target)

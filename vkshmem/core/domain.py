@@ -194,6 +194,13 @@ class MemoryDomain(ABC):
         where the CPU cannot address it (``shmem.ptr`` then returns None)."""
         return None
 
+    def device_view(self, mem: Any, offset: int, shape: tuple[int, ...],
+                    dtype: np.dtype) -> Any:
+        """Where the CPU has no view: an object device libraries can use for ``shape`` x
+        ``dtype`` at ``offset`` of memory handle ``mem`` (e.g. one with
+        ``__cuda_array_interface__``), or None (the default). ``shmem.ptr`` returns it."""
+        return None
+
     def no_view_reason(self) -> str:
         """Why :meth:`host_view` of this PE's segment is None (for error messages)."""
         return "the domain does not map its memory for the CPU"

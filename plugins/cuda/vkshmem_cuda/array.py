@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from vkshmem.core.domainarray import DomainArray
 
 if TYPE_CHECKING:
     from .domain import CudaDomain
 
-__all__ = ["CudaArray"]
+__all__ = ["CudaArray", "PeerView"]
 
 
 class CudaArray(DomainArray):
@@ -31,6 +33,25 @@ class CudaArray(DomainArray):
 
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]:
-        return {"shape": self.shape, "typestr": self.dtype.str, "descr": [("", self.dtype.str)],
-                "data": (self.device_pointer, False), "strides": None, "version": 3,
-                "stream": None}
+        return _interface(self.device_pointer, self.shape, self.dtype)
+
+
+def _interface(pointer: int, shape: tuple[int, ...], dtype: np.dtype) -> dict[str, Any]:
+    return {"shape": shape, "typestr": dtype.str, "descr": [("", dtype.str)],
+            "data": (pointer, False), "strides": None, "version": 3, "stream": None}
+
+
+class PeerView:
+    """``shmem.ptr(a, pe)`` for a CudaArray: another PE's array as mapped on this PE's GPU
+    (loads and stores by kernels and CUDA libraries go straight to that PE's memory)."""
+
+    __slots__ = ("dtype", "pointer", "shape")
+
+    def __init__(self, pointer: int, shape: tuple[int, ...], dtype: np.dtype) -> None:
+        self.pointer = pointer
+        self.shape = shape
+        self.dtype = dtype
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        return _interface(self.pointer, self.shape, self.dtype)

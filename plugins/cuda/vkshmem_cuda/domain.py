@@ -23,7 +23,7 @@ from vkshmem.core.domain import DomainContext, DomainExport, DomainSpec, MemoryD
 from vkshmem.core.errors import ConfigError, InvalidArgumentError
 from vkshmem.core.transport import AmoOp, SegmentInfo
 
-from .array import CudaArray
+from .array import CudaArray, PeerView
 from .driver import CudaError, Device, Mapping, device_count
 
 __all__ = ["CudaDomain"]
@@ -128,6 +128,11 @@ class CudaDomain(MemoryDomain):
     def zero(self, offset: int, nbytes: int) -> None:
         if nbytes:
             self.device.zero(self.local.va + offset, nbytes)
+
+    def device_view(self, mem: Mapping, offset: int, shape: tuple[int, ...],
+                    dtype: np.dtype) -> PeerView:
+        """A view of ``mem`` (a peer's heap mapped on this GPU) that CUDA libraries take."""
+        return PeerView(mem.va + offset, shape, dtype)
 
     def no_view_reason(self) -> str:
         return "CUDA device memory has no CPU mapping (use cupy.asarray(a) on the GPU)"
