@@ -131,7 +131,7 @@ def test_plot_file(tmp_path: Path) -> None:
 def test_help_explains_the_options() -> None:
     r = bench("--help")
     assert r.returncode == 0
-    for needle in ("--npes", "--bench", "--sizes", "--iters", "--warmup", "--samples",
+    for needle in ("--npes", "--bench", "--sizes", "--iters", "--warmup", "--samples", "--rounds",
                    "--window", "--transport", "--rail", "--domain", "--compare", "--csv",
                    "--json", "--markdown", "--plot", "--progress", "--timeout", "ucx_perftest",
                    "shmem4py", "oshrun", "OMPI_MCA_btl=^openib", "mpiexec", "put_signal",
@@ -190,14 +190,15 @@ def test_a_missing_reference_named_explicitly_is_an_error(
 
 def test_vkshmem_alone_json_on_stdout() -> None:
     r = bench("-b", "put_lat,get_bw,fetch_add,compare_swap,put_signal,barrier,reduce",
-              "-s", "8,4096", *TINY, "--json")
+              "-s", "8,4096", *TINY, "--rounds", "2", "--json")
     assert r.returncode == 0, r.stdout + r.stderr
     doc = json.loads(r.stdout)
+    assert doc["meta"]["rounds"] == 2
     assert doc["sides"]["vkshmem"]["routes"] == "shm"
     assert len(doc["rows"]) == 2 + 2 + 1 + 1 + 2 + 1 + 2
     for row in doc["rows"]:
         v = row["values"]["vkshmem"]
-        assert len(v["samples_s_per_op"]) == 2 and v["median"] > 0, row
+        assert len(v["samples_s_per_op"]) == 4 and v["median"] > 0, row  # 2 x 2 rounds
 
 
 @pytest.mark.skipif(not HAS_MPI4PY, reason="mpi4py is not installed (vkshmem[mpi])")

@@ -144,6 +144,10 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     what.add_argument("--samples", type=_count(1), default=5, metavar="K",
                       help="timed loops per figure; the table shows their median "
                            "(default: %(default)s)")
+    what.add_argument("--rounds", type=_count(1), default=1, metavar="R",
+                      help="run every side R times, taking turns, and pool the samples "
+                           "(evens out load spikes on a shared machine; default: "
+                           "%(default)s)")
     what.add_argument("--window", type=_count(1), default=64, metavar="W",
                       help="non-blocking operations per quiet in bw/rate tests "
                            "(default: %(default)s)")
@@ -244,7 +248,7 @@ def machine() -> str:
         pass
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     return (f"host {platform.node()} ({os.cpu_count()} CPUs, {model}{platform.system()} "
-            f"{platform.machine()}, load {load:.1f})")
+            f"{platform.machine()}), load average {load:.1f} at the start")
 
 
 def cmd_bench(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -280,6 +284,7 @@ def cmd_bench(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     argv = getattr(args, "argv", None)
     meta = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "host": machine(), "npes": args.npes, "domain": args.domain,
+            "rounds": args.rounds,
             "command": "vkshmem " + shlex.join(argv) if argv else "vkshmem bench"}
     with tempfile.TemporaryDirectory(prefix="vkshmem-bench-") as tmp:
         return run(args, plan, meta, side_env(args, plan.max_size), tmp, parser)

@@ -94,6 +94,13 @@ def _references(args: argparse.Namespace, plan: Plan, plan_path: str,
     return todo, skipped
 
 
+def _merge(into: Outcome, more: Outcome) -> None:
+    """Pool the samples of another round of the same side."""
+    into.meta = into.meta or more.meta
+    for key, samples in more.results.items():
+        into.results.setdefault(key, []).extend(samples)
+
+
 def _write(dest: str, text: str, what: str) -> None:
     if dest == "-":
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
@@ -111,26 +118,36 @@ def run(args: argparse.Namespace, plan: Plan, meta: dict[str, Any], env: dict[st
         todo, skipped = _references(args, plan, plan_path)
     except Skipped as exc:
         parser.error(str(exc))
-    bar = _Bar(len(plan.items) + sum(count for _, _, count in todo), args.progress)
+    rounds = args.rounds
+    bar = _Bar(rounds * (len(plan.items) + sum(count for _, _, count in todo)), args.progress)
     status = 0
-    refs: list[Outcome] = []
+    main = Outcome("vkshmem")
+    done: dict[str, Outcome] = {}
     try:
-        try:
-            main = run_side("vkshmem", vkshmem_command(args.npes, plan_path, args.timeout),
-                            env, args.timeout + 30, bar.tick_for("vkshmem"))
-        except BenchError as exc:
-            bar.close()
-            print(f"vkshmem bench: error: {exc}", file=sys.stderr)
-            return 1
-        for name, runner, _count in todo:
+        for _ in range(rounds):  # the sides take turns: a load spike hits each side alike
             try:
-                refs.append(runner(bar.tick_for(name)))
+                _merge(main, run_side("vkshmem", vkshmem_command(args.npes, plan_path,
+                                                                  args.timeout),
+                                      env, args.timeout + 30, bar.tick_for("vkshmem")))
             except BenchError as exc:
-                status = 1
-                print(f"vkshmem bench: {exc}", file=sys.stderr)
-                skipped.append(Outcome(name, skipped=f"failed: {str(exc).splitlines()[0]}"))
+                bar.close()
+                print(f"vkshmem bench: error: {exc}", file=sys.stderr)
+                return 1
+            for name, runner, _count in todo:
+                if any(o.name == name for o in skipped):
+                    continue  # failed in an earlier round
+                try:
+                    _merge(done.setdefault(name, Outcome(name)), runner(bar.tick_for(name)))
+                except BenchError as exc:
+                    status = 1
+                    print(f"vkshmem bench: {exc}", file=sys.stderr)
+                    done.pop(name, None)
+                    skipped.append(Outcome(name,
+                                           skipped=f"failed: {str(exc).splitlines()[0]}"))
     finally:
         bar.close()
+    refs = [done[name] for name, _, _ in todo if name in done]
+    meta["load_end"] = f"{os.getloadavg()[0]:.1f}"
     report = Report(plan, main, refs, skipped, meta)
     if args.csv:
         _write(args.csv, report.csv(), "CSV")

@@ -2,8 +2,9 @@
 
 Found in the PyPI ``libucx`` wheel (``libucx/bin``; the one vkshmem-ucx builds against) or on
 PATH (Debian's ``ucx-utils``). Each plan item it has a test for runs as one server and one
-client process on this host (2 PEs only), with the plan's iterations x samples and warm-up;
-UCX picks its transports from ``UCX_TLS`` as usual:
+client process on this host (2 PEs only; pinned to two cores with ``-c`` as the PEs are),
+with the plan's iterations x samples and warm-up; UCX picks its transports from ``UCX_TLS``
+as usual:
 
 ============  =======================================  ================================
 benchmark     test                                     figure read
@@ -87,14 +88,15 @@ def _final(stdout: str) -> list[float] | None:
     return None
 
 
-def run_one(cmd: list[str], env: dict[str, str], args: list[str],
-            timeout: float) -> list[float] | None:
+def run_one(cmd: list[str], env: dict[str, str], args: list[str], timeout: float,
+            cores: tuple[str, str] | None = None) -> list[float] | None:
     """One test: server and client on this host; the client's ``Final:`` figures (iterations,
     latency 50%/avg/overall us, bandwidth avg/overall MB/s, rate avg/overall msg/s)."""
     deadline = time.monotonic() + timeout
     for attempt in range(5):  # the client fails at once when the server is not listening yet
         port = str(_free_port())
-        server = subprocess.Popen([*cmd, "-p", port], env=env, stdout=subprocess.DEVNULL,
+        pin_s, pin_c = (["-c", cores[0]], ["-c", cores[1]]) if cores else ([], [])
+        server = subprocess.Popen([*cmd, "-p", port, *pin_s], env=env, stdout=subprocess.DEVNULL,
                                   stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
                                   start_new_session=True)
         try:
@@ -102,7 +104,7 @@ def run_one(cmd: list[str], env: dict[str, str], args: list[str],
             left = deadline - time.monotonic()
             if left <= 0:
                 return None
-            r = subprocess.run([*cmd, "localhost", "-p", port, *args], env=env,
+            r = subprocess.run([*cmd, "localhost", "-p", port, *pin_c, *args], env=env,
                                capture_output=True, text=True, timeout=left,
                                stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired:
@@ -129,6 +131,8 @@ def run_perftest(plan: Plan, npes: int, timeout: float,
                                         "npes": 2, "domain": "host"})
     deadline = time.monotonic() + timeout
     failed: list[str] = []
+    cpus = sorted(os.sched_getaffinity(0))
+    cores = (str(cpus[0]), str(cpus[1])) if plan.bind and len(cpus) >= 2 else None
     for item in plan.items:
         if item.bench not in TESTS:
             continue
@@ -139,7 +143,7 @@ def run_perftest(plan: Plan, npes: int, timeout: float,
         left = deadline - time.monotonic()
         if left <= 0:
             raise BenchError(f"ucx_perftest: not done after {timeout:g} s (--timeout)")
-        fig = run_one(cmd, env, args, left)
+        fig = run_one(cmd, env, args, left, cores)
         if fig is None or len(fig) < 8:
             failed.append(f"{item.bench} {item.size}")
         else:

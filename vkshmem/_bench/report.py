@@ -103,8 +103,9 @@ class Report:
     def header(self) -> list[str]:
         """Lines that say what ran where."""
         m = self.meta
+        end = f", {m['load_end']} at the end" if m.get("load_end") else ""
         lines = [f"vkshmem bench: {m['npes']} PEs, {m['domain']} memory, {m['date']}, "
-                 f"{m['host']}",
+                 f"{m['host']}{end}",
                  f"  command: {m['command']}"]
         for side in (self.main, *self.refs):
             lib = side.meta.get("library", "")
@@ -114,7 +115,10 @@ class Report:
             lines.append(f"  {side.name:12s} skipped: {side.skipped}")
         if self.refs and m["domain"] != "host":
             lines.append(f"  vkshmem uses {m['domain']} memory, the references host memory")
-        lines.append(f"  median of {self.plan.samples} samples; latency in us (lower is "
+        r = m.get("rounds", 1)
+        n = f"{self.plan.samples * r} samples ({r} rounds)" if r > 1 \
+            else f"{self.plan.samples} samples"
+        lines.append(f"  median of {n}; latency in us (lower is "
                      "better), bandwidth in GB/s and rate in million messages/s (higher is "
                      "better)")
         if self.refs:
