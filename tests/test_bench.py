@@ -115,6 +115,7 @@ def test_table_csv_json_markdown() -> None:
     assert first["values"]["vkshmem"]["samples_s_per_op"] == [2e-6, 2e-6]
     assert first["ratios"] == {"mpi4py": pytest.approx(2.0)}
     md = rep.table(markdown=True)
+    assert md.startswith("```text\nvkshmem bench: 2 PEs, host memory, 2026-01-01 00:00 UTC")
     assert "| benchmark | size | unit | vkshmem | mpi4py | vkshmem/mpi4py |" in md
     assert "| put_lat | 8 B | us | 2.00 | 1.00 | 2.00 |" in md
 

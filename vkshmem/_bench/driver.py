@@ -44,7 +44,6 @@ class _Bar:
         # disable=None: on only when stderr is a terminal, unless --progress asked for it
         self.bar = tqdm(total=total, file=sys.stderr, unit="test", leave=False,
                         dynamic_ncols=True, disable=None if enabled is None else False)
-        self.side = ""
 
     def tick_for(self, side: str) -> Tick:
         def tick(bench: str, size: int) -> None:

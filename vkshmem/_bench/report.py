@@ -135,7 +135,7 @@ class Report:
                  *(fmt(r.ratios.get(ref.name)) for ref in self.refs)] for r in self.rows]
         out = io.StringIO()
         if markdown:
-            out.write("\n".join(f"{line.strip()}  " for line in self.header()) + "\n\n")
+            out.write("```text\n" + "\n".join(self.header()) + "\n```\n\n")
             out.write("| " + " | ".join(head) + " |\n")
             out.write("|" + "|".join("---" if i < 3 else "---:" for i in range(len(head)))
                       + "|\n")
