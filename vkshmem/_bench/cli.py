@@ -7,13 +7,11 @@ import datetime
 import os
 import platform
 import shlex
-import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from .._cli import _positive_seconds
 from .spec import (
     BENCHES,
     DEFAULT_SIZES,
@@ -81,16 +79,27 @@ examples:
 """
 
 
-def _count(minimum: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
+def _bounded(convert: Callable[[str], Any], what: str, minimum: float,
+             strict: bool = False) -> Callable[[str], Any]:
+    """An argparse type: ``convert(text)``, at least ``minimum`` (more than it if
+    ``strict``), else an error that says what was expected."""
+    def parse(text: str) -> Any:
         try:
-            value = int(text)
+            value = convert(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+        if value < minimum or (strict and value == minimum):
+            raise argparse.ArgumentTypeError(
+                f"must be {'more than' if strict else 'at least'} {minimum:g}, got {text}")
         return value
     return parse
+
+
+def _count(minimum: int) -> Callable[[str], int]:
+    return _bounded(int, "a whole number", minimum)
+
+
+_seconds = _bounded(float, "a number of seconds", 0, strict=True)
 
 
 def _checked(fn: Callable[[str], Any]) -> Callable[[str], Any]:
@@ -181,7 +190,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                      "needs matplotlib: pip install 'vkshmem[plot]')")
     out.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                      help="progress bar on stderr (default: when stderr is a terminal)")
-    out.add_argument("--timeout", type=_positive_seconds, default=900.0, metavar="SECONDS",
+    out.add_argument("--timeout", type=_seconds, default=900.0, metavar="SECONDS",
                      help="end a side that runs longer than this (default: %(default)g)")
     p.set_defaults(func=cmd_bench, command_parser=p)
     return p
@@ -289,9 +298,3 @@ def cmd_bench(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     with tempfile.TemporaryDirectory(prefix="vkshmem-bench-") as tmp:
         return run(args, plan, meta, side_env(args, plan.max_size), tmp, parser)
 
-
-def main(argv: list[str] | None = None) -> int:  # pragma: no cover - convenience
-    """``python -m vkshmem._bench.cli ...`` = ``vkshmem bench ...``."""
-    from .._cli import main as cli_main
-
-    return cli_main(["bench", *(sys.argv[1:] if argv is None else argv)])
