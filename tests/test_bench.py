@@ -162,7 +162,7 @@ def test_list_describes_benchmarks_and_references() -> None:
     (["--csv", "--json"], "cannot both go to stdout"),
     (["--json", "/no/such/dir/x.json"], "does not exist"),
     (["-b", "put_rate", "-s", "1M"], "nothing to measure"),
-    (["--transport", "shm", "--rail", "hostproxy"], "--rail needs them"),
+    (["--transport", "shm", "--rail", "hostproxy"], "which no rail carries"),
 ])
 def test_bad_options(args: list[str], message: str) -> None:
     r = bench(*args)

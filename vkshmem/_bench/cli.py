@@ -282,7 +282,8 @@ def cmd_bench(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if args.csv == "-" and args.json == "-":
         parser.error("--csv and --json cannot both go to stdout; give one a FILE")
     if args.transport == "shm" and args.rail:
-        parser.error("--transport shm switches the transports off; --rail needs them")
+        parser.error("--transport shm takes the same-node path, which no rail carries: drop "
+                     "--rail, or name its transport with --transport")
     benches = args.bench or list(BENCHES)
     sizes = args.sizes or parse_sizes(DEFAULT_SIZES)
     plan = make_plan(benches, sizes, args.iters, args.warmup, args.samples, args.window,
