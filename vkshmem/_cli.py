@@ -16,6 +16,7 @@ examples:
   vkshmem run -n 4 script.py          start 4 PEs of script.py on this host (like oshrun)
   vkshmem run -n 2 -m mypackage.bench --iters 100
   vkshmem info                        show the VKSHMEM_* variables, plugins and choices
+  vkshmem bench --compare             OSU-style benchmarks, next to mpi4py RMA (and more)
 
 Multi-host jobs run under mpirun/srun/torchrun (bootstraps 'mpi' and 'env').
 
@@ -133,6 +134,10 @@ def build_parser() -> argparse.ArgumentParser:
     info.add_argument("-n", "--npes", type=_positive_int, default=1, metavar="N",
                       help="number of PEs to probe with (default: %(default)s)")
     info.set_defaults(func=_cmd_info, command_parser=info)
+
+    from ._bench.cli import add_parser as add_bench  # options only; runs nothing
+
+    add_bench(sub)
     return parser
 
 
@@ -195,7 +200,9 @@ def _cmd_info(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``vkshmem`` console script; returns the exit status."""
     parser = build_parser()
-    args = parser.parse_args(_split_module(list(sys.argv[1:] if argv is None else argv)))
+    words = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(_split_module(words))
+    args.argv = words  # 'vkshmem bench' prints the command it ran
     if getattr(args, "func", None) is None:
         parser.print_help(sys.stderr)
         return 2
