@@ -1,8 +1,8 @@
 """Multi-PE tests of the OpenSHMEM 1.5/1.6 surface: signals, locks, non-blocking AMOs and the
 1.6 RMA additions, and the shmem4py/1.6 conformance edge cases of docs/conformance.md
 (conform_mem, conform_handles). Each script under tests/pe runs under ``vkshmem run`` at 1, 2,
-3 and 4 PEs, over the shm path and, with it off, over hostproxy and UCX (the modes of
-test_multipe)."""
+3 and 4 PEs, over the shm path and, with it off, over hostproxy, UCX and libfabric (the
+modes of test_multipe)."""
 
 from __future__ import annotations
 

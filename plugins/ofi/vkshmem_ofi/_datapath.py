@@ -158,6 +158,9 @@ class DataPath:
         local = sh.local.get(seg) if pe == sh.context.my_pe else None
         if local is not None and width in (4, 8) and not offset % width \
                 and offset + width <= local[1]:
+            rc = lib.vko_settle_puts(e)  # ordered after this endpoint's puts, as remotely
+            if rc:
+                raise self._error(rc, "AMO on", pe, seg, offset, width)
             code = AmoOp.SWAP if op == AmoOp.SET else op  # a fetching SET returns the old word
             old = sh.cpu_amo(local[0] + offset, int(code), width, operand & _M64,
                              compare & _M64)

@@ -34,6 +34,7 @@
 #define VKO_CLOSE_NS 5000000000ull
 
 enum { PENDING = 0, DONE = 1, ORPHAN = 2, AUTOFREE = 3 };
+enum { VKO_W_WRITE = 1, VKO_W_PUT = 3 }; /* vko_req.is_write: a put is a write too */
 
 typedef struct vko_req {
     struct fi_context2 fictx; /* first: providers with FI_CONTEXT(2) mode use it */
@@ -56,7 +57,7 @@ struct vko_ep {
     vko_ctx *c;
     struct fid_ep *ep;
     struct fid_cq *cq;           /* the context's shared CQ (root), or its own (contexts) */
-    int64_t outstanding, writes; /* atomics */
+    int64_t outstanding, writes, puts; /* atomics; writes = puts + non-fetching AMOs */
     int first_err;               /* atomic: first failed operation since the last quiet */
     unsigned char *dirty;        /* PEs with inject atomics not yet flushed */
     vko_ep *next;
@@ -127,6 +128,8 @@ static void complete(vko_ctx *c, vko_req *r, int err) {
         __atomic_add_fetch(&c->n_err, 1, __ATOMIC_RELAXED);
     }
     r->err = err;
+    if (r->is_write & VKO_W_PUT)
+        __atomic_sub_fetch(&e->puts, 1, __ATOMIC_RELEASE);
     if (r->is_write)
         __atomic_sub_fetch(&e->writes, 1, __ATOMIC_RELEASE);
     __atomic_sub_fetch(&e->outstanding, 1, __ATOMIC_RELEASE);
@@ -270,10 +273,14 @@ static vko_req *new_req(vko_ep *e, int is_write, int autofree) {
     __atomic_add_fetch(&e->outstanding, 1, __ATOMIC_ACQ_REL);
     if (is_write)
         __atomic_add_fetch(&e->writes, 1, __ATOMIC_ACQ_REL);
+    if (is_write & VKO_W_PUT)
+        __atomic_add_fetch(&e->puts, 1, __ATOMIC_ACQ_REL);
     return r;
 }
 
 static void drop_req(vko_req *r) { /* the post failed: it never went out */
+    if (r->is_write & VKO_W_PUT)
+        __atomic_sub_fetch(&r->ep->puts, 1, __ATOMIC_RELEASE);
     if (r->is_write)
         __atomic_sub_fetch(&r->ep->writes, 1, __ATOMIC_RELEASE);
     __atomic_sub_fetch(&r->ep->outstanding, 1, __ATOMIC_RELEASE);

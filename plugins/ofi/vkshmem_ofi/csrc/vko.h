@@ -108,6 +108,8 @@ int vko_get(vko_ep *e, int32_t pe, uint32_t seg, uint64_t off, void *dst, size_t
 int vko_amo(vko_ep *e, int32_t pe, uint32_t seg, uint64_t off, int op, int width,
             uint64_t operand, uint64_t compare, int fetch, uint64_t *result);
 int vko_fence(vko_ep *e);
+/* Wait for this endpoint's outstanding puts (before an AMO applied by the CPU). */
+int vko_settle_puts(vko_ep *e);
 int vko_quiet(vko_ep *e);
 /* The text of the last completion error the CQ reported (provider's own words). */
 const char *vko_last_error(vko_ctx *c);

@@ -1,8 +1,9 @@
 /* vkshmem-ofi: the data path (put, get, AMOs, fence, quiet). Included by vko.c.
  *
  * Ordering extras: a get or a fetching AMO first waits for this endpoint's outstanding writes
- * (puts and non-fetching AMOs), so it observes them; no provider here grants read-after-write
- * ordering across RMA and atomics. fence waits for the outstanding writes (fence = quiet of
+ * (puts and non-fetching AMOs), so it observes them; a non-fetching AMO waits for the
+ * outstanding puts (AMO-after-AMO the providers order themselves). No provider here grants
+ * read-after-write or put-then-AMO ordering across RMA and atomics. fence waits for the outstanding writes (fence = quiet of
  * writes): tcp;ofi_rxm orders put-after-put and AMO-after-AMO but not put-then-AMO. */
 
 /* The peer's segment for [off, off+n), or an error code. */
@@ -48,7 +49,7 @@ int vko_put(vko_ep *e, int32_t pe, uint32_t seg, uint64_t off, const void *src, 
     while (n) {
         size_t len = n < max ? n : max;
         int small = len <= VKO_BOUNCE;
-        vko_req *r = new_req(e, 1, small || nbi);
+        vko_req *r = new_req(e, VKO_W_PUT, small || nbi);
         if (!r)
             return VKO_ENOMEM;
         if (small)
@@ -180,7 +181,7 @@ int vko_amo(vko_ep *e, int32_t pe, uint32_t seg, uint64_t off, int op, int width
     *result = 0;
     uint32_t bit = 1u << (op + (width == 8 ? VKO_AMO_W8 : 0) + (fetch ? VKO_AMO_FETCH : 0));
     uint32_t cas = 1u << (VKO_CSWAP + (width == 8 ? VKO_AMO_W8 : 0) + VKO_AMO_FETCH);
-    if (fetch && (rc = settle_writes(e, pe)))
+    if ((rc = fetch ? settle_writes(e, pe) : vko_settle_puts(e)))
         return rc;
     if ((c->valid & bit) && !(c->emulate & bit)) {
         rc = amo1(e, fa, raddr, key, op, width, operand, compare, fetch, result);
@@ -232,6 +233,12 @@ static int flush_injects(vko_ep *e, int32_t only) {
         }
     }
     return 0;
+}
+
+int vko_settle_puts(vko_ep *e) {
+    if (!e->ep)
+        return VKO_ECLOSED;
+    return __atomic_load_n(&e->puts, __ATOMIC_ACQUIRE) > 0 ? wait_zero(e, &e->puts) : 0;
 }
 
 int vko_fence(vko_ep *e) {
