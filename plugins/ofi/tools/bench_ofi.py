@@ -22,60 +22,14 @@ import json
 import os
 import re
 import shutil
-import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
-ROWS = [("put 8 B + quiet", "us"), ("get 8 B", "us"), ("fetch_add 8 B", "us"),
-        ("put 1 MiB", "GB/s")]
-
-
-def pe_main(iters: int, reps: int) -> None:
-    """Measure PE 0 -> PE 1 and print one RESULT line (PE 0)."""
-    import numpy as np
-
-    from vkshmem import shmem
-
-    me = shmem.my_pe()
-    small = shmem.zeros(1, np.int64)
-    src8 = np.ones(1, np.int64)
-    dst8 = np.empty(1, np.int64)
-    big = shmem.zeros(1 << 17, np.float64)  # 1 MiB
-    src_big = np.random.default_rng(0).standard_normal(1 << 17)
-
-    def put_quiet() -> None:
-        shmem.put(small, src8, 1)
-        shmem.quiet()
-
-    def put_big() -> None:
-        shmem.put(big, src_big, 1)
-        shmem.quiet()
-
-    tests = {
-        "put 8 B + quiet": (put_quiet, iters),
-        "get 8 B": (lambda: shmem.get(dst8, small, 1), iters),
-        "fetch_add 8 B": (lambda: shmem.atomic_fetch_add(small, 1, 1), iters),
-        "put 1 MiB": (put_big, max(20, iters // 25)),
-    }
-    out: dict[str, float] = {}
-    for name, (fn, n) in tests.items():
-        samples = []
-        for _ in range(reps):
-            shmem.barrier_all()
-            if me == 0:
-                for _ in range(min(100, n)):
-                    fn()
-                t0 = time.perf_counter()
-                for _ in range(n):
-                    fn()
-                samples.append((time.perf_counter() - t0) / n)
-            shmem.barrier_all()
-        if me == 0:
-            per_op = statistics.median(samples)
-            out[name] = (1 << 20) / per_op / 1e9 if name == "put 1 MiB" else per_op * 1e6
-    if me == 0:
-        print("RESULT " + json.dumps(out), flush=True)
+# The measurement itself is the UCX comparison's (same operations, same rows), reused as is.
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
+from ucx_compare import ROWS, pe_main
 
 
 def run_vkshmem(provider: str, iters: int, reps: int) -> dict[str, float]:
