@@ -155,3 +155,14 @@ def test_two_hosts_over_ofi_tcp(two_hosts: tuple[str, str], script: str) -> None
         "VKSHMEM_OFI_PROVIDER": "tcp;ofi_rxm"})
     for out in outs:
         assert "routes: ['ofi', 'shm']" in out, out
+
+
+@pytest.mark.parametrize("npes", [2, 4])
+@pytest.mark.parametrize("script", ["amo", "amo_nbi", "lock"])
+def test_emulated_atomics_fallback_across_processes(script: str, npes: int) -> None:
+    """Every AMO run as a compare-and-swap loop (the fallback for an op a provider lacks,
+    forced with emulate=all) still passes the AMO, non-blocking AMO and lock scripts."""
+    env = {"VKSHMEM_SHM": "0", "VKSHMEM_RAIL0": "ofi:provider=tcp;ofi_rxm:emulate=all"}
+    r = launch(script, npes, env)
+    assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout}\n{r.stderr}"
+    assert r.stdout.count(f"{script} ok") == npes, r.stdout

@@ -14,6 +14,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -189,6 +190,7 @@ static void *progress_main(void *arg) {
     sigset_t all;
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, NULL);
+    prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0); /* poll_us means poll_us, not +50 us */
     struct timespec nap = {0, (long)c->poll_us * 1000};
     while (!__atomic_load_n(&c->stop, __ATOMIC_ACQUIRE)) {
         int got = 0;
