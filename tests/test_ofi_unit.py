@@ -281,9 +281,9 @@ def test_dead_peer_times_out_naming_it() -> None:
 def test_options_are_validated() -> None:
     with pytest.raises(ConfigError, match=r"VKSHMEM_RAIL3.*unknown option 'bogus'"):
         OfiTransport(context(0, 1, rail=3, options={"bogus": "1"}))
-    for key, value in [("timeout", "-1"), ("poll_us", "x"), ("spin_us", "-5"),
-                       ("inject_amo", "maybe"), ("emulate", "frobnicate"), ("emulate", "cswap"),
-                       ("force", "2")]:
+    for key, value in [("timeout", "-1"), ("poll_us", "x"), ("idle_poll_us", "0"),
+                       ("spin_us", "-5"), ("inject_amo", "maybe"), ("emulate", "frobnicate"),
+                       ("emulate", "cswap"), ("force", "2")]:
         with pytest.raises(ConfigError, match=rf"VKSHMEM_RAIL0.*{key}"):
             OfiTransport(context(0, 1, options={key: value}))
 

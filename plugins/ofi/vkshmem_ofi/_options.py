@@ -49,6 +49,7 @@ class Options:
     provider_from: str  # where the choice came from (for messages)
     timeout: float
     poll_us: int
+    idle_poll_us: int
     spin_us: int
     emulate: int  # VKO_AMO bits
     inject_amo: str  # auto | on | off
@@ -124,6 +125,7 @@ def parse_options(context: TransportContext) -> Options:
         provider=provider, provider_from=source,
         timeout=_number(known, "timeout", DEFAULT_TIMEOUT, 0.001, 1e6, var, "seconds"),
         poll_us=int(_number(known, "poll_us", 50, 1, 1e6, var, "microseconds")),
+        idle_poll_us=int(_number(known, "idle_poll_us", 500, 1, 1e6, var, "microseconds")),
         spin_us=int(_number(known, "spin_us", 50, 0, 1e7, var, "microseconds")),
         emulate=_emulate_mask(known.get("emulate", ""), ConfigError, var),
         inject_amo=inject,

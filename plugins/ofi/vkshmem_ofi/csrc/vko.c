@@ -32,6 +32,7 @@
 
 #define VKO_API FI_VERSION(1, 9)
 #define VKO_IDLE_MS 50
+#define VKO_IDLE_AFTER_NS 1000000000ull
 #define VKO_CLOSE_NS 5000000000ull
 
 enum { PENDING = 0, DONE = 1, ORPHAN = 2, AUTOFREE = 3 };
@@ -84,7 +85,8 @@ struct vko_ctx {
     uint64_t timeout_ns;
     pthread_t thread;
     int thread_started;
-    uint64_t n_done, n_err, n_wakeups;
+    uint64_t n_done, n_err, n_wakeups, n_issued;
+    uint32_t idle_poll_us;
     char lasterr[VKO_ERRLEN];
 };
 
@@ -192,6 +194,8 @@ static void *progress_main(void *arg) {
     pthread_sigmask(SIG_BLOCK, &all, NULL);
     prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0); /* poll_us means poll_us, not +50 us */
     struct timespec nap = {0, (long)c->poll_us * 1000};
+    struct timespec idle_nap = {0, (long)c->idle_poll_us * 1000};
+    uint64_t seen = 0, last_active = now_ns();
     while (!__atomic_load_n(&c->stop, __ATOMIC_ACQUIRE)) {
         int got = 0;
         pthread_rwlock_rdlock(&c->cqlock);
@@ -210,10 +214,17 @@ static void *progress_main(void *arg) {
         }
         got += drain_contexts(c);
         pthread_rwlock_unlock(&c->cqlock);
+        uint64_t issued = __atomic_load_n(&c->n_issued, __ATOMIC_RELAXED);
         if (got)
             __atomic_add_fetch(&c->n_wakeups, 1, __ATOMIC_RELAXED);
-        else if (!c->waitable)
-            nanosleep(&nap, NULL);
+        if (got || issued != seen) {
+            seen = issued;
+            last_active = now_ns();
+        } else if (!c->waitable) {
+            /* polling: every poll_us while this PE was active in the last VKO_IDLE_AFTER_NS,
+             * then every idle_poll_us (peers' requests then wait up to that long) */
+            nanosleep(now_ns() - last_active > VKO_IDLE_AFTER_NS ? &idle_nap : &nap, NULL);
+        }
     }
     return NULL;
 }
@@ -272,6 +283,7 @@ static vko_req *new_req(vko_ep *e, int is_write, int autofree) {
     r->err = 0;
     r->is_write = is_write;
     r->result = 0;
+    __atomic_add_fetch(&e->c->n_issued, 1, __ATOMIC_RELAXED);
     __atomic_add_fetch(&e->outstanding, 1, __ATOMIC_ACQ_REL);
     if (is_write)
         __atomic_add_fetch(&e->writes, 1, __ATOMIC_ACQ_REL);

@@ -63,10 +63,11 @@ const char *vko_strerror(int rc);
 /* fi_getinfo for an RDM endpoint with RMA and atomics from provider prov ("tcp;ofi_rxm",
  * "shm", ...; NULL or "" lets libfabric choose), then fabric, domain, AV and CQ, and start the
  * progress thread. n_pes sizes the peer table; poll_us: how long the progress thread sleeps
- * between polls where the CQ has no wait object; spin_us: how long a waiting caller spins
+ * between polls where the CQ has no wait object, idle_poll_us: the same once this PE issued
+ * nothing for a second; spin_us: how long a waiting caller spins
  * before it yields; timeout_s bounds every wait. NULL on failure, with err filled. */
-vko_ctx *vko_open(const char *prov, int32_t n_pes, uint32_t poll_us, uint32_t spin_us,
-                  double timeout_s, char *err, size_t errlen);
+vko_ctx *vko_open(const char *prov, int32_t n_pes, uint32_t poll_us, uint32_t idle_poll_us,
+                  uint32_t spin_us, double timeout_s, char *err, size_t errlen);
 /* Stop the thread, close every endpoint and MR, the CQ, AV, domain and fabric. */
 void vko_close(vko_ctx *c);
 /* What the provider granted: name, mr_mode, tx msg_order, inject size, max message size,

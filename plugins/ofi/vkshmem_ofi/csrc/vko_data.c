@@ -115,6 +115,7 @@ static int amo1(vko_ep *e, fi_addr_t fa, uint64_t raddr, uint64_t key, int op, i
     enum fi_datatype dt = width == 8 ? FI_UINT64 : FI_UINT32;
     int rc;
     if (!fetch && c->inject_amo) {
+        __atomic_add_fetch(&c->n_issued, 1, __ATOMIC_RELAXED);
         rc = POST(e, fi_inject_atomic(e->ep, &operand, 1, fa, raddr, key, dt, FIOP[op]));
         return rc;
     }

@@ -6,8 +6,8 @@ static void seterr(char *err, size_t errlen, const char *what, int rc) {
         snprintf(err, errlen, "%s: %s (%d)", what, fi_strerror(rc < 0 ? -rc : rc), rc);
 }
 
-vko_ctx *vko_open(const char *prov, int32_t n_pes, uint32_t poll_us, uint32_t spin_us,
-                  double timeout_s, char *err, size_t errlen) {
+vko_ctx *vko_open(const char *prov, int32_t n_pes, uint32_t poll_us, uint32_t idle_poll_us,
+                  uint32_t spin_us, double timeout_s, char *err, size_t errlen) {
     struct fi_info *hints = fi_allocinfo();
     vko_ctx *c = calloc(1, sizeof *c);
     int rc;
@@ -25,6 +25,7 @@ vko_ctx *vko_open(const char *prov, int32_t n_pes, uint32_t poll_us, uint32_t sp
     pthread_rwlockattr_destroy(&rwa);
     c->n_pes = n_pes;
     c->poll_us = poll_us ? poll_us : 1;
+    c->idle_poll_us = idle_poll_us > c->poll_us ? idle_poll_us : c->poll_us;
     c->spin_us = spin_us;
     c->timeout_ns = (uint64_t)(timeout_s * 1e9);
     c->next_key = 1;
