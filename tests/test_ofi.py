@@ -166,3 +166,13 @@ def test_emulated_atomics_fallback_across_processes(script: str, npes: int) -> N
     r = launch(script, npes, env)
     assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout}\n{r.stderr}"
     assert r.stdout.count(f"{script} ok") == npes, r.stdout
+
+
+@pytest.mark.parametrize("script", ["rma", "amo", "sync"])
+def test_the_sockets_provider_across_processes(script: str) -> None:
+    """A third Debian 12 provider (correct, ~10 ms per operation) carries the rma, amo and sync
+    scripts at 2 PEs."""
+    env = {"VKSHMEM_SHM": "0", "VKSHMEM_TRANSPORTS": "ofi", "VKSHMEM_OFI_PROVIDER": "sockets"}
+    r = launch(script, 2, env)
+    assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout}\n{r.stderr}"
+    assert r.stdout.count(f"{script} ok") == 2, r.stdout

@@ -194,6 +194,14 @@ def test_emulated_fetch_add_is_atomic_under_contention() -> None:
         contract.concurrent_fetch_add_from_threads(j, threads=3, per_thread=60)
 
 
+@contract.NON_FETCHING_OPS
+def test_injected_atomics_are_complete_after_quiet_over_tcp(op: AmoOp) -> None:
+    """The shm workaround (non-fetching AMOs as fi_inject_atomic, flushed at quiet by a fetching
+    read of each PE they went to) is correct on tcp;ofi_rxm too, where it is optional."""
+    with Job(options={"provider": PROVIDERS["tcp"], "inject_amo": "on"}) as j:
+        contract.amo_non_fetching(j, op, 8, cases=20, from_pes=(0,))
+
+
 def test_concurrent_fetch_add_from_threads(job: Job) -> None:
     contract.concurrent_fetch_add_from_threads(job, threads=4, per_thread=150)
 
