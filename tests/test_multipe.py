@@ -1,6 +1,7 @@
 """Multi-PE tests: each script under tests/pe runs under ``vkshmem run`` at 1, 2, 3 and 4 PEs,
 once over the shm path and once with it off and every byte (even to this PE) crossing the
-hostproxy transport, or UCX (over its shared memory and over tcp). ``--timeout`` and the
+hostproxy transport, or UCX (over its shared memory and over tcp), or libfabric (tcp;ofi_rxm and
+shm). ``--timeout`` and the
 subprocess timeout bound every run."""
 
 from __future__ import annotations
@@ -19,6 +20,10 @@ MODES = {
     # UCX carries everything: once over its shared memory (posix + cma), once over tcp.
     "ucx-sm": {"VKSHMEM_SHM": "0", "VKSHMEM_TRANSPORTS": "ucx", "UCX_TLS": "posix,cma,self"},
     "ucx-tcp": {"VKSHMEM_SHM": "0", "VKSHMEM_TRANSPORTS": "ucx", "UCX_TLS": "tcp,self"},
+    # libfabric carries everything: over tcp;ofi_rxm on loopback, and over its shm provider.
+    "ofi-tcp": {"VKSHMEM_SHM": "0", "VKSHMEM_TRANSPORTS": "ofi",
+                "VKSHMEM_OFI_PROVIDER": "tcp;ofi_rxm"},
+    "ofi-shm": {"VKSHMEM_SHM": "0", "VKSHMEM_TRANSPORTS": "ofi", "VKSHMEM_OFI_PROVIDER": "shm"},
 }
 
 

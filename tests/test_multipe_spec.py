@@ -2,7 +2,7 @@
 1.6 RMA additions, and the shmem4py/1.6 conformance edge cases of docs/conformance.md
 (conform_mem, conform_handles), and re-initialisation after the last finalize (reinit). Each
 script under tests/pe runs under ``vkshmem run`` at 1, 2, 3 and 4 PEs, over the shm path and,
-with it off, over hostproxy and UCX (the modes of test_multipe)."""
+with it off, over hostproxy, UCX and libfabric (the modes of test_multipe)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,257 @@
+"""The ofi transport's data path, contexts, statistics and shutdown (a mixin of
+:class:`~vkshmem_ofi._transport.OfiTransport`; see its module docstring for the mapping)."""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Any
+
+from vkshmem.core.errors import InvalidArgumentError, TransportError
+from vkshmem.core.transport import AmoOp, TransportContext
+
+from . import NAME
+from ._ofi import ffi, lib
+from ._options import Options
+
+__all__ = ["DataPath", "Shared", "status"]
+
+_M64 = (1 << 64) - 1
+_ERANGE = (lib.VKO_ESEG, lib.VKO_EBOUNDS, lib.VKO_EALIGN, lib.VKO_EAMO)
+_from_buffer = ffi.from_buffer
+_new = ffi.new
+_put = lib.vko_put
+_get = lib.vko_get
+_amo = lib.vko_amo
+
+
+def status(rc: int) -> str:
+    """The name of native return code ``rc`` (libfabric's ``fi_strerror`` or ours)."""
+    return ffi.string(lib.vko_strerror(rc)).decode(errors="replace")
+
+
+class Shared:
+    """What a transport and its context endpoints share: the fabric (and progress thread),
+    the peers' segment sizes (for messages) and this PE's own segments (for its AMOs)."""
+
+    def __init__(self, context: TransportContext, options: Options) -> None:
+        self.context = context
+        self.options = options
+        self.ctx: Any = None
+        self.provider = ""
+        self.peers: dict[int, dict[int, int]] = {}  # pe -> seg -> size
+        self.local: dict[int, tuple[int, int]] = {}  # seg -> (address, size) of this PE
+        self.children: weakref.WeakSet[Any] = weakref.WeakSet()
+        self.lock = threading.Lock()
+        self.emulated: tuple[str, ...] = ()
+        self.cpu_amo = ffi.cast("uint64_t (*)(uintptr_t, int, int, uint64_t, uint64_t)",
+                                context.amo_function)
+
+
+class DataPath:
+    """put/get/AMO/fence/quiet, contexts and close, over the native endpoint ``self._e``."""
+
+    _e: Any
+    _closed: bool
+    _held: list[Any]
+    _graveyard: list[Any]
+    _root: Any
+    _ctx_finalizer: weakref.finalize | None
+    _shared: Shared
+
+    # -- errors ---------------------------------------------------------------------------
+
+    def _live(self) -> Any:
+        e = self._e
+        if e is None:
+            raise TransportError(NAME, "the transport is closed")
+        return e
+
+    def _error(self, rc: int, what: str, pe: int, seg: int, offset: int, n: int) -> Exception:
+        """The exception for return code ``rc`` of ``what`` (e.g. 'put to') PE ``pe``."""
+        sh = self._shared
+        if rc == lib.VKO_ECLOSED:
+            return TransportError(NAME, "the transport is closed")
+        if rc == lib.VKO_EPEER:
+            return TransportError(NAME, f"PE {pe} is not reachable through ofi "
+                                  f"({sh.provider}) on rail {sh.context.rail}")
+        if rc in _ERANGE:
+            return self._range_error(rc, pe, seg, offset, n)
+        where = f"{what} PE {pe} (segment {seg}, offset {offset}, {n} bytes) over {sh.provider}"
+        if rc == lib.VKO_ETIMEDOUT:
+            return TransportError(NAME, f"{where}: no completion within {sh.options.timeout:g} "
+                                  "s (the peer may be dead or stuck; the rail option timeout= "
+                                  "sets this limit)", status=status(rc))
+        last = ffi.string(lib.vko_last_error(sh.ctx)).decode(errors="replace") if sh.ctx else ""
+        return TransportError(NAME, f"{where} failed" + (f": {last}" if last else ""),
+                              status=status(rc))
+
+    def _range_error(self, rc: int, pe: int, seg: int, offset: int,
+                     n: int) -> InvalidArgumentError:
+        if rc == lib.VKO_EAMO:
+            return InvalidArgumentError(f"ofi: AMO width {n} (4 or 8 bytes only)")
+        if rc == lib.VKO_EALIGN:
+            return InvalidArgumentError(f"ofi: AMO at offset {offset} is not aligned to its "
+                                        f"width {n}")
+        segs = self._shared.peers.get(pe, {})
+        if seg not in segs:
+            return InvalidArgumentError(f"ofi: PE {pe} has no segment {seg} registered")
+        return InvalidArgumentError(f"ofi: {n} bytes at offset {offset} are outside segment "
+                                    f"{seg} of PE {pe} ({segs[seg]} bytes)")
+
+    def _check(self, offset: int, what: str, pe: int, seg: int, n: int) -> Any:
+        e = self._e
+        if e is None or offset < 0:
+            raise self._error(lib.VKO_ECLOSED if e is None else lib.VKO_EBOUNDS, what, pe, seg,
+                              offset, n)
+        return e
+
+    # -- data path ------------------------------------------------------------------------
+
+    def put(self, pe: int, seg: int, offset: int, src: memoryview) -> None:
+        """``fi_writemsg``; returns once ``src`` is reusable."""
+        e = self._check(offset, "put to", pe, seg, src.nbytes)
+        buf = _from_buffer(src)
+        rc = _put(e, pe, seg, offset, buf, len(buf), 0)
+        if rc:
+            if rc == lib.VKO_ETIMEDOUT:
+                self._graveyard.append(buf)  # the provider may still read it
+            raise self._error(rc, "put to", pe, seg, offset, len(buf))
+
+    def put_nbi(self, pe: int, seg: int, offset: int, src: memoryview) -> None:
+        """Start a put; ``src`` is kept referenced (and must stay unchanged) until quiet."""
+        e = self._check(offset, "put to", pe, seg, src.nbytes)
+        buf = _from_buffer(src)
+        rc = _put(e, pe, seg, offset, buf, len(buf), 1)
+        if rc:
+            raise self._error(rc, "put to", pe, seg, offset, len(buf))
+        if len(buf) > lib.VKO_BOUNCE:
+            self._held.append(buf)
+
+    def get(self, pe: int, seg: int, offset: int, dst: memoryview) -> None:
+        """``fi_readmsg``; returns with ``dst`` filled (after this endpoint's writes)."""
+        e = self._check(offset, "get from", pe, seg, dst.nbytes)
+        buf = _from_buffer(dst, require_writable=True)
+        rc = _get(e, pe, seg, offset, buf, len(buf), 0)
+        if rc:
+            if rc == lib.VKO_ETIMEDOUT:
+                self._graveyard.append(buf)  # the provider may still write into it
+            raise self._error(rc, "get from", pe, seg, offset, len(buf))
+
+    def get_nbi(self, pe: int, seg: int, offset: int, dst: memoryview) -> None:
+        """Start a get; ``dst`` is kept referenced and filled by quiet."""
+        e = self._check(offset, "get from", pe, seg, dst.nbytes)
+        buf = _from_buffer(dst, require_writable=True)
+        rc = _get(e, pe, seg, offset, buf, len(buf), 1)
+        if rc:
+            raise self._error(rc, "get from", pe, seg, offset, len(buf))
+        self._held.append(buf)
+
+    def amo(
+        self, pe: int, seg: int, offset: int, op: AmoOp, width: int,
+        operand: int, compare: int, fetch: bool,
+    ) -> int:
+        """A libfabric atomic (or a compare-and-swap loop where the provider lacks the op);
+        this PE's own words take the core's CPU atomic."""
+        e = self._check(offset, "AMO on", pe, seg, width)
+        sh = self._shared
+        local = sh.local.get(seg) if pe == sh.context.my_pe else None
+        if local is not None and width in (4, 8) and not offset % width \
+                and offset + width <= local[1]:
+            rc = lib.vko_settle_puts(e)  # ordered after this endpoint's puts, as remotely
+            if rc:
+                raise self._error(rc, "AMO on", pe, seg, offset, width)
+            code = AmoOp.SWAP if op == AmoOp.SET else op  # a fetching SET returns the old word
+            old = sh.cpu_amo(local[0] + offset, int(code), width, operand & _M64,
+                             compare & _M64)
+            return int(old) if fetch else 0
+        out = _new("uint64_t *")
+        rc = _amo(e, pe, seg, offset, op, width, operand & _M64, compare & _M64, fetch, out)
+        if rc:
+            raise self._error(rc, "AMO on", pe, seg, offset, width)
+        return int(out[0]) if fetch else 0
+
+    def fence(self) -> None:
+        """Wait for this endpoint's outstanding writes (fence = quiet of writes: no provider
+        here orders a put before a later AMO)."""
+        rc = lib.vko_fence(self._live())
+        if rc:
+            raise self._error(rc, "fence towards", -1, -1, 0, 0)
+
+    def quiet(self) -> None:
+        """Every operation this endpoint issued so far is complete at its target (and every
+        non-blocking get has filled its buffer)."""
+        e = self._live()
+        held, self._held = self._held, []
+        rc = lib.vko_quiet(e)
+        if rc:
+            if rc == lib.VKO_ETIMEDOUT:
+                self._graveyard.extend(held)  # the provider may still read or write them
+            sh = self._shared
+            last = ffi.string(lib.vko_last_error(sh.ctx)).decode(errors="replace")
+            raise TransportError(NAME, "quiet: " + (
+                f"no completion within {sh.options.timeout:g} s (a peer may be dead or stuck; "
+                "the rail option timeout= sets this limit)" if rc == lib.VKO_ETIMEDOUT
+                else f"an operation failed over {sh.provider}" + (f": {last}" if last else "")),
+                status=status(rc))
+
+    # -- contexts, introspection, shutdown ------------------------------------------------
+
+    def create_context(self) -> Any:
+        """A new endpoint on this transport's domain, AV and CQ, reaching the same peers; its
+        quiet waits only for its own operations. ``close()`` on it closes only that endpoint."""
+        self._live()
+        sh = self._shared
+        ep = object.__new__(type(self))
+        ep._e = None
+        ep._closed = False
+        ep._held = []
+        ep._graveyard = []
+        ep._shared = sh
+        ep._root = self  # keeps the fabric alive as long as this endpoint
+        ep._ctx_finalizer = None
+        ep._open_endpoint()
+        sh.children.add(ep)
+        return ep
+
+    @property
+    def emulated_atomics(self) -> tuple[str, ...]:
+        """The atomics this rail runs as compare-and-swap loops (``op/bits``)."""
+        return self._shared.emulated
+
+    def stats(self) -> dict[str, Any]:
+        """The provider and what it granted, and the completion counters."""
+        from ._transport import libfabric_version
+
+        sh = self._shared
+        out = ffi.new("uint64_t[3]")
+        info = ffi.new("uint64_t[6]")
+        if sh.ctx is not None:
+            lib.vko_stats(sh.ctx, out)
+            lib.vko_info(sh.ctx, info)
+        return {"provider": sh.provider, "provider_from": sh.options.provider_from,
+                "libfabric": libfabric_version(), "mr_mode": int(info[0]),
+                "msg_order": int(info[1]), "inject_size": int(info[2]),
+                "max_msg_size": int(info[3]), "progress_waits": bool(info[4]),
+                "amo_valid": int(lib.vko_amo_valid(sh.ctx)) if sh.ctx is not None else 0,
+                "emulated": sh.emulated, "completions": int(out[0]), "errors": int(out[1]),
+                "progress_wakeups": int(out[2])}
+
+    def close(self) -> None:
+        """Close this endpoint (after a bounded wait for its operations) and, for the
+        transport itself, every context endpoint, the progress thread, the registrations and
+        the fabric. Safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._ctx_finalizer is not None:  # the transport: its contexts go first
+            for child in list(self._shared.children):
+                child.close()
+        e, self._e = self._e, None
+        if e is not None:
+            lib.vko_ep_close(e)
+        self._held = []
+        if self._ctx_finalizer is not None:
+            self._ctx_finalizer()
+            self._ctx_finalizer = None
+            self._shared.ctx = None

@@ -1,0 +1,322 @@
+/* vkshmem-ofi native helper (see vko.h for the API, the request design and the locking).
+ *
+ * Progress: one pthread per vko_ctx (no GIL, signals blocked) reads the shared CQ. Where the CQ
+ * has a wait object it sleeps in fi_cq_sread (which runs the provider's progress whenever a
+ * socket or queue of the domain wakes it, and at least every VKO_IDLE_MS); elsewhere it polls
+ * fi_cq_read every poll_us. Reading the CQ is what makes every OFI provider here progress
+ * (rxm/tcp serving peers' RMA and atomics, shm its command queue), so a PE busy in Python never
+ * stalls its peers. A caller waiting for its own request reads the CQ itself meanwhile.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <rdma/fabric.h>
+#include <rdma/fi_atomic.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
+
+#include "vko.h"
+
+#define VKO_API FI_VERSION(1, 9)
+#define VKO_IDLE_MS 50
+#define VKO_IDLE_AFTER_NS 1000000000ull
+#define VKO_CLOSE_NS 5000000000ull
+
+enum { PENDING = 0, DONE = 1, ORPHAN = 2, AUTOFREE = 3 };
+enum { VKO_W_WRITE = 1, VKO_W_PUT = 3 }; /* vko_req.is_write: a put is a write too */
+
+typedef struct vko_req {
+    struct fi_context2 fictx; /* first: providers with FI_CONTEXT(2) mode use it */
+    vko_ep *ep;
+    int state, err, is_write;
+    uint64_t operand, compare, result;
+    char bounce[VKO_BOUNCE];
+} vko_req;
+
+typedef struct { uint64_t base, size, key; int valid; } vko_rseg;
+typedef struct {
+    fi_addr_t fa;
+    int valid;
+    size_t namelen;
+    char name[VKO_ADDR_MAX];
+    vko_rseg segs[VKO_MAX_SEGS];
+} vko_peer;
+
+struct vko_ep {
+    vko_ctx *c;
+    struct fid_ep *ep;
+    struct fid_cq *cq;           /* the context's shared CQ (root), or its own (contexts) */
+    int64_t outstanding, writes, puts; /* atomics; writes = puts + non-fetching AMOs */
+    int first_err;               /* atomic: first failed operation since the last quiet */
+    unsigned char *dirty;        /* PEs with inject atomics not yet flushed */
+    vko_ep *next;
+};
+
+struct vko_ctx {
+    struct fi_info *info;
+    struct fid_fabric *fabric;
+    struct fid_domain *domain;
+    struct fid_av *av;
+    struct fid_cq *cq;
+    int32_t n_pes;
+    vko_peer *peers;
+    pthread_mutex_t lock; /* peers' names, MR list, endpoint list */
+    pthread_rwlock_t cqlock; /* read: the progress thread's round; write: closing a context */
+    struct fid_mr **mrs;
+    size_t n_mrs, cap_mrs;
+    uint64_t next_key;
+    vko_ep *eps;
+    uint32_t valid, emulate;
+    int valid_done, inject_amo, waitable, stop, eps_n, root_taken;
+    uint32_t poll_us, spin_us;
+    uint64_t timeout_ns;
+    pthread_t thread;
+    int thread_started;
+    uint64_t n_done, n_err, n_wakeups, n_issued;
+    uint32_t idle_poll_us;
+    char lasterr[VKO_ERRLEN];
+};
+
+static uint64_t now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+
+uint32_t vko_version(void) { return fi_version(); }
+uint32_t vko_build_version(void) { return FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION); }
+#ifdef FI_MR_DMABUF
+int vko_has_dmabuf(void) { return 1; }
+#else
+int vko_has_dmabuf(void) { return 0; }
+#endif
+
+const char *vko_strerror(int rc) {
+    switch (rc) {
+    case VKO_EPEER: return "the PE published no address";
+    case VKO_ESEG: return "no such segment";
+    case VKO_EBOUNDS: return "outside the segment";
+    case VKO_EALIGN: return "misaligned AMO";
+    case VKO_EAMO: return "AMO not available";
+    case VKO_ECLOSED: return "closed";
+    case VKO_ENOMEM: return "out of memory";
+    case VKO_ETOOBIG: return "blob too big";
+    case VKO_ETIMEDOUT: return "timed out";
+    case VKO_ENODMABUF: return "libfabric built without FI_MR_DMABUF";
+    default: return fi_strerror(rc < 0 ? -rc : rc);
+    }
+}
+
+/* -- completions -------------------------------------------------------------------------- */
+
+static void complete(vko_ctx *c, vko_req *r, int err) {
+    vko_ep *e = r->ep;
+    if (err) {
+        int zero = 0;
+        __atomic_compare_exchange_n(&e->first_err, &zero, err, 0, __ATOMIC_RELAXED,
+                                    __ATOMIC_RELAXED);
+        __atomic_add_fetch(&c->n_err, 1, __ATOMIC_RELAXED);
+    }
+    r->err = err;
+    if (r->is_write & VKO_W_PUT)
+        __atomic_sub_fetch(&e->puts, 1, __ATOMIC_RELEASE);
+    if (r->is_write)
+        __atomic_sub_fetch(&e->writes, 1, __ATOMIC_RELEASE);
+    __atomic_sub_fetch(&e->outstanding, 1, __ATOMIC_RELEASE);
+    __atomic_add_fetch(&c->n_done, 1, __ATOMIC_RELAXED);
+    int pending = PENDING;
+    if (!__atomic_compare_exchange_n(&r->state, &pending, DONE, 0, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_ACQUIRE))
+        free(r); /* AUTOFREE or ORPHAN: nobody waits for it */
+}
+
+/* Read every completion available; returns how many (or a negative error of the CQ). */
+static int drain(vko_ctx *c, struct fid_cq *cq) {
+    struct fi_cq_entry ent[16];
+    int total = 0;
+    for (;;) {
+        ssize_t n = fi_cq_read(cq, ent, 16);
+        if (n > 0) {
+            for (ssize_t i = 0; i < n; i++)
+                complete(c, (vko_req *)ent[i].op_context, 0);
+            total += (int)n;
+            continue;
+        }
+        if (n == -FI_EAVAIL) {
+            struct fi_cq_err_entry ee;
+            memset(&ee, 0, sizeof ee);
+            if (fi_cq_readerr(cq, &ee, 0) > 0) {
+                char buf[128];
+                const char *why = fi_cq_strerror(cq, ee.prov_errno, ee.err_data, buf,
+                                                 sizeof buf);
+                pthread_mutex_lock(&c->lock);
+                snprintf(c->lasterr, sizeof c->lasterr, "%s (%s)", fi_strerror(ee.err),
+                         why ? why : "");
+                pthread_mutex_unlock(&c->lock);
+                if (ee.op_context)
+                    complete(c, (vko_req *)ee.op_context, -(ee.err ? ee.err : FI_EIO));
+                total++;
+            }
+            continue;
+        }
+        return total;
+    }
+}
+
+/* One round over the contexts' own CQs (the caller holds cqlock for reading). */
+static int drain_contexts(vko_ctx *c) {
+    int n = 0;
+    pthread_mutex_lock(&c->lock);
+    for (vko_ep *e = c->eps; e; e = e->next)
+        if (e->cq != c->cq)
+            n += drain(c, e->cq);
+    pthread_mutex_unlock(&c->lock);
+    return n;
+}
+
+static void *progress_main(void *arg) {
+    vko_ctx *c = arg;
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, NULL);
+    prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0); /* poll_us means poll_us, not +50 us */
+    struct timespec nap = {0, (long)c->poll_us * 1000};
+    struct timespec idle_nap = {0, (long)c->idle_poll_us * 1000};
+    uint64_t seen = 0, last_active = now_ns();
+    while (!__atomic_load_n(&c->stop, __ATOMIC_ACQUIRE)) {
+        int got = 0;
+        pthread_rwlock_rdlock(&c->cqlock);
+        if (c->waitable) {
+            struct fi_cq_entry ent[16];
+            ssize_t n = fi_cq_sread(c->cq, ent, 16, NULL, c->eps_n > 1 ? 1 : VKO_IDLE_MS);
+            if (n > 0) {
+                for (ssize_t i = 0; i < n; i++)
+                    complete(c, (vko_req *)ent[i].op_context, 0);
+                got = (int)n;
+            } else if (n == -FI_EAVAIL) {
+                got = drain(c, c->cq);
+            }
+        } else {
+            got = drain(c, c->cq);
+        }
+        got += drain_contexts(c);
+        pthread_rwlock_unlock(&c->cqlock);
+        uint64_t issued = __atomic_load_n(&c->n_issued, __ATOMIC_RELAXED);
+        if (got)
+            __atomic_add_fetch(&c->n_wakeups, 1, __ATOMIC_RELAXED);
+        if (got || issued != seen) {
+            seen = issued;
+            last_active = now_ns();
+        } else if (!c->waitable) {
+            /* polling: every poll_us while this PE was active in the last VKO_IDLE_AFTER_NS,
+             * then every idle_poll_us (peers' requests then wait up to that long) */
+            nanosleep(now_ns() - last_active > VKO_IDLE_AFTER_NS ? &idle_nap : &nap, NULL);
+        }
+    }
+    return NULL;
+}
+
+/* Wait until *count is 0, reading the endpoint's CQ meanwhile; bounded by the timeout. */
+static int wait_zero(vko_ep *e, int64_t *count) {
+    vko_ctx *c = e->c;
+    uint64_t start = now_ns(), spin = (uint64_t)c->spin_us * 1000;
+    for (unsigned i = 0;; i++) {
+        if (__atomic_load_n(count, __ATOMIC_ACQUIRE) <= 0)
+            return 0;
+        drain(c, e->cq);
+        if ((i & 63) == 63) {
+            uint64_t t = now_ns() - start;
+            if (t > c->timeout_ns)
+                return VKO_ETIMEDOUT;
+            if (t > spin)
+                sched_yield();
+        }
+    }
+}
+
+static int wait_req(vko_ep *e, vko_req *r, uint64_t *result) {
+    vko_ctx *c = e->c;
+    uint64_t start = now_ns(), spin = (uint64_t)c->spin_us * 1000;
+    for (unsigned i = 0;; i++) {
+        if (__atomic_load_n(&r->state, __ATOMIC_ACQUIRE) == DONE) {
+            int err = r->err;
+            if (result)
+                *result = r->result;
+            free(r);
+            return err;
+        }
+        drain(c, e->cq);
+        if ((i & 63) == 63) {
+            uint64_t t = now_ns() - start;
+            if (t > c->timeout_ns) {
+                int pending = PENDING;
+                if (__atomic_compare_exchange_n(&r->state, &pending, ORPHAN, 0,
+                                                __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+                    return VKO_ETIMEDOUT; /* freed by whoever completes it */
+                continue;
+            }
+            if (t > spin)
+                sched_yield();
+        }
+    }
+}
+
+static vko_req *new_req(vko_ep *e, int is_write, int autofree) {
+    vko_req *r = malloc(sizeof *r);
+    if (!r)
+        return NULL;
+    r->ep = e;
+    r->state = autofree ? AUTOFREE : PENDING;
+    r->err = 0;
+    r->is_write = is_write;
+    r->result = 0;
+    __atomic_add_fetch(&e->c->n_issued, 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&e->outstanding, 1, __ATOMIC_ACQ_REL);
+    if (is_write)
+        __atomic_add_fetch(&e->writes, 1, __ATOMIC_ACQ_REL);
+    if (is_write & VKO_W_PUT)
+        __atomic_add_fetch(&e->puts, 1, __ATOMIC_ACQ_REL);
+    return r;
+}
+
+static void drop_req(vko_req *r) { /* the post failed: it never went out */
+    if (r->is_write & VKO_W_PUT)
+        __atomic_sub_fetch(&r->ep->puts, 1, __ATOMIC_RELEASE);
+    if (r->is_write)
+        __atomic_sub_fetch(&r->ep->writes, 1, __ATOMIC_RELEASE);
+    __atomic_sub_fetch(&r->ep->outstanding, 1, __ATOMIC_RELEASE);
+    free(r);
+}
+
+/* Retry a post while the provider says -FI_EAGAIN (making progress meanwhile), bounded. */
+#define POST(e, expr)                                                                     \
+    ({                                                                                    \
+        ssize_t rc_;                                                                      \
+        uint64_t t0_ = 0;                                                                 \
+        while ((rc_ = (expr)) == -FI_EAGAIN) {                                            \
+            drain((e)->c, (e)->cq);                                                       \
+            if (!t0_)                                                                     \
+                t0_ = now_ns();                                                           \
+            else if (now_ns() - t0_ > (e)->c->timeout_ns) {                               \
+                rc_ = VKO_ETIMEDOUT;                                                      \
+                break;                                                                    \
+            }                                                                             \
+        }                                                                                 \
+        (int)rc_;                                                                         \
+    })
+
+#include "vko_setup.c"
+#include "vko_data.c"

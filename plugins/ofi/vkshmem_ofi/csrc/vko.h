@@ -1,0 +1,118 @@
+/* vkshmem-ofi native helper: the libfabric (OFI) data path and its progress thread.
+ *
+ * One vko_ctx per open transport (rail): fabric, domain, address vector, one completion queue
+ * shared by all its endpoints, the memory registrations, the peers' addresses and segment keys,
+ * and a progress thread. One vko_ep per communication context (the default one and each
+ * create_context()): an FI_EP_RDM endpoint bound to the shared AV and CQ, with its own count of
+ * outstanding operations, so its quiet waits only for its own operations.
+ *
+ * Every operation carries a heap request as its op_context; whoever reads the CQ (the caller
+ * waiting, or the progress thread) marks it done. Blocking calls wait for their own request;
+ * quiet waits until the endpoint's outstanding count is zero. Operands of AMOs and the data of
+ * small puts live in the request, so the caller's buffer is reusable at once. The domain is
+ * opened FI_THREAD_SAFE: the library does its own locking.
+ *
+ * Return codes: 0 is success; other negative values are -FI_* (fi_strerror names them) or one
+ * of the VKO_E* codes below (vko_strerror names both).
+ */
+#ifndef VKO_H
+#define VKO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define VKO_MAX_SEGS 64      /* segment ids 0..63 */
+#define VKO_ADDR_MAX 512     /* largest endpoint name we accept */
+#define VKO_ERRLEN 256
+#define VKO_BOUNCE 256       /* puts up to this size are copied: blocking put returns at once */
+
+#define VKO_EPEER (-1001)    /* the PE published no address (or is out of range) */
+#define VKO_ESEG (-1002)     /* the PE has no such segment registered */
+#define VKO_EBOUNDS (-1003)  /* the range is outside the segment */
+#define VKO_EALIGN (-1004)   /* the AMO is not aligned to its width */
+#define VKO_EAMO (-1005)     /* unknown AMO op or width, or the provider cannot do it */
+#define VKO_ECLOSED (-1006)  /* the endpoint or transport is closed */
+#define VKO_ENOMEM (-1007)
+#define VKO_ETOOBIG (-1008)  /* a blob does not fit the caller's buffer */
+#define VKO_ETIMEDOUT (-1009) /* no completion within the transport's timeout */
+#define VKO_ENODMABUF (-1010) /* this build's libfabric has no FI_MR_DMABUF */
+
+/* AMO op codes: the same as vkshmem.core.transport.AmoOp (checked at import). */
+#define VKO_FETCH 0
+#define VKO_SET 1
+#define VKO_SWAP 2
+#define VKO_CSWAP 3
+#define VKO_ADD 4
+#define VKO_AND 5
+#define VKO_OR 6
+#define VKO_XOR 7
+
+/* Capability/emulation bits of an AMO: 1 << (op + 8 * (width == 8) + 16 * fetch). */
+#define VKO_AMO_W8 8
+#define VKO_AMO_FETCH 16
+
+typedef struct vko_ctx vko_ctx;
+typedef struct vko_ep vko_ep;
+
+/* fi_version() of the library loaded, and FI_VERSION of the headers built against. */
+uint32_t vko_version(void);
+uint32_t vko_build_version(void);
+int vko_has_dmabuf(void); /* built with FI_MR_DMABUF (libfabric >= 1.20 headers) */
+const char *vko_strerror(int rc);
+
+/* fi_getinfo for an RDM endpoint with RMA and atomics from provider prov ("tcp;ofi_rxm",
+ * "shm", ...; NULL or "" lets libfabric choose), then fabric, domain, AV and CQ, and start the
+ * progress thread. n_pes sizes the peer table; poll_us: how long the progress thread sleeps
+ * between polls where the CQ has no wait object, idle_poll_us: the same once this PE issued
+ * nothing for a second; spin_us: how long a waiting caller spins
+ * before it yields; timeout_s bounds every wait. NULL on failure, with err filled. */
+vko_ctx *vko_open(const char *prov, int32_t n_pes, uint32_t poll_us, uint32_t idle_poll_us,
+                  uint32_t spin_us, double timeout_s, char *err, size_t errlen);
+/* Stop the thread, close every endpoint and MR, the CQ, AV, domain and fabric. */
+void vko_close(vko_ctx *c);
+/* What the provider granted: name, mr_mode, tx msg_order, inject size, max message size,
+ * whether the progress thread sleeps on a wait object (1) or polls (0). */
+const char *vko_provider(vko_ctx *c);
+void vko_info(vko_ctx *c, uint64_t *out6);
+/* The AMO capability mask (VKO_AMO bits) found by fi_*atomicvalid, and which to emulate
+ * (with compare-and-swap; by the caller's choice or because the provider lacks the op). */
+uint32_t vko_amo_valid(vko_ctx *c);
+void vko_set_emulation(vko_ctx *c, uint32_t mask);
+/* Non-fetching AMOs as fi_inject_atomic (quiet then flushes each PE with a fetching read). */
+void vko_set_inject_amo(vko_ctx *c, int on);
+/* requests done, errors, progress-thread wakeups that found completions */
+void vko_stats(vko_ctx *c, uint64_t *out3);
+
+/* Register [addr, addr+size) (not allocating it), or the dma-buf fd (offset 0, size bytes,
+ * mapped at addr by the caller) where dmabuf_fd >= 0; the key and the remote address of its
+ * first byte are what peers need. */
+int vko_mr_reg(vko_ctx *c, uintptr_t addr, uint64_t size, int dmabuf_fd, uint64_t *key,
+               uint64_t *remote_base);
+
+/* The peers' endpoint names (AV insert) and segment keys, shared by every endpoint. */
+int vko_peer_set(vko_ctx *c, int32_t pe, const void *addr, size_t len);
+int vko_peer_seg(vko_ctx *c, int32_t pe, uint32_t seg, uint64_t base, uint64_t size,
+                 uint64_t key);
+
+/* The first endpoint is the root (peers target it; the progress thread sleeps on its CQ);
+ * later ones are contexts' endpoints, each with its own CQ. */
+vko_ep *vko_ep_open(vko_ctx *c, char *err, size_t errlen);
+/* Wait (bounded) for a context endpoint's operations, then close it; for the root endpoint
+ * this does nothing (vko_close closes it, after stopping the progress thread). */
+void vko_ep_close(vko_ep *e);
+int vko_ep_name(vko_ep *e, void *buf, size_t *len);
+
+/* Data path. nbi=1: completes by vko_quiet (buffers must stay valid until then). */
+int vko_put(vko_ep *e, int32_t pe, uint32_t seg, uint64_t off, const void *src, size_t n,
+            int nbi);
+int vko_get(vko_ep *e, int32_t pe, uint32_t seg, uint64_t off, void *dst, size_t n, int nbi);
+int vko_amo(vko_ep *e, int32_t pe, uint32_t seg, uint64_t off, int op, int width,
+            uint64_t operand, uint64_t compare, int fetch, uint64_t *result);
+int vko_fence(vko_ep *e);
+/* Wait for this endpoint's outstanding puts (before an AMO applied by the CPU). */
+int vko_settle_puts(vko_ep *e);
+int vko_quiet(vko_ep *e);
+/* The text of the last completion error the CQ reported (provider's own words). */
+const char *vko_last_error(vko_ctx *c);
+
+#endif

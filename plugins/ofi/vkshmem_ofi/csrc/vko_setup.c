@@ -1,0 +1,370 @@
+/* vkshmem-ofi: opening and closing the fabric, registrations, peers, endpoints.
+ * Included by vko.c (one translation unit, so cffi compiles one file). */
+
+static void seterr(char *err, size_t errlen, const char *what, int rc) {
+    if (err && errlen)
+        snprintf(err, errlen, "%s: %s (%d)", what, fi_strerror(rc < 0 ? -rc : rc), rc);
+}
+
+vko_ctx *vko_open(const char *prov, int32_t n_pes, uint32_t poll_us, uint32_t idle_poll_us,
+                  uint32_t spin_us, double timeout_s, char *err, size_t errlen) {
+    struct fi_info *hints = fi_allocinfo();
+    vko_ctx *c = calloc(1, sizeof *c);
+    int rc;
+    if (!hints || !c || n_pes <= 0) {
+        seterr(err, errlen, "out of memory", FI_ENOMEM);
+        free(c);
+        fi_freeinfo(hints);
+        return NULL;
+    }
+    pthread_mutex_init(&c->lock, NULL);
+    pthread_rwlockattr_t rwa;
+    pthread_rwlockattr_init(&rwa);
+    pthread_rwlockattr_setkind_np(&rwa, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    pthread_rwlock_init(&c->cqlock, &rwa);
+    pthread_rwlockattr_destroy(&rwa);
+    c->n_pes = n_pes;
+    c->poll_us = poll_us ? poll_us : 1;
+    c->idle_poll_us = idle_poll_us > c->poll_us ? idle_poll_us : c->poll_us;
+    c->spin_us = spin_us;
+    c->timeout_ns = (uint64_t)(timeout_s * 1e9);
+    c->next_key = 1;
+    hints->ep_attr->type = FI_EP_RDM;
+    hints->caps = FI_RMA | FI_ATOMIC | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+    hints->mode = FI_CONTEXT | FI_CONTEXT2;
+    hints->domain_attr->mr_mode = FI_MR_VIRT_ADDR | FI_MR_PROV_KEY | FI_MR_ALLOCATED;
+    hints->domain_attr->threading = FI_THREAD_SAFE;
+    hints->domain_attr->av_type = FI_AV_TABLE;
+    hints->addr_format = FI_FORMAT_UNSPEC;
+    if (prov && *prov)
+        hints->fabric_attr->prov_name = strdup(prov);
+    rc = fi_getinfo(VKO_API, NULL, NULL, 0, hints, &c->info);
+    fi_freeinfo(hints);
+    if (rc) {
+        seterr(err, errlen, "fi_getinfo found no provider with RDM endpoints, RMA and atomics",
+               rc);
+        c->info = NULL;
+        vko_close(c);
+        return NULL;
+    }
+    if ((rc = fi_fabric(c->info->fabric_attr, &c->fabric, NULL))) {
+        seterr(err, errlen, "fi_fabric", rc);
+        vko_close(c);
+        return NULL;
+    }
+    if ((rc = fi_domain(c->fabric, c->info, &c->domain, NULL))) {
+        seterr(err, errlen, "fi_domain", rc);
+        vko_close(c);
+        return NULL;
+    }
+    struct fi_av_attr av = {.type = FI_AV_TABLE, .count = (size_t)n_pes};
+    if ((rc = fi_av_open(c->domain, &av, &c->av, NULL))) {
+        seterr(err, errlen, "fi_av_open", rc);
+        vko_close(c);
+        return NULL;
+    }
+    struct fi_cq_attr cqa = {.format = FI_CQ_FORMAT_CONTEXT, .wait_obj = FI_WAIT_FD,
+                             .size = 0};
+    c->waitable = 1;
+    if (fi_cq_open(c->domain, &cqa, &c->cq, NULL)) {
+        cqa.wait_obj = FI_WAIT_NONE;
+        c->waitable = 0;
+        if ((rc = fi_cq_open(c->domain, &cqa, &c->cq, NULL))) {
+            seterr(err, errlen, "fi_cq_open", rc);
+            vko_close(c);
+            return NULL;
+        }
+    }
+    c->peers = calloc((size_t)n_pes, sizeof *c->peers);
+    if (!c->peers) {
+        seterr(err, errlen, "out of memory", FI_ENOMEM);
+        vko_close(c);
+        return NULL;
+    }
+    return c; /* the progress thread starts with the root endpoint */
+}
+
+/* Wait (bounded) for the endpoint's operations, then close it and its own CQ. The caller has
+ * taken it off the context's list; a context endpoint closes under cqlock (the progress
+ * thread is not reading its CQ), the root one after the thread stopped. */
+static void ep_free(vko_ep *e, int wait) {
+    vko_ctx *c = e->c;
+    int drained = 1;
+    if (wait && e->ep) {
+        uint64_t t0 = now_ns();
+        while (__atomic_load_n(&e->outstanding, __ATOMIC_ACQUIRE) > 0) {
+            drain(c, e->cq);
+            if (now_ns() - t0 > VKO_CLOSE_NS) {
+                drained = 0;
+                break;
+            }
+            sched_yield();
+        }
+    }
+    int own = e->cq && e->cq != c->cq;
+    if (own)
+        pthread_rwlock_wrlock(&c->cqlock);
+    if (e->ep)
+        fi_close(&e->ep->fid);
+    if (own)
+        fi_close(&e->cq->fid);
+    if (own)
+        pthread_rwlock_unlock(&c->cqlock);
+    e->ep = NULL;
+    e->cq = NULL;
+    if (drained) { /* else requests in flight still point at it: leak it */
+        free(e->dirty);
+        free(e);
+    }
+}
+
+void vko_close(vko_ctx *c) {
+    if (!c)
+        return;
+    if (c->thread_started) {
+        __atomic_store_n(&c->stop, 1, __ATOMIC_RELEASE);
+        pthread_join(c->thread, NULL);
+    }
+    pthread_mutex_lock(&c->lock);
+    vko_ep *e = c->eps;
+    c->eps = NULL;
+    pthread_mutex_unlock(&c->lock);
+    while (e) {
+        vko_ep *next = e->next;
+        ep_free(e, 1);
+        e = next;
+    }
+    for (size_t i = 0; i < c->n_mrs; i++)
+        fi_close(&c->mrs[i]->fid);
+    free(c->mrs);
+    if (c->cq)
+        fi_close(&c->cq->fid);
+    if (c->av)
+        fi_close(&c->av->fid);
+    if (c->domain)
+        fi_close(&c->domain->fid);
+    if (c->fabric)
+        fi_close(&c->fabric->fid);
+    if (c->info)
+        fi_freeinfo(c->info);
+    free(c->peers);
+    pthread_mutex_destroy(&c->lock);
+    pthread_rwlock_destroy(&c->cqlock);
+    free(c);
+}
+
+const char *vko_provider(vko_ctx *c) { return c->info->fabric_attr->prov_name; }
+
+void vko_info(vko_ctx *c, uint64_t *out) {
+    out[0] = (uint64_t)c->info->domain_attr->mr_mode;
+    out[1] = c->info->tx_attr->msg_order;
+    out[2] = c->info->tx_attr->inject_size;
+    out[3] = c->info->ep_attr->max_msg_size;
+    out[4] = (uint64_t)c->waitable;
+    out[5] = c->info->caps;
+}
+
+uint32_t vko_amo_valid(vko_ctx *c) { return c->valid; }
+void vko_set_emulation(vko_ctx *c, uint32_t mask) { c->emulate = mask; }
+void vko_set_inject_amo(vko_ctx *c, int on) { c->inject_amo = on; }
+
+void vko_stats(vko_ctx *c, uint64_t *out) {
+    out[0] = __atomic_load_n(&c->n_done, __ATOMIC_RELAXED);
+    out[1] = __atomic_load_n(&c->n_err, __ATOMIC_RELAXED);
+    out[2] = __atomic_load_n(&c->n_wakeups, __ATOMIC_RELAXED);
+}
+
+const char *vko_last_error(vko_ctx *c) { return c->lasterr; }
+
+int vko_mr_reg(vko_ctx *c, uintptr_t addr, uint64_t size, int dmabuf_fd, uint64_t *key,
+               uint64_t *remote_base) {
+    struct fid_mr *mr = NULL;
+    uint64_t access = FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+    int rc;
+    pthread_mutex_lock(&c->lock);
+    uint64_t want = c->next_key++;
+    if (c->n_mrs == c->cap_mrs) {
+        size_t cap = c->cap_mrs ? 2 * c->cap_mrs : 8;
+        struct fid_mr **m = realloc(c->mrs, cap * sizeof *m);
+        if (!m) {
+            pthread_mutex_unlock(&c->lock);
+            return VKO_ENOMEM;
+        }
+        c->mrs = m;
+        c->cap_mrs = cap;
+    }
+    if (dmabuf_fd >= 0) {
+#ifdef FI_MR_DMABUF
+        struct fi_mr_dmabuf dmabuf = {.fd = dmabuf_fd, .offset = 0, .len = size,
+                                      .base_addr = (void *)addr};
+        struct fi_mr_attr attr;
+        memset(&attr, 0, sizeof attr);
+        attr.dmabuf = &dmabuf;
+        attr.iov_count = 1;
+        attr.access = access;
+        attr.requested_key = want;
+        attr.iface = FI_HMEM_SYSTEM;
+        rc = fi_mr_regattr(c->domain, &attr, FI_MR_DMABUF, &mr);
+#else
+        rc = VKO_ENODMABUF;
+#endif
+    } else {
+        rc = fi_mr_reg(c->domain, (void *)addr, size, access, 0, want, 0, &mr, NULL);
+    }
+    if (rc) {
+        pthread_mutex_unlock(&c->lock);
+        return rc;
+    }
+    c->mrs[c->n_mrs++] = mr;
+    pthread_mutex_unlock(&c->lock);
+    *key = (c->info->domain_attr->mr_mode & FI_MR_PROV_KEY) ? fi_mr_key(mr) : want;
+    *remote_base = (c->info->domain_attr->mr_mode & FI_MR_VIRT_ADDR) ? addr : 0;
+    return 0;
+}
+
+int vko_peer_set(vko_ctx *c, int32_t pe, const void *addr, size_t len) {
+    if (pe < 0 || pe >= c->n_pes || len == 0)
+        return VKO_EPEER;
+    if (len > VKO_ADDR_MAX)
+        return VKO_ETOOBIG;
+    vko_peer *p = &c->peers[pe];
+    int rc = 0;
+    pthread_mutex_lock(&c->lock);
+    if (!(p->valid && p->namelen == len && !memcmp(p->name, addr, len))) {
+        fi_addr_t fa = FI_ADDR_NOTAVAIL;
+        int n = fi_av_insert(c->av, addr, 1, &fa, 0, NULL);
+        if (n != 1) {
+            rc = n < 0 ? n : -FI_EINVAL;
+        } else {
+            memcpy(p->name, addr, len);
+            p->namelen = len;
+            p->fa = fa;
+            __atomic_store_n(&p->valid, 1, __ATOMIC_RELEASE);
+        }
+    }
+    pthread_mutex_unlock(&c->lock);
+    return rc;
+}
+
+int vko_peer_seg(vko_ctx *c, int32_t pe, uint32_t seg, uint64_t base, uint64_t size,
+                 uint64_t key) {
+    if (pe < 0 || pe >= c->n_pes)
+        return VKO_EPEER;
+    if (seg >= VKO_MAX_SEGS)
+        return VKO_ESEG;
+    vko_rseg *s = &c->peers[pe].segs[seg];
+    pthread_mutex_lock(&c->lock);
+    __atomic_store_n(&s->valid, 0, __ATOMIC_RELEASE);
+    s->base = base;
+    s->size = size;
+    s->key = key;
+    __atomic_store_n(&s->valid, 1, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&c->lock);
+    return 0;
+}
+
+static const enum fi_op FIOP[8] = {FI_ATOMIC_READ, FI_ATOMIC_WRITE, FI_ATOMIC_WRITE, FI_CSWAP,
+                                   FI_SUM, FI_BAND, FI_BOR, FI_BXOR};
+
+static uint32_t query_valid(struct fid_ep *ep) {
+    uint32_t mask = 0;
+    for (int w8 = 0; w8 < 2; w8++) {
+        enum fi_datatype dt = w8 ? FI_UINT64 : FI_UINT32;
+        for (int op = 0; op < 8; op++) {
+            size_t n = 0;
+            uint32_t bit = 1u << (op + (w8 ? VKO_AMO_W8 : 0));
+            if (op == VKO_CSWAP) {
+                if (!fi_compare_atomicvalid(ep, dt, FI_CSWAP, &n) && n)
+                    mask |= bit << VKO_AMO_FETCH;
+                continue;
+            }
+            if (op != VKO_FETCH && op != VKO_SWAP && !fi_atomicvalid(ep, dt, FIOP[op], &n) && n)
+                mask |= bit;
+            n = 0;
+            if (!fi_fetch_atomicvalid(ep, dt, FIOP[op], &n) && n)
+                mask |= bit << VKO_AMO_FETCH;
+        }
+    }
+    return mask;
+}
+
+vko_ep *vko_ep_open(vko_ctx *c, char *err, size_t errlen) {
+    vko_ep *e = calloc(1, sizeof *e);
+    int rc;
+    if (!e || !(e->dirty = calloc((size_t)c->n_pes, 1))) {
+        free(e);
+        seterr(err, errlen, "out of memory", FI_ENOMEM);
+        return NULL;
+    }
+    e->c = c;
+    pthread_mutex_lock(&c->lock);
+    int root = c->eps_n == 0 && !c->root_taken;
+    c->root_taken = 1;
+    pthread_mutex_unlock(&c->lock);
+    /* The root endpoint uses the shared CQ the progress thread sleeps on; a context endpoint
+     * gets its own CQ, closed with it (libfabric 1.17's rxm crashes reading a CQ with a wait
+     * object after one of its endpoints closed). */
+    struct fi_cq_attr cqa = {.format = FI_CQ_FORMAT_CONTEXT, .wait_obj = FI_WAIT_NONE};
+    e->cq = root ? c->cq : NULL;
+    if (!root && (rc = fi_cq_open(c->domain, &cqa, &e->cq, NULL))) {
+        e->cq = NULL;
+        seterr(err, errlen, "fi_cq_open", rc);
+    } else if ((rc = fi_endpoint(c->domain, c->info, &e->ep, NULL))) {
+        e->ep = NULL;
+        seterr(err, errlen, "fi_endpoint", rc);
+    } else if ((rc = fi_ep_bind(e->ep, &c->av->fid, 0))) {
+        seterr(err, errlen, "fi_ep_bind(av)", rc);
+    } else if ((rc = fi_ep_bind(e->ep, &e->cq->fid, FI_TRANSMIT | FI_RECV))) {
+        seterr(err, errlen, "fi_ep_bind(cq)", rc);
+    } else if ((rc = fi_enable(e->ep))) {
+        seterr(err, errlen, "fi_enable", rc);
+    }
+    if (rc) {
+        ep_free(e, 0);
+        return NULL;
+    }
+    pthread_mutex_lock(&c->lock);
+    if (!c->valid_done) {
+        c->valid = query_valid(e->ep);
+        c->valid_done = 1;
+    }
+    e->next = c->eps;
+    c->eps = e;
+    c->eps_n++;
+    pthread_mutex_unlock(&c->lock);
+    if (root && (rc = pthread_create(&c->thread, NULL, progress_main, c))) {
+        seterr(err, errlen, "cannot start the progress thread", -rc);
+        pthread_mutex_lock(&c->lock);
+        c->eps = e->next;
+        c->eps_n--;
+        pthread_mutex_unlock(&c->lock);
+        ep_free(e, 0);
+        return NULL;
+    }
+    if (root)
+        c->thread_started = 1;
+    return e;
+}
+
+void vko_ep_close(vko_ep *e) {
+    vko_ctx *c = e->c;
+    if (e->cq == c->cq) /* the root endpoint closes with the context (vko_close) */
+        return;
+    pthread_mutex_lock(&c->lock);
+    for (vko_ep **p = &c->eps; *p; p = &(*p)->next)
+        if (*p == e) {
+            *p = e->next;
+            c->eps_n--;
+            break;
+        }
+    pthread_mutex_unlock(&c->lock);
+    ep_free(e, 1);
+}
+
+int vko_ep_name(vko_ep *e, void *buf, size_t *len) {
+    size_t cap = *len;
+    int rc = fi_getname(&e->ep->fid, buf, len);
+    if (rc == -FI_ETOOSMALL || *len > cap)
+        return VKO_ETOOBIG;
+    return rc;
+}
