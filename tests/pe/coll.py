@@ -400,7 +400,7 @@ try:
     got = calls[1]
     check(got.name == "fcollect" and got.me == me and got.team_pes == tuple(range(n)) and
           got.nelems == 2 and got.dtype == np.dtype(np.int64).str and
-          got.target[1] == shmem._symmetric_offset(tgt)[1] and got.target_nbytes == 16 * n and
+          got.target[1] == shmem.offset_of(tgt)[1] and got.target_nbytes == 16 * n and
           bytes(got.source) == np.full(2, me, np.int64).tobytes() and calls[2].nelems == 1,
           f"offload arguments: {got}")
     fresh.sync()  # the fake implementation synchronises nothing
