@@ -28,6 +28,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from . import fast
 from ._native import ffi, lib
 from .bootstrap.base import Bootstrap
 from .bootstrap.select import open_bootstrap
@@ -158,10 +159,12 @@ class Runtime(TransportRoutes):
         self._open_rails()
         self._route()
         self.waiter = Waiter(cfg.wait_timeout, self.transports)
+        fast.configure(self)  # before the teams: their native parts belong to it
         # TEAM_WORLD and TEAM_SHARED own slots 0 and 1 on every PE.
         self.free_slots = ((1 << self.teams_max) - 1) & ~0b11
         self.world = TeamState(self, range(self.n_pes), 0, None)
         self.shared = TeamState(self, self.node_pes, 1, self.world)
+        fast.set_world(self)
         self.world.reset_slot()
         self.shared.reset_slot()
         self._alloc_seq = 0
@@ -250,6 +253,7 @@ class Runtime(TransportRoutes):
             seg = _FIRST_DOMAIN_SEG + index
             heap = DomainHeap(self, self.domain_specs[index], seg)
             self.seg_heaps[seg] = heap
+            fast.set_world(self)  # barrier_all now checks the domain's errors
             self.heaps[real] = heap
             self.domain_heaps[heap.domain] = heap
             if heap.info is not None and heap.info.kind == "host" and heap.info.address:
@@ -382,6 +386,7 @@ class Runtime(TransportRoutes):
         """Release everything; returns the first closing error of a domain (e.g. a failed
         device-initiated request, validation errors)."""
         self.closed = True
+        fast.reset()  # every fast path takes its Python path, which sees no runtime
         error = None
         heaps = [h for h in getattr(self, "seg_heaps", []) if h is not None]
         for heap in heaps:  # no more serving; the proxies' endpoints go with the transports

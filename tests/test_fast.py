@@ -1,0 +1,244 @@
+"""The compiled hot path (vkshmem.core._fast), in this process as a job of one PE: every entry
+does the work of its Python function in C when it can, and otherwise (a bad PE, bounds, a
+non-contiguous or read-only array, another dtype, a context, ...) hands the call, untouched,
+to that function, so errors keep their classes and messages."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+from vkshmem.core import _fast, fast
+from vkshmem.core.errors import VkshmemError
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(scope="module")
+def shmem() -> Iterator[Any]:
+    """The API with a one-PE runtime running in this process (finalized afterwards)."""
+    from vkshmem._api import alloc, amo, amo_nbi, collectives, lifecycle, rma, sync, team
+
+    lifecycle.init()
+    api = type("Api", (), {})()
+    for mod in (alloc, amo, amo_nbi, collectives, lifecycle, rma, sync, team):
+        for name in mod.__all__:
+            setattr(api, name, getattr(mod, name))
+    try:
+        yield api
+    finally:
+        lifecycle.finalize()
+
+
+def same_error(fn: Callable[..., Any], *args: Any, **kw: Any) -> BaseException:
+    """``fn`` (an entry) and its Python function raise the same error for these arguments."""
+    with pytest.raises(Exception) as fast_exc:
+        fn(*args, **kw)
+    with pytest.raises(Exception) as py_exc:
+        fn.__wrapped__(*args, **kw)
+    assert type(fast_exc.value) is type(py_exc.value)
+    assert str(fast_exc.value) == str(py_exc.value)
+    return fast_exc.value
+
+
+def test_entries_look_like_their_python_functions(shmem: Any) -> None:
+    put = shmem.put
+    assert isinstance(put, _fast.FastCall) and inspect.isfunction(put.__wrapped__)
+    assert put.__name__ == "put" and put.__doc__ == put.__wrapped__.__doc__
+    assert list(inspect.signature(put).parameters) == ["target", "source", "pe", "size", "ctx"]
+    assert "put" in repr(put)
+
+
+def test_fast_paths_do_the_work_without_python(shmem: Any) -> None:
+    """Spied Python functions: the fast path calls them only for what it does not take."""
+    calls: list[str] = []
+
+    def put(target: Any, source: Any, pe: Any, size: Any = None, ctx: Any = None) -> None:
+        calls.append("put")
+
+    def atomic_fetch_add(target: Any, value: Any, pe: Any, ctx: Any = None) -> Any:
+        calls.append("fadd")
+
+    fput = fast.entry("put", put)
+    fadd = fast.entry("amo", atomic_fetch_add, op=4, fetch=True, ints_only=True)
+    a = shmem.zeros(8, np.int64)
+    fput(a, np.arange(8, dtype=np.int64), 0)
+    fput(a[2:4], np.full(5, 7, np.int64), pe=0, size=2)
+    assert calls == [] and a.tolist() == [0, 1, 7, 7, 4, 5, 6, 7]
+    assert fadd(a[:1], 5, 0) == 0 and fadd(a[:1], value=-1, pe=0) == 5 and a[0] == 4
+    assert calls == []
+    fput(a, np.zeros(8, np.int32), 0)  # another dtype
+    fput(a[::2], np.zeros(4, np.int64), 0)  # not contiguous
+    fput(np.zeros(8, np.int64), a, 0)  # not symmetric
+    fput(a, a, 1)  # no such PE
+    fput(a, a, 0, ctx=object())  # a context
+    with pytest.raises(TypeError, match="nosuch"):
+        fput(a, a, 0, nosuch=1)  # an unknown keyword: Python's own error
+    fadd(a[:1], 1.5, 0)  # not an integer operand
+    fadd(a[:1], True, 0)  # a bool: the Python path decides
+    assert calls == ["put"] * 5 + ["fadd"] * 2
+
+
+def test_rma_moves_data(shmem: Any) -> None:
+    a = shmem.zeros(16, np.float64)
+    src = np.linspace(0, 1, 16)
+    shmem.put(a, src, 0)
+    shmem.quiet()
+    out = np.empty(16)
+    shmem.get(out, a, 0)
+    assert np.array_equal(out, src) and np.array_equal(a, src)
+    big = shmem.zeros(1 << 17, np.uint8)  # a copy large enough to release the GIL
+    shmem.put_nbi(big, np.full(1 << 17, 3, np.uint8), 0)
+    back = np.zeros(1 << 17, np.uint8)
+    shmem.get_nbi(back, big, 0)
+    shmem.quiet()
+    assert (back == 3).all()
+    shmem.put(a, np.zeros((2, 2)), 0, size=3)  # any shape: elements in memory order
+    assert a[:3].tolist() == [0, 0, 0] and a[3] == src[3]
+
+
+def test_rma_errors_are_the_python_functions(shmem: Any) -> None:
+    a = shmem.zeros(8, np.int64)
+    src = np.ones(8, np.int64)
+    for fn in (shmem.put, shmem.put_nbi):
+        assert "does not exist" in str(same_error(fn, a, src, 3))
+        same_error(fn, a, src, -1)
+        same_error(fn, a, src, "0")
+        same_error(fn, a, src, 0, 9)  # size beyond both arrays
+        same_error(fn, a, src, 0, -1)
+        same_error(fn, a, src.astype(np.int32), 0)  # dtype mismatch
+        same_error(fn, np.zeros(8, np.int64), src, 0)  # not symmetric
+        same_error(fn, a[::2], src, 0)  # not contiguous
+        same_error(fn, a, [1, 2], 0)  # not an array
+        same_error(fn, a.astype(object), src.astype(object), 0)
+    ro = np.ones(8, np.int64)
+    ro.flags.writeable = False
+    for fn in (shmem.get, shmem.get_nbi):
+        same_error(fn, np.empty(8, np.int64), a, 4)
+        assert "read-only" in str(same_error(fn, ro, a, 0))
+        same_error(fn, np.empty(8, np.int64), np.ones(8, np.int64), 0)  # source not symmetric
+        same_error(fn, np.empty(4, np.float64), a, 0)
+
+
+def test_amos(shmem: Any) -> None:
+    w = shmem.zeros(4, np.int64)
+    u = shmem.zeros(2, np.uint32)
+    f = shmem.zeros(2, np.float32)
+    x = w[1:2]
+    assert shmem.atomic_fetch_add(x, -3, 0) == 0 and shmem.atomic_fetch(x, 0) == -3
+    assert shmem.atomic_compare_swap(x, -3, 10, 0) == -3 and x[0] == 10
+    shmem.atomic_inc(x, 0)
+    assert shmem.atomic_fetch_inc(x, 0) == 11 and shmem.atomic_swap(x, 2**63 - 1, 0) == 12
+    shmem.atomic_add(x, 1, 0)  # wraps
+    assert x[0] == -(2**63)
+    assert shmem.atomic_fetch_xor(u[:1], -1, 0) == 0 and u[0] == 2**32 - 1
+    shmem.atomic_and(u[:1], 0xF0, 0)
+    shmem.atomic_or(u[:1], 1, 0)
+    assert shmem.atomic_fetch_and(u[:1], 0xFF, 0) == 0xF1
+    shmem.atomic_set(f[1:], 2.5, 0)
+    assert shmem.atomic_swap(f[1:], 1e30, 0) == 2.5
+    assert shmem.atomic_fetch(f[1:], 0) == np.float32(1e30)
+    shmem.atomic_op(x, 5, shmem_amo("set"), 0)
+    assert shmem.atomic_fetch_op(x, 1, "inc", 0) == 5 and x[0] == 6
+    fetch = np.zeros(1, np.int64)
+    shmem.atomic_fetch_add_nbi(fetch, x, 4, 0)
+    shmem.atomic_compare_swap_nbi(fetch[:1], x, 10, 0, 0)
+    assert fetch[0] == 10 and x[0] == 0
+    shmem.atomic_fetch_op_nbi(fetch, x, 7, "set", 0)
+    assert fetch[0] == 0 and x[0] == 7
+
+
+def shmem_amo(name: str) -> Any:
+    from vkshmem._api.enums import AMO
+
+    return AMO(name)
+
+
+def test_amo_errors_are_the_python_functions(shmem: Any) -> None:
+    w = shmem.zeros(4, np.int64)
+    f = shmem.zeros(2, np.float64)
+    same_error(shmem.atomic_fetch_add, w[:1], 1, 7)  # bad PE
+    same_error(shmem.atomic_fetch_add, w[:2], 1, 0)  # two elements
+    same_error(shmem.atomic_fetch_add, w[:1], 1.5, 0)  # not an integer
+    same_error(shmem.atomic_fetch_add, f[:1], 1, 0)  # float target of an integer AMO
+    same_error(shmem.atomic_add, np.zeros(1, np.int64), 1, 0)  # not symmetric
+    same_error(shmem.atomic_add, w.view(np.int8)[1:2], 1, 0)  # an int8 word
+    same_error(shmem.atomic_set, w.view(np.int32)[1:2].view(np.float32), 1e300, 0)
+    same_error(shmem.atomic_compare_swap, w[:1], "x", 1, 0)
+    same_error(shmem.atomic_op, w[:1], 1, "avg", 0)
+    same_error(shmem.atomic_fetch_op, f[:1], 1, "and", 0)
+    same_error(shmem.atomic_fetch_add_nbi, np.zeros(1, np.int32), w[:1], 1, 0)  # fetch dtype
+    same_error(shmem.atomic_fetch_add_nbi, np.zeros(2, np.int64), w[:1], 1, 0)  # fetch size
+    ro = np.zeros(1, np.int64)
+    ro.flags.writeable = False
+    same_error(shmem.atomic_fetch_nbi, ro, w[:1], 0)
+    # an unaligned word of the heap
+    same_error(shmem.atomic_fetch, w.view(np.uint8)[4:12].view(np.int64), 0)
+
+
+def test_waits_and_tests(shmem: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from vkshmem._api import state
+    from vkshmem._api.enums import CMP
+    from vkshmem.core.errors import WaitTimeoutError
+
+    v = shmem.zeros(2, np.int32)
+    v[0] = 5
+    shmem.wait_until(v[:1], CMP.EQ, 5)
+    shmem.wait_until(v[:1], "ge", -1)
+    assert shmem.test(v[:1], CMP.GT, 4) is True and shmem.test(v[:1], "<", 5) is False
+    assert shmem.test(v[:1], CMP.NE, 2**40) is True  # out of range: the Python comparison
+    u = shmem.zeros(1, np.uint64)
+    assert shmem.test(u, CMP.LT, 2**64 - 1) and not shmem.test(u, CMP.LT, 0)
+    assert shmem.test(u, CMP.GT, -1) == shmem.test.__wrapped__(u, CMP.GT, -1)
+    monkeypatch.setattr(state.rt.waiter, "timeout", 0.05)
+    exc = same_error(shmem.wait_until, v[:1], CMP.EQ, 6)
+    assert isinstance(exc, WaitTimeoutError) and "wait_until(ivar" in str(exc)
+    assert "VKSHMEM_WAIT_TIMEOUT" in str(exc)
+    same_error(shmem.wait_until, v, CMP.EQ, 5)  # two elements
+    same_error(shmem.test, v[:1], "approx", 5)
+
+
+def test_barriers_and_small_collectives(shmem: Any) -> None:
+    shmem.barrier_all()
+    shmem.sync_all()
+    shmem.sync()
+    t = shmem.zeros(4, np.float64)
+    shmem.broadcast(t, np.arange(4.0), 0)
+    assert t.tolist() == [0, 1, 2, 3]
+    shmem.sum_reduce(t, np.ones(4))
+    shmem.max_reduce(t[:2], np.full(2, 9.0))
+    assert t.tolist() == [9, 9, 1, 1]
+    same_error(shmem.broadcast, t, np.ones(4), 1)  # no such root
+    same_error(shmem.sum_reduce, t, np.ones(4, np.int64))
+    same_error(shmem.and_reduce, t, np.ones(4))
+    same_error(shmem.reduce, t, np.ones(4), "avg")
+    ro = shmem.zeros(2, np.int64)
+    ro.flags.writeable = False
+    same_error(shmem.sum_reduce, ro, np.ones(2, np.int64))
+
+
+def test_finalized_entries_say_so(shmem: Any) -> None:
+    """After finalize, every entry runs its Python function, which names the problem; a new
+    init enables them again."""
+    a = shmem.zeros(1, np.int64)
+    team = shmem.TEAM_WORLD.state
+    shmem.finalize()
+    try:
+        assert not _fast.enabled() and not team.native.valid
+        for call in (lambda: shmem.put(a, a, 0), lambda: shmem.atomic_fetch(a, 0),
+                     shmem.quiet, shmem.barrier_all, shmem.sync,
+                     lambda: shmem.sum_reduce(a, a)):
+            with pytest.raises(VkshmemError, match="not initialised"):
+                call()
+        with pytest.raises(RuntimeError, match="finalized"):
+            team.native.sync()
+    finally:
+        shmem.init()
+    assert _fast.enabled() and shmem.TEAM_WORLD.state.native.valid
+    b = shmem.zeros(1, np.int64)
+    shmem.atomic_add(b, 2, 0)
+    assert b[0] == 2

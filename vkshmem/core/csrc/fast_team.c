@@ -1,0 +1,234 @@
+/* vkshmem.core._fast: teams whose members all take the shm path (NativeTeam), their barrier
+ * and the small broadcasts and all-reduces, on the team slot of the internal segment.
+ *
+ * The protocols are those of vkshmem.core.teams (dissemination barrier) and
+ * vkshmem.core.collectives (push broadcast down the binomial tree; one-phase butterfly
+ * all-reduce with the fold for non-powers of two), flag for flag and byte for byte, and the
+ * counts they expect (and the phase) are the ones the Python side reads through this object's
+ * buffer: a member running the Python algorithm meets one running this one.
+ */
+#include "fast.h"
+
+#include <string.h>
+
+#define SLOT_HEADER 4096
+#define F_BCAST 0
+#define F_RD 64
+#define F_FOLD 96
+#define F_FOLD_BACK 97
+#define BCAST_PUSH_MAX (256 << 10)  /* collectives.py: BCAST_CHUNK */
+#define ALIGN 64
+
+
+int team_valid(NativeTeam *t) { return t != NULL && G.enabled && t->generation == G.generation; }
+
+static uintptr_t peer_internal(NativeTeam *t, int m) {
+    return fast_peer(VK_INTERNAL_SEG, t->pes[m]);
+}
+
+static void signal_member(NativeTeam *t, int m, int flag) {
+    /* a sequentially consistent RMW: the stores before it are visible first */
+    vk_amo_impl(peer_internal(t, m) + t->base + VK_OFF_FLAGS + 8 * (uint64_t)flag, VK_ADD, 8, 1, 0);
+}
+
+struct wait_ctx { NativeTeam *t; const char *what; int flag, from; };
+
+static PyObject *what_signal(const void *p) {
+    const struct wait_ctx *c = p;
+    if (c->flag < 0)
+        return PyUnicode_FromFormat("team barrier round %d (waiting for PE %d)", c->from,
+                                    c->t->pes[(c->t->me - (1 << c->from) + c->t->n * 2) %
+                                              c->t->n]);
+    return PyUnicode_FromFormat("%s (signal %d of team slot %d)", c->what, c->flag, c->t->slot);
+}
+
+/* CollTeam.wait: `count` more signals on this PE's counter `flag`. */
+static int wait_flag(NativeTeam *t, int flag, const char *what) {
+    struct wait_ctx c = {t, what, flag, 0};
+    struct fast_pred p = {(const void *)(t->internal + t->base + VK_OFF_FLAGS + 8 * flag), 8,
+                          'u', 6, ++t->ctr[flag]};
+    return fast_wait(&p, what_signal, &c);
+}
+
+int team_sync(NativeTeam *t) {
+    int n = t->n;
+    if (n == 1) return 0;
+    uint64_t epoch = ++t->ctr[VK_CTR_EPOCH];
+    for (int dist = 1, k = 0; dist < n; dist <<= 1, k++) {
+        int to = (t->me + dist) % n;
+        vk_amo_impl(peer_internal(t, to) + t->base + 8 * (uint64_t)k, VK_ADD, 8, 1, 0);
+        struct wait_ctx c = {t, NULL, -1, k};
+        struct fast_pred p = {(const void *)(t->internal + t->base + 8 * (uint64_t)k), 8, 'u',
+                              6, epoch};
+        if (fast_wait(&p, what_signal, &c) < 0) return -1;
+    }
+    return 0;
+}
+
+/* -- broadcast (push down the binomial tree) ------------------------------------------------- */
+
+/* 1 done, 0 not handled (a member's memory is not mapped here), -1 error. */
+static int bcast(NativeTeam *t, char *tgt, const char *src, Py_ssize_t nb, int root, int seg,
+                 uint64_t off) {
+    int n = t->n, v = (t->me - root + n) % n, kids[32], flags[32], nk = 0, bits = 0;
+    while ((v >> bits) != 0) bits++;
+    for (int k = bits; v + (1 << k) < n; k++) {
+        kids[nk] = (t->me + (1 << k)) % n;
+        flags[nk++] = F_BCAST + k;
+    }
+    for (int i = 0; i < nk; i++)
+        if (!fast_peer(seg, t->pes[kids[i]]) || !peer_internal(t, kids[i])) return 0;
+    if (v == 0) {
+        for (int i = nk - 1; i >= 0; i--) {  /* largest subtree first */
+            memcpy((char *)fast_peer(seg, t->pes[kids[i]]) + off, src, (size_t)nb);
+            signal_member(t, kids[i], flags[i]);
+        }
+        if (tgt != src) memmove(tgt, src, (size_t)nb);
+        return 1;
+    }
+    if (wait_flag(t, F_BCAST + bits - 1, "broadcast") < 0) return -1;
+    for (int i = nk - 1; i >= 0; i--) {
+        memcpy((char *)fast_peer(seg, t->pes[kids[i]]) + off, tgt, (size_t)nb);
+        signal_member(t, kids[i], flags[i]);
+    }
+    return 1;
+}
+
+/* -- all-reduce (one phase of the butterfly) ------------------------------------------------- */
+
+static void put_internal(NativeTeam *t, int m, uint64_t off, const void *src, Py_ssize_t nb) {
+    memcpy((char *)peer_internal(t, m) + off, src, (size_t)nb);
+}
+
+static int reduce_rd(NativeTeam *t, char *tgt, const char *src, Py_ssize_t cnt,
+                     const char *fmt, int op, Py_ssize_t nb, int seg, uint64_t off) {
+    int me = t->me, role = t->role;
+    if ((role == 2 && !peer_internal(t, me + 1)) ||
+        (role == 1 && (!peer_internal(t, me - 1) || !fast_peer(seg, t->pes[me - 1]))))
+        return 0;
+    for (int i = 0; i < t->nsteps; i++)
+        if (!peer_internal(t, t->step_partner[i])) return 0;
+    uint64_t p = t->ctr[VK_CTR_PHASE]++;
+    uint64_t rel = (p & 1) * t->half, sbase = t->scratch_off + rel;
+    const char *scratch = (const char *)(t->internal + t->scratch_off + rel);
+    if (role == 2) {  /* folded out: the odd neighbour reduces for both */
+        put_internal(t, me + 1, sbase, src, nb);
+        signal_member(t, me + 1, F_FOLD);
+        return wait_flag(t, F_FOLD_BACK, "reduce") < 0 ? -1 : 1;
+    }
+    uint64_t rb = ((uint64_t)nb + ALIGN - 1) / ALIGN * ALIGN;
+    const char *acc = src;
+    if (role == 1) {
+        if (wait_flag(t, F_FOLD, "reduce") < 0) return -1;
+        fast_reduce_apply(fmt, op, tgt, src, scratch, cnt);
+        acc = tgt;
+    }
+    for (int i = 0; i < t->nsteps; i++) {
+        uint64_t region = (uint64_t)t->step_region[i] * rb;
+        put_internal(t, t->step_partner[i], sbase + region, acc, nb);
+        signal_member(t, t->step_partner[i], t->step_flag[i]);
+        if (wait_flag(t, t->step_flag[i], "reduce") < 0) return -1;
+        fast_reduce_apply(fmt, op, tgt, acc, scratch + region, cnt);
+        acc = tgt;
+    }
+    if (role == 1) {  /* the folded-out neighbour's result goes straight into its target */
+        memcpy((char *)fast_peer(seg, t->pes[me - 1]) + off, tgt, (size_t)nb);
+        signal_member(t, me - 1, F_FOLD_BACK);
+    }
+    return 1;
+}
+
+/* -- shared by the entry points and the NativeTeam methods ------------------------------------ */
+
+/* 1 done, 0 not handled, -1 error: broadcast of validated, contiguous buffers. */
+int team_broadcast(NativeTeam *t, struct fast_view *tb, struct fast_view *sb, Py_ssize_t nb,
+                   int root) {
+    if (!team_valid(t) || nb > BCAST_PUSH_MAX || root < 0 || root >= t->n) return 0;
+    int64_t r = vk_locate_in(G.table, tb->buf, (uint64_t)nb);
+    if (r < 0) return 0;
+    if (nb == 0) return 1;
+    return bcast(t, tb->buf, sb->buf, nb, root, (int)(r >> 48), (uint64_t)(r & VK_OFF_MASK));
+}
+
+int team_reduce(NativeTeam *t, struct fast_view *tb, struct fast_view *sb, Py_ssize_t nb,
+                int op) {
+    const char *tp = tb->buf, *sp = sb->buf;
+    if (!team_valid(t) || !fast_reduce_supported(tb->format, op) ||
+        (t->n > 1 && nb > t->rd_fast) || (tp != sp && tp < sp + nb && sp < tp + nb))
+        return 0;  /* larger, another type, or a partial overlap: the Python algorithm */
+    int64_t r = vk_locate_in(G.table, tb->buf, (uint64_t)nb);
+    if (r < 0) return 0;
+    if (nb == 0) return 1;
+    if (t->n == 1) {
+        if (tp != sp) memmove(tb->buf, sb->buf, (size_t)nb);
+        return 1;
+    }
+    return reduce_rd(t, tb->buf, sp, nb / tb->itemsize, tb->format, op, nb, (int)(r >> 48),
+                     (uint64_t)(r & VK_OFF_MASK));
+}
+
+/* Buffers of a collective: writable target, source of its type, the bytes to move. */
+static int coll_buffers(PyObject **a, struct fast_view *t, struct fast_view *s,
+                        Py_ssize_t *nb) {
+    if (Py_TYPE(a[P_TARGET]) != G.ndarray || Py_TYPE(a[P_SOURCE]) != G.ndarray ||
+        fast_view(a[P_TARGET], t, 1) < 0)
+        return 0;
+    if (fast_view(a[P_SOURCE], s, 0) < 0) {
+        fast_release(t);
+        return 0;
+    }
+    if (fast_same_format(t, s) && fast_count(a[P_SIZE], t, s, nb)) return 1;
+    fast_release(s);
+    fast_release(t);
+    return 0;
+}
+
+static int finish(int r, PyObject **out) {
+    if (r == 0) return 0;
+    *out = r < 0 ? NULL : Py_NewRef(Py_None);
+    return 1;
+}
+
+int fast_barrier(FastCall *self, PyObject **a, PyObject **out) {
+    if (!team_valid(G.world) || (self->op && !G.barrier_native)) return 0;
+    if (self->op) __atomic_thread_fence(__ATOMIC_SEQ_CST);  /* barrier_all: quiet first */
+    return finish(team_sync(G.world) < 0 ? -1 : 1, out);
+}
+
+int fast_sync(FastCall *self, PyObject **a, PyObject **out) {
+    if (!fast_none(a[P_TEAM]) || !team_valid(G.world)) return 0;
+    return finish(team_sync(G.world) < 0 ? -1 : 1, out);
+}
+
+int fast_broadcast(FastCall *self, PyObject **a, PyObject **out) {
+    struct fast_view t, s;
+    Py_ssize_t nb;
+    long root;
+    if (!fast_none(a[P_TEAM]) || !team_valid(G.world) || !fast_long(a[P_ROOT], &root) ||
+        !coll_buffers(a, &t, &s, &nb))
+        return 0;
+    int r = team_broadcast(G.world, &t, &s, nb, (int)root);
+    fast_release(&s);
+    fast_release(&t);
+    return finish(r, out);
+}
+
+int fast_reduce(FastCall *self, PyObject **a, PyObject **out) {
+    struct fast_view t, s;
+    Py_ssize_t nb;
+    int op = self->op;
+    if (!fast_none(a[P_TEAM]) || !team_valid(G.world)) return 0;
+    if (self->opmap != NULL && a[P_OP] != NULL) {
+        PyObject *code = PyDict_GetItemWithError(self->opmap, a[P_OP]);
+        if (code == NULL) {
+            PyErr_Clear();
+            return 0;
+        }
+        op = (int)PyLong_AsLong(code);
+    }
+    if (!coll_buffers(a, &t, &s, &nb)) return 0;
+    int r = team_reduce(G.world, &t, &s, nb, op);
+    fast_release(&s);
+    fast_release(&t);
+    return finish(r, out);
+}
