@@ -88,6 +88,8 @@ class TeamState:
     def sync(self) -> None:
         """Collective over the team: dissemination barrier (does not complete earlier puts)."""
         if self.native is not None:
+            if not self.native.valid:
+                raise VkshmemError("this team belongs to a runtime that was finalized")
             self.native.sync()
             return
         n = self.size

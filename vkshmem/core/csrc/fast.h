@@ -75,7 +75,8 @@ struct fast_view {
     Py_buffer pb;
 };
 
-/* fast_module.c */
+/* fast_view.c */
+int fast_layout_agrees(PyObject *o);
 int fast_long(PyObject *o, long *v);
 int fast_pe(PyObject *o, long *pe);
 int fast_none(PyObject *o);

@@ -16,7 +16,8 @@
 #define F_RD 64
 #define F_FOLD 96
 #define F_FOLD_BACK 97
-#define BCAST_PUSH_MAX (256 << 10)  /* collectives.py: BCAST_CHUNK */
+#define F_BCAST_DONE 104
+#define BCAST_CHUNK (256 << 10)  /* collectives.py: larger broadcasts are pulled in chunks */
 #define ALIGN 64
 
 
@@ -65,20 +66,77 @@ int team_sync(NativeTeam *t) {
     return 0;
 }
 
-/* -- broadcast (push down the binomial tree) ------------------------------------------------- */
+/* -- broadcast (binomial tree: small data pushed, large data pulled in chunks) ---------------- */
+
+struct tree { int v, bits, nk, kids[32], flags[32]; };
+
+/* collectives.py: _tree(): the children of relative rank v are v + 2**k for 2**k > v */
+static int tree_of(NativeTeam *t, int root, int seg, struct tree *tr) {
+    int n = t->n, v = (t->me - root + n) % n;
+    tr->v = v;
+    tr->bits = 0;
+    tr->nk = 0;
+    while ((v >> tr->bits) != 0) tr->bits++;
+    for (int k = tr->bits; v + (1 << k) < n; k++) {
+        tr->kids[tr->nk] = (t->me + (1 << k)) % n;
+        tr->flags[tr->nk++] = F_BCAST + k;
+    }
+    for (int i = 0; i < tr->nk; i++)  /* every member this PE writes is mapped here */
+        if (!fast_peer(seg, t->pes[tr->kids[i]]) || !peer_internal(t, tr->kids[i])) return 0;
+    return v == 0 || (fast_peer(seg, t->pes[(t->me - (1 << (tr->bits - 1)) + n) % n]) &&
+                      peer_internal(t, (t->me - (1 << (tr->bits - 1)) + n) % n));
+}
+
+static void copy_nogil(void *dst, const void *src, Py_ssize_t n) {
+    Py_BEGIN_ALLOW_THREADS
+    memmove(dst, src, (size_t)n);
+    Py_END_ALLOW_THREADS
+}
+
+/* collectives.py: _broadcast_pull(). The caller holds exports of tgt and src. */
+static int bcast_pull(NativeTeam *t, char *tgt, const char *src, Py_ssize_t nb,
+                      Py_ssize_t isz, int seg, uint64_t off, struct tree *tr) {
+    Py_ssize_t chunk = BCAST_CHUNK / isz > 0 ? BCAST_CHUNK / isz * isz : isz;
+    char *tmp = NULL;
+    int r = 1;
+    if (tr->v == 0) {
+        if (src != tgt && src < tgt + nb && tgt < src + nb) {  /* a partial overlap */
+            if ((tmp = PyMem_Malloc((size_t)nb)) == NULL) {
+                PyErr_NoMemory();
+                return -1;
+            }
+            memcpy(tmp, src, (size_t)nb);
+            src = tmp;
+        }
+        for (Py_ssize_t lo = 0; lo < nb; lo += chunk) {
+            Py_ssize_t len = nb - lo < chunk ? nb - lo : chunk;
+            if (src != tgt) copy_nogil(tgt + lo, src + lo, len);
+            for (int i = 0; i < tr->nk; i++) signal_member(t, tr->kids[i], tr->flags[i]);
+        }
+        PyMem_Free(tmp);
+    } else {
+        int k_in = tr->bits - 1, parent = (t->me - (1 << k_in) + t->n) % t->n;
+        const char *from = (const char *)fast_peer(seg, t->pes[parent]) + off;
+        for (Py_ssize_t lo = 0; lo < nb; lo += chunk) {
+            Py_ssize_t len = nb - lo < chunk ? nb - lo : chunk;
+            if (wait_flag(t, F_BCAST + k_in, "broadcast") < 0) return -1;
+            copy_nogil(tgt + lo, from + lo, len);
+            for (int i = 0; i < tr->nk; i++) signal_member(t, tr->kids[i], tr->flags[i]);
+        }
+        signal_member(t, parent, F_BCAST_DONE + k_in);
+    }
+    for (int i = 0; i < tr->nk && r > 0; i++)  /* the children have read this target */
+        if (wait_flag(t, F_BCAST_DONE + tr->flags[i] - F_BCAST, "broadcast") < 0) r = -1;
+    return r;
+}
 
 /* 1 done, 0 not handled (a member's memory is not mapped here), -1 error. */
 static int bcast(NativeTeam *t, char *tgt, const char *src, Py_ssize_t nb, int root, int seg,
                  uint64_t off) {
-    int n = t->n, v = (t->me - root + n) % n, kids[32], flags[32], nk = 0, bits = 0;
-    while ((v >> bits) != 0) bits++;
-    for (int k = bits; v + (1 << k) < n; k++) {
-        kids[nk] = (t->me + (1 << k)) % n;
-        flags[nk++] = F_BCAST + k;
-    }
-    for (int i = 0; i < nk; i++)
-        if (!fast_peer(seg, t->pes[kids[i]]) || !peer_internal(t, kids[i])) return 0;
-    if (v == 0) {
+    struct tree tr;
+    if (!tree_of(t, root, seg, &tr)) return 0;
+    int nk = tr.nk, *kids = tr.kids, *flags = tr.flags, bits = tr.bits;
+    if (tr.v == 0) {
         for (int i = nk - 1; i >= 0; i--) {  /* largest subtree first */
             memcpy((char *)fast_peer(seg, t->pes[kids[i]]) + off, src, (size_t)nb);
             signal_member(t, kids[i], flags[i]);
@@ -143,11 +201,16 @@ static int reduce_rd(NativeTeam *t, char *tgt, const char *src, Py_ssize_t cnt,
 /* 1 done, 0 not handled, -1 error: broadcast of validated, contiguous buffers. */
 int team_broadcast(NativeTeam *t, struct fast_view *tb, struct fast_view *sb, Py_ssize_t nb,
                    int root) {
-    if (!team_valid(t) || nb > BCAST_PUSH_MAX || root < 0 || root >= t->n) return 0;
+    struct tree tr;
+    if (!team_valid(t) || root < 0 || root >= t->n) return 0;
     int64_t r = vk_locate_in(G.table, tb->buf, (uint64_t)nb);
     if (r < 0) return 0;
     if (nb == 0) return 1;
-    return bcast(t, tb->buf, sb->buf, nb, root, (int)(r >> 48), (uint64_t)(r & VK_OFF_MASK));
+    int seg = (int)(r >> 48);
+    uint64_t off = (uint64_t)(r & VK_OFF_MASK);
+    if (nb <= BCAST_CHUNK) return bcast(t, tb->buf, sb->buf, nb, root, seg, off);
+    if (!tree_of(t, root, seg, &tr) || fast_hold(tb) < 0 || fast_hold(sb) < 0) return 0;
+    return bcast_pull(t, tb->buf, sb->buf, nb, tb->itemsize, seg, off, &tr);
 }
 
 int team_reduce(NativeTeam *t, struct fast_view *tb, struct fast_view *sb, Py_ssize_t nb,
