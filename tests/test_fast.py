@@ -21,11 +21,21 @@ pytestmark = pytest.mark.timeout(120)
 @pytest.fixture(scope="module")
 def shmem() -> Iterator[Any]:
     """The API with a one-PE runtime running in this process (finalized afterwards)."""
-    from vkshmem._api import alloc, amo, amo_nbi, collectives, lifecycle, rma, sync, team
+    from vkshmem._api import (
+        alloc,
+        amo,
+        amo_nbi,
+        collectives,
+        lifecycle,
+        rma,
+        signal,
+        sync,
+        team,
+    )
 
     lifecycle.init()
     api = type("Api", (), {})()
-    for mod in (alloc, amo, amo_nbi, collectives, lifecycle, rma, sync, team):
+    for mod in (alloc, amo, amo_nbi, collectives, lifecycle, rma, signal, sync, team):
         for name in mod.__all__:
             setattr(api, name, getattr(mod, name))
     try:
@@ -200,6 +210,30 @@ def test_waits_and_tests(shmem: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     assert "VKSHMEM_WAIT_TIMEOUT" in str(exc)
     same_error(shmem.wait_until, v, CMP.EQ, 5)  # two elements
     same_error(shmem.test, v[:1], "approx", 5)
+
+
+def test_signals(shmem: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from vkshmem._api import state
+    from vkshmem._api.enums import CMP
+
+    sig = shmem.new_signal()
+    t = shmem.zeros(4, np.int32)
+    shmem.put_signal(t, np.arange(4, dtype=np.int32), 0, sig, 3, shmem.SIGNAL_SET)
+    shmem.put_signal_nbi(t[2:], np.zeros(2, np.int32), 0, sig, -1, shmem.SIGNAL_ADD)
+    assert t.tolist() == [0, 1, 0, 0] and shmem.signal_fetch(sig) == 2
+    shmem.signal_add(sig, 2**64 - 1, 0)
+    shmem.signal_set(sig, 7, pe=0)
+    assert shmem.signal_wait_until(sig, CMP.GE, 5) == 7 and shmem.signal_fetch(sig) == 7
+    assert shmem.signal_wait_until(sig, "ne", -1) == 7
+    same_error(shmem.put_signal, t, np.zeros(4, np.int32), 0, sig, 1, 3)  # bad sigop
+    same_error(shmem.put_signal, t, np.zeros(4, np.int32), 0, t[:1], 1, shmem.SIGNAL_SET)
+    same_error(shmem.put_signal, t, np.zeros(4, np.int32), 2, sig, 1, shmem.SIGNAL_SET)
+    same_error(shmem.signal_add, np.zeros(1, np.uint64), 1, 0)  # not symmetric
+    same_error(shmem.signal_set, sig, 1.5, 0)
+    same_error(shmem.signal_fetch, sig.view(np.int32))
+    monkeypatch.setattr(state.rt.waiter, "timeout", 0.05)
+    exc = same_error(shmem.signal_wait_until, sig, CMP.EQ, 8)
+    assert "signal_wait_until(signal" in str(exc)
 
 
 def test_barriers_and_small_collectives(shmem: Any) -> None:

@@ -49,7 +49,7 @@ typedef struct fastcall FastCall;
 typedef int (*fast_impl)(FastCall *self, PyObject **a, PyObject **out);
 
 enum { P_TARGET, P_SOURCE, P_PE, P_SIZE, P_CTX, P_VALUE, P_COND, P_FETCH, P_OP, P_CMP,
-       P_ROOT, P_TEAM, P_NROLES };
+       P_ROOT, P_TEAM, P_SIGNAL, P_SIGOP, P_NROLES };
 
 struct fastcall {
     PyObject_HEAD
@@ -98,16 +98,25 @@ int fast_get(FastCall *self, PyObject **a, PyObject **out);
 int fast_amo(FastCall *self, PyObject **a, PyObject **out);
 int fast_quiet(FastCall *self, PyObject **a, PyObject **out);
 
+/* fast_signal.c */
+int fast_put_signal(FastCall *self, PyObject **a, PyObject **out);
+int fast_signal_update(FastCall *self, PyObject **a, PyObject **out);
+int fast_signal_fetch(FastCall *self, PyObject **a, PyObject **out);
+int fast_signal_wait(FastCall *self, PyObject **a, PyObject **out);
+/* for put_signal: 1 when the put (target, source, pe, size) was done, else 0 */
+int fast_rma_put(PyObject **a);
+
 /* fast_wait.c */
 struct fast_pred {
     const void *addr;
     int width, kind;            /* kind: 'i' signed, 'u' unsigned */
     int cmp;                    /* CMP: 1 EQ, 2 NE, 3 GT, 4 LE, 5 LT, 6 GE */
     uint64_t value;
+    uint64_t seen;              /* the value the last check read */
 };
-int fast_pred_true(const struct fast_pred *p);
+int fast_pred_true(struct fast_pred *p);
 typedef PyObject *(*fast_what)(const void *ctx);
-int fast_wait(const struct fast_pred *p, fast_what what, const void *ctx);
+int fast_wait(struct fast_pred *p, fast_what what, const void *ctx);
 int fast_wait_until(FastCall *self, PyObject **a, PyObject **out);
 int fast_test(FastCall *self, PyObject **a, PyObject **out);
 

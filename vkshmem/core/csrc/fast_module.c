@@ -12,6 +12,7 @@ static const char *const ROLE_NAMES[P_NROLES][2] = {
     [P_SIZE] = {"size", NULL},       [P_CTX] = {"ctx", NULL},       [P_VALUE] = {"value", NULL},
     [P_COND] = {"cond", NULL},       [P_FETCH] = {"fetch", NULL},   [P_OP] = {"op", NULL},
     [P_CMP] = {"cmp", NULL},         [P_ROOT] = {"root", NULL},     [P_TEAM] = {"team", NULL},
+    [P_SIGNAL] = {"signal", NULL},   [P_SIGOP] = {"sigop", NULL},
 };
 
 /* -- FastCall -------------------------------------------------------------------------------- */
@@ -123,6 +124,8 @@ static const struct { const char *kind; fast_impl impl; } KINDS[] = {
     {"wait_until", fast_wait_until}, {"test", fast_test},
     {"barrier_all", fast_barrier},   {"sync", fast_sync},
     {"broadcast", fast_broadcast},   {"reduce", fast_reduce},
+    {"put_signal", fast_put_signal}, {"signal_update", fast_signal_update},
+    {"signal_fetch", fast_signal_fetch}, {"signal_wait", fast_signal_wait},
     {NULL, NULL},
 };
 

@@ -55,6 +55,13 @@ static int rma(PyObject **a, PyObject **out, int to_peer) {
 
 int fast_put(FastCall *self, PyObject **a, PyObject **out) { return rma(a, out, 1); }
 
+int fast_rma_put(PyObject **a) {
+    PyObject *out = NULL;
+    int r = rma(a, &out, 1);
+    Py_XDECREF(out);
+    return r;
+}
+
 int fast_get(FastCall *self, PyObject **a, PyObject **out) { return rma(a, out, 0); }
 
 /* -- AMOs ---------------------------------------------------------------------------------- */

@@ -26,7 +26,7 @@ static inline void relax(void) {
 #endif
 }
 
-int fast_pred_true(const struct fast_pred *p) {
+int fast_pred_true(struct fast_pred *p) {
     uint64_t v;
     switch (p->width) {
     case 1: v = __atomic_load_n((const uint8_t *)p->addr, __ATOMIC_SEQ_CST); break;
@@ -35,6 +35,7 @@ int fast_pred_true(const struct fast_pred *p) {
     default: v = __atomic_load_n((const uint64_t *)p->addr, __ATOMIC_SEQ_CST); break;
     }
     int c;  /* -1, 0, 1: v against the value */
+    p->seen = v;
     if (p->kind == 'i') {
         int shift = 64 - 8 * p->width;
         int64_t s = (int64_t)(v << shift) >> shift, w = (int64_t)p->value;
@@ -53,7 +54,7 @@ int fast_pred_true(const struct fast_pred *p) {
 }
 
 /* Wait, GIL released, until the predicate holds (1) or slice_end passes (0). */
-static int wait_slice(const struct fast_pred *p, uint64_t start, uint64_t slice_end) {
+static int wait_slice(struct fast_pred *p, uint64_t start, uint64_t slice_end) {
     for (unsigned i = 0;; i++) {
         if (fast_pred_true(p)) return 1;
         uint64_t now = now_ns(), waited = now - start;
@@ -86,7 +87,7 @@ static void raise_timeout(fast_what what, const void *ctx) {
 
 /* 0 once the predicate holds; -1 with an exception: the runtime's Waiter timeout passed
  * (VKSHMEM_WAIT_TIMEOUT), or a signal handler raised (Ctrl-C). */
-int fast_wait(const struct fast_pred *p, fast_what what, const void *ctx) {
+int fast_wait(struct fast_pred *p, fast_what what, const void *ctx) {
     if (fast_pred_true(p)) return 0;
     uint64_t start = now_ns();
     for (unsigned i = 0;; i++) {  /* holding the GIL: most waits end here */
