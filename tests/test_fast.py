@@ -246,6 +246,11 @@ def test_barriers_and_small_collectives(shmem: Any) -> None:
     shmem.sum_reduce(t, np.ones(4))
     shmem.max_reduce(t[:2], np.full(2, 9.0))
     assert t.tolist() == [9, 9, 1, 1]
+    shmem.fcollect(t[1:3], np.array([5.0, 6.0]))
+    shmem.fcollect(t[:2], t[:1], 1)  # in place: this PE's own block
+    assert t.tolist() == [9, 5, 6, 1]
+    same_error(shmem.fcollect, t[:2], t[1:], 2)  # overlaps the target elsewhere
+    same_error(shmem.fcollect, t[:1], np.ones(2))  # does not fit
     same_error(shmem.broadcast, t, np.ones(4), 1)  # no such root
     same_error(shmem.sum_reduce, t, np.ones(4, np.int64))
     same_error(shmem.and_reduce, t, np.ones(4))

@@ -218,6 +218,8 @@ def fcollect(target: np.ndarray, source: np.ndarray, size: int | None = None,
     if impl is not None:
         impl(_args(ct, "fcollect", (seg, off), total * dt.itemsize, src, cnt))
         return
+    if ct.native is not None and ct.native.fcollect(tgt, src):
+        return  # a team of shm peers: in C, the same protocol
     _core.fcollect(ct, tgt, seg, off, src)
 
 
@@ -443,10 +445,11 @@ def prod_reduce(target: np.ndarray, source: np.ndarray, size: int | None = None,
     reduce(target, source, OP.PROD, size, team)
 
 
-# The shm hot path (TEAM_WORLD of shm peers, plain numpy arrays, a small broadcast or
-# all-reduce of a type C computes) runs in C (vkshmem.core.fast); everything else, and every
+# The shm hot path (TEAM_WORLD of shm peers, plain numpy arrays: broadcast, fcollect, and
+# small all-reduces of a type C computes) runs in C (vkshmem.core.fast); everything else, and every
 # error, takes the Python functions above.
 broadcast = entry("broadcast", broadcast)
+fcollect = entry("fcollect", fcollect)
 reduce = entry("reduce", reduce, op=_CODES["sum"],
                opmap={**{m: _CODES[m.value] for m in OP}, **_CODES})
 and_reduce = entry("reduce", and_reduce, op=_CODES["and"])

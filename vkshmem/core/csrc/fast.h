@@ -142,10 +142,13 @@ int team_broadcast(NativeTeam *t, struct fast_view *tb, struct fast_view *sb, Py
                    int root);
 int team_reduce(NativeTeam *t, struct fast_view *tb, struct fast_view *sb, Py_ssize_t nb,
                 int op);
+/* bb: the bytes of each member's block */
+int team_fcollect(NativeTeam *t, struct fast_view *tb, struct fast_view *sb, Py_ssize_t bb);
 int fast_barrier(FastCall *self, PyObject **a, PyObject **out);
 int fast_sync(FastCall *self, PyObject **a, PyObject **out);
 int fast_broadcast(FastCall *self, PyObject **a, PyObject **out);
 int fast_reduce(FastCall *self, PyObject **a, PyObject **out);
+int fast_fcollect(FastCall *self, PyObject **a, PyObject **out);
 
 /* fast_team_type.c */
 extern PyTypeObject NativeTeamType;

@@ -124,6 +124,7 @@ static const struct { const char *kind; fast_impl impl; } KINDS[] = {
     {"wait_until", fast_wait_until}, {"test", fast_test},
     {"barrier_all", fast_barrier},   {"sync", fast_sync},
     {"broadcast", fast_broadcast},   {"reduce", fast_reduce},
+    {"fcollect", fast_fcollect},
     {"put_signal", fast_put_signal}, {"signal_update", fast_signal_update},
     {"signal_fetch", fast_signal_fetch}, {"signal_wait", fast_signal_wait},
     {NULL, NULL},

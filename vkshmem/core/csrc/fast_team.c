@@ -13,6 +13,7 @@
 
 #define SLOT_HEADER 4096
 #define F_BCAST 0
+#define F_BRUCK 32
 #define F_RD 64
 #define F_FOLD 96
 #define F_FOLD_BACK 97
@@ -196,6 +197,47 @@ static int reduce_rd(NativeTeam *t, char *tgt, const char *src, Py_ssize_t cnt,
     return 1;
 }
 
+/* -- fcollect (dissemination allgather, Bruck) ---------------------------------------------- */
+
+/* collectives.py: fcollect(): in round r this PE puts the blocks it holds (up to 2**r, from
+ * its own) straight into the target of PE me - 2**r, at their final places. */
+static int bruck(NativeTeam *t, char *tgt, const char *src, Py_ssize_t bb, int seg,
+                 uint64_t off) {
+    int n = t->n, me = t->me;
+    char *own = tgt + (Py_ssize_t)me * bb;
+    for (int d = 1; d < n; d <<= 1) {
+        int dest = (me - d + n) % n;
+        if (!fast_peer(seg, t->pes[dest]) || !peer_internal(t, dest)) return 0;
+    }
+    for (int d = 1, r = 0; d < n; d <<= 1, r++) {
+        int dest = (me - d + n) % n, c = d < n - d ? d : n - d;
+        char *to = (char *)fast_peer(seg, t->pes[dest]) + off;
+        if (me + c <= n) {
+            memcpy(to + (Py_ssize_t)me * bb, c == 1 ? src : own, (size_t)(c * bb));
+        } else {  /* wraps around: two pieces */
+            memcpy(to + (Py_ssize_t)me * bb, own, (size_t)((n - me) * bb));
+            memcpy(to, tgt, (size_t)((me + c - n) * bb));
+        }
+        signal_member(t, dest, F_BRUCK + r);
+        if (r == 0 && own != src) memmove(own, src, (size_t)bb);  /* while it travels */
+        if (wait_flag(t, F_BRUCK + r, "fcollect") < 0) return -1;
+    }
+    if (n == 1 && own != src) memmove(own, src, (size_t)bb);
+    return 1;
+}
+
+int team_fcollect(NativeTeam *t, struct fast_view *tb, struct fast_view *sb, Py_ssize_t bb) {
+    Py_ssize_t total = bb * (t != NULL ? t->n : 0);
+    const char *tp = tb->buf, *sp = sb->buf, *own;
+    if (!team_valid(t) || total > tb->len) return 0;
+    if (bb == 0) return 1;
+    own = tp + (Py_ssize_t)t->me * bb;
+    if (sp != own && sp < tp + total && tp < sp + bb) return 0;  /* refused by Python */
+    int64_t r = vk_locate_in(G.table, tp, (uint64_t)total);
+    if (r < 0) return 0;
+    return bruck(t, tb->buf, sp, bb, (int)(r >> 48), (uint64_t)(r & VK_OFF_MASK));
+}
+
 /* -- shared by the entry points and the NativeTeam methods ------------------------------------ */
 
 /* 1 done, 0 not handled, -1 error: broadcast of validated, contiguous buffers. */
@@ -291,6 +333,26 @@ int fast_reduce(FastCall *self, PyObject **a, PyObject **out) {
     }
     if (!coll_buffers(a, &t, &s, &nb)) return 0;
     int r = team_reduce(G.world, &t, &s, nb, op);
+    fast_release(&s);
+    fast_release(&t);
+    return finish(r, out);
+}
+
+int fast_fcollect(FastCall *self, PyObject **a, PyObject **out) {
+    struct fast_view t, s;
+    long cnt = -1;
+    int r = 0;
+    if (!fast_none(a[P_TEAM]) || !team_valid(G.world) || Py_TYPE(a[P_TARGET]) != G.ndarray ||
+        Py_TYPE(a[P_SOURCE]) != G.ndarray || fast_view(a[P_TARGET], &t, 1) < 0)
+        return 0;
+    if (fast_view(a[P_SOURCE], &s, 0) < 0) {
+        fast_release(&t);
+        return 0;
+    }
+    if (fast_none(a[P_SIZE])) cnt = (long)(s.len / s.itemsize);
+    else if (!fast_long(a[P_SIZE], &cnt) || cnt > s.len / s.itemsize) cnt = -1;
+    if (cnt >= 0 && fast_same_format(&t, &s))
+        r = team_fcollect(G.world, &t, &s, (Py_ssize_t)cnt * s.itemsize);
     fast_release(&s);
     fast_release(&t);
     return finish(r, out);

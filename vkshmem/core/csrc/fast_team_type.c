@@ -88,37 +88,42 @@ static PyObject *nt_sync(PyObject *o, PyObject *noargs) {
     Py_RETURN_NONE;
 }
 
-/* Buffers of flat, equally long, contiguous arrays of one type (checked by the caller). */
-static int two_buffers(PyObject *tgt, PyObject *src, struct fast_view *t,
-                       struct fast_view *s) {
+/* Views of contiguous arrays of one type, the target `times` as long as the source. */
+static int two_buffers(PyObject *tgt, PyObject *src, struct fast_view *t, struct fast_view *s,
+                       int times) {
     if (fast_view(tgt, t, 1) < 0) return 0;
     if (fast_view(src, s, 0) < 0) {
         fast_release(t);
         return 0;
     }
-    if (fast_same_format(t, s) && t->len == s->len) return 1;
+    if (fast_same_format(t, s) && t->len == s->len * times) return 1;
     fast_release(s);
     fast_release(t);
     return 0;
 }
 
-static PyObject *nt_collective(PyObject *o, PyObject *args, int bcast) {
+/* which: 0 broadcast, 1 reduce, 2 fcollect */
+static PyObject *nt_collective(PyObject *o, PyObject *args, int which) {
     PyObject *tgt, *src;
-    int arg, r;
+    int arg = 0, r;
     struct fast_view t, s;
-    if (!PyArg_ParseTuple(args, "OOi", &tgt, &src, &arg)) return NULL;
-    if (!two_buffers(tgt, src, &t, &s)) Py_RETURN_FALSE;
-    if (bcast) r = team_broadcast((NativeTeam *)o, &t, &s, t.len, arg);
-    else r = team_reduce((NativeTeam *)o, &t, &s, t.len, arg);
+    if (!PyArg_ParseTuple(args, which == 2 ? "OO" : "OOi", &tgt, &src, &arg)) return NULL;
+    if (!two_buffers(tgt, src, &t, &s, which == 2 ? ((NativeTeam *)o)->n : 1))
+        Py_RETURN_FALSE;
+    if (which == 0) r = team_broadcast((NativeTeam *)o, &t, &s, t.len, arg);
+    else if (which == 1) r = team_reduce((NativeTeam *)o, &t, &s, t.len, arg);
+    else r = team_fcollect((NativeTeam *)o, &t, &s, s.len);
     fast_release(&s);
     fast_release(&t);
     if (r < 0) return NULL;
     return PyBool_FromLong(r);
 }
 
-static PyObject *nt_broadcast(PyObject *o, PyObject *args) { return nt_collective(o, args, 1); }
+static PyObject *nt_broadcast(PyObject *o, PyObject *args) { return nt_collective(o, args, 0); }
 
-static PyObject *nt_reduce(PyObject *o, PyObject *args) { return nt_collective(o, args, 0); }
+static PyObject *nt_reduce(PyObject *o, PyObject *args) { return nt_collective(o, args, 1); }
+
+static PyObject *nt_fcollect(PyObject *o, PyObject *args) { return nt_collective(o, args, 2); }
 
 static PyObject *nt_valid(PyObject *o, void *closure) {
     return PyBool_FromLong(team_valid((NativeTeam *)o));
@@ -133,6 +138,9 @@ static PyMethodDef nt_methods[] = {
     {"reduce", nt_reduce, METH_VARARGS,
      "reduce(target, source, op)\n--\n\nCollective: one-phase butterfly all-reduce (op: 1 sum, "
      "2 prod, 3 min, 4 max, 5 and, 6 or, 7 xor). False when the Python algorithm must run."},
+    {"fcollect", nt_fcollect, METH_VARARGS,
+     "fcollect(target, source)\n--\n\nCollective: dissemination allgather of a flat source "
+     "into a flat target of n times its length. False when the Python algorithm must run."},
     {NULL, NULL, 0, NULL},
 };
 
