@@ -5,7 +5,8 @@ takes part in barrier_all, broadcast (8 B, 1 MiB, root 0) and sum_reduce (8 B); 
 bandwidth (64 KiB, 1 MiB, 4 MiB, each + quiet) next to the same copy done by numpy locally,
 and an 8-byte numpy store. Every row is the median over ``--reps`` loops of the mean time per
 call (back to back), for collectives on the slowest PE; each PE is pinned to its own core
-when there are enough (as MPI launchers bind).
+when there are enough (as MPI launchers bind; ``--no-pin`` leaves placement to the OS, as
+``mpiexec --bind-to none`` does, which suits a machine shared with other work).
 ``benchmarks/mpi_rma.py`` measures the same rows with mpi4py. ``--json`` prints one JSON
 object instead of the table. Set VKSHMEM_SHM=0 VKSHMEM_TRANSPORTS=hostproxy (or ucx) to
 measure a transport instead of the shm path.
@@ -28,7 +29,7 @@ peer = (me + 1) % n
 reps = int(sys.argv[sys.argv.index("--reps") + 1]) if "--reps" in sys.argv else 5
 scale = float(sys.argv[sys.argv.index("--iters-scale") + 1]) if "--iters-scale" in sys.argv \
     else 1.0
-if len(os.sched_getaffinity(0)) >= n:  # one core per PE, as MPI launchers bind by default
+if "--no-pin" not in sys.argv and len(os.sched_getaffinity(0)) >= n:  # as MPI binds
     os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[me]})
 KIB, MIB = 1 << 10, 1 << 20
 small = shmem.zeros(1, np.int64)

@@ -5,9 +5,10 @@ session as the vkshmem numbers it is compared with::
 
     .venv/bin/mpiexec -n 2 --oversubscribe .venv/bin/python benchmarks/mpi_rma.py
 
-(add ``--allow-run-as-root`` as root). RMA is passive-target on a window from
-``MPI.Win.Allocate`` (one ``Lock_all`` epoch), every operation followed by ``Flush``, as an
-OpenSHMEM put + quiet; collectives are on ``COMM_WORLD`` (root 0). Rank 0 measures against
+(add ``--allow-run-as-root`` as root; ``--mca osc sm`` skips Open MPI's attempt at its UCX
+one-sided component; ``--no-pin`` with ``--bind-to none`` leaves placement to the OS). RMA is
+passive-target on a window from ``MPI.Win.Allocate`` (one ``Lock_all`` epoch), every
+operation followed by ``Flush``, as an OpenSHMEM put + quiet; collectives are on ``COMM_WORLD`` (root 0). Rank 0 measures against
 rank 1; every row is the median over ``--reps`` loops of the mean time per call (back to
 back), for collectives on the slowest rank. ``--json`` prints one JSON object (row ->
 microseconds) instead of the table.
@@ -95,7 +96,7 @@ def put_big() -> None:
     win.Flush(peer)
 
 
-if len(os.sched_getaffinity(0)) >= n:  # one core per rank (as mpiexec binds by default)
+if "--no-pin" not in sys.argv and len(os.sched_getaffinity(0)) >= n:  # as mpiexec binds
     os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[me]})
 rows = {
     "put 8 B + quiet": timed(put8, 20000),

@@ -8,7 +8,7 @@
 
 #define HOLD_NS 3000         /* spin this long holding the GIL (a peer a cache miss away) */
 #define SLICE_NS 1000000     /* then, GIL released, return to Python at least this often */
-#define SPIN_NS 50000        /* pause-spin this long into a wait (unless crowded), */
+#define SPIN_NS 5000         /* pause-spin this long into a wait (unless crowded), */
 #define YIELD_NS 2000000     /* then yield the CPU until this long, */
 #define SLEEP_NS 50000       /* then sleep this long between checks */
 
