@@ -8,10 +8,10 @@ session as the vkshmem numbers it is compared with::
 (add ``--allow-run-as-root`` as root; ``--mca osc sm`` skips Open MPI's attempt at its UCX
 one-sided component; ``--no-pin`` with ``--bind-to none`` leaves placement to the OS). RMA is
 passive-target on a window from ``MPI.Win.Allocate`` (one ``Lock_all`` epoch), every
-operation followed by ``Flush``, as an OpenSHMEM put + quiet; collectives are on ``COMM_WORLD`` (root 0). Rank 0 measures against
-rank 1; every row is the median over ``--reps`` loops of the mean time per call (back to
-back), for collectives on the slowest rank. ``--json`` prints one JSON object (row ->
-microseconds) instead of the table.
+operation followed by ``Flush``, as an OpenSHMEM put + quiet; collectives are on
+``COMM_WORLD`` (root 0). Rank 0 measures against rank 1; every row is the median over
+``--reps`` loops of the mean time per call (back to back), for collectives on the slowest
+rank. ``--json`` prints one JSON object (row -> microseconds) instead of the table.
 """
 
 from __future__ import annotations

@@ -281,3 +281,62 @@ def test_finalized_entries_say_so(shmem: Any) -> None:
     b = shmem.zeros(1, np.int64)
     shmem.atomic_add(b, 2, 0)
     assert b[0] == 2
+
+
+def test_native_transport_route(shmem: Any) -> None:
+    """A PE routed through a transport with a C data path (Transport.native_ops): the entries
+    call it with the heap offset, and turn a failure into the transport's own error."""
+    import ctypes
+
+    from vkshmem._api import state
+
+    calls: list[tuple[Any, ...]] = []
+    PUT = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int32, ctypes.c_uint32,
+                           ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    AMO = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int32, ctypes.c_uint32,
+                           ctypes.c_uint64, ctypes.c_int, ctypes.c_int, ctypes.c_uint64,
+                           ctypes.c_uint64, ctypes.c_int, ctypes.POINTER(ctypes.c_uint64))
+
+    class Ops(ctypes.Structure):
+        _fields_ = [("self", ctypes.c_void_p), ("put", PUT), ("get", PUT), ("amo", AMO)]
+
+    def put(_s: Any, pe: int, seg: int, off: int, buf: int, n: int, nbi: int) -> int:
+        calls.append(("put", pe, seg, off, ctypes.string_at(buf, n), nbi))
+        return -7 if n == 16 else 0
+
+    def get(_s: Any, pe: int, seg: int, off: int, buf: int, n: int, nbi: int) -> int:
+        ctypes.memmove(buf, b"\x2a" * n, n)
+        calls.append(("get", pe, seg, off, n))
+        return 0
+
+    def amo(_s: Any, pe: int, seg: int, off: int, op: int, width: int, operand: int,
+            compare: int, fetch: int, result: Any) -> int:
+        calls.append(("amo", off, op, width, operand, fetch))
+        result[0] = 41
+        return 0
+
+    class Fake:
+        def native_error(self, status: int, doing: str, pe: int, seg: int, offset: int,
+                         nbytes: int, buffer: object) -> BaseException:
+            return OSError(f"{doing} PE {pe}: status {status}, {nbytes} bytes")
+
+    ops = Ops(None, PUT(put), PUT(get), AMO(amo))
+    a = shmem.zeros(4, np.int64)
+    rt = state.rt
+    try:
+        table = np.array([ctypes.addressof(ops)], np.uint64).tobytes()
+        _fast.configure(my_pe=5, direct=b"\0", ops=table, transports=(Fake(),),
+                        quiet_fence=True, native_waits=True, crowded=False, waiter=rt.waiter)
+        shmem.put(a[1:2], np.array([7], np.int64), 0)
+        out = np.zeros(2, np.int64)
+        shmem.get(out, a[2:], 0)
+        assert shmem.atomic_fetch_add(a[3:], 9, 0) == 41
+        with pytest.raises(OSError, match="put to PE 0: status -7, 16 bytes"):
+            shmem.put(a[:2], np.zeros(2, np.int64), 0)
+    finally:
+        fast.configure(rt)
+        fast.set_world(rt)
+    base = calls[0][3] - 8
+    assert calls[0] == ("put", 0, 0, base + 8, (7).to_bytes(8, "little"), 0)
+    assert calls[1] == ("get", 0, 0, base + 16, 16) and out.tolist() == [0x2A2A2A2A2A2A2A2A] * 2
+    assert calls[2] == ("amo", base + 24, 4, 8, 9, 1) and len(calls) == 4

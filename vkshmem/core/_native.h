@@ -12,6 +12,7 @@
  */
 #ifndef VK_NATIVE_H
 #define VK_NATIVE_H
+#include <stddef.h>
 #include <stdint.h>
 
 #define VK_OFF_MASK ((1ull << 48) - 1)
@@ -22,6 +23,21 @@ enum { VK_FETCH = 0, VK_SET, VK_SWAP, VK_CSWAP, VK_ADD, VK_AND, VK_OR, VK_XOR };
 
 typedef uint64_t (*vk_amo_fn)(uintptr_t addr, int op, int width, uint64_t operand,
                               uint64_t compare);
+
+/* A transport's data path in C (Transport.native_ops returns the address of one): the core's
+ * compiled hot path calls these for PEs the transport reaches, with the GIL released, instead
+ * of the transport's Python methods. Each returns 0 or the transport's error status (which
+ * Transport.native_error turns into the exception its Python method would raise). put and
+ * get are blocking (nbi = 0): the source is reusable, the destination filled on return. */
+struct vk_native_ops {
+    void *self;
+    int (*put)(void *self, int32_t pe, uint32_t seg, uint64_t off, const void *src,
+               size_t n, int nbi);
+    int (*get)(void *self, int32_t pe, uint32_t seg, uint64_t off, void *dst, size_t n,
+               int nbi);
+    int (*amo)(void *self, int32_t pe, uint32_t seg, uint64_t off, int op, int width,
+               uint64_t operand, uint64_t compare, int fetch, uint64_t *result);
+};
 
 /* The segments of this PE and where every PE's segments are mapped here. */
 struct vk_table {

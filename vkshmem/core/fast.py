@@ -19,6 +19,7 @@ entry takes its Python path (which reports that vkshmem is not initialised).
 
 from __future__ import annotations
 
+import array
 import os
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar, cast
@@ -72,9 +73,15 @@ def entry(kind: str, fallback: F, *, op: int = -1, fetch: bool = False,
 
 def configure(rt: Runtime) -> None:
     """Enable the fast paths for runtime ``rt`` (after its routes and waiter exist, before
-    its teams: their NativeTeams belong to this configuration)."""
-    _fast.configure(my_pe=rt.my_pe, direct=bytes(t is rt.shm for t in rt.route_transport),
-                    quiet_fence=not rt.transports, native_waits=not rt.waiter.progress,
+    its teams: their NativeTeams belong to this configuration). A PE routed through a
+    transport that offers its data path in C (``Transport.native_ops``) is served by it,
+    unless large transfers to it are striped over several rails."""
+    routes = rt.route_transport
+    ops = array.array("Q", (0 if t is rt.shm or rt.stripes[pe] is not None else t.native_ops()
+                            for pe, t in enumerate(routes)))
+    _fast.configure(my_pe=rt.my_pe, direct=bytes(t is rt.shm for t in routes),
+                    ops=ops.tobytes(), transports=tuple(routes), quiet_fence=not rt.transports,
+                    native_waits=not rt.waiter.progress,
                     crowded=len(rt.node_pes) > (os.cpu_count() or 1), waiter=rt.waiter)
 
 

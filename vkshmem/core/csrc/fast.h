@@ -33,6 +33,8 @@ struct fast_global {
     uint64_t generation;        /* bumped by reset(): native teams of an older runtime */
     int my_pe, npes;
     uint8_t *direct;            /* [pe]: the default route to pe is the shm path */
+    struct vk_native_ops **ops; /* [pe]: else the route's data path in C (NULL: none) */
+    PyObject *transports;       /* [pe]: the route's transport (tuple; its native_error) */
     int quiet_fence;            /* quiet and fence are a memory fence (no transport open) */
     int native_waits;           /* no transport needs progress calls while this PE waits */
     int barrier_native;         /* barrier_all = fence + world sync (no memory domain open) */
@@ -78,7 +80,12 @@ struct fast_view {
 /* fast_view.c */
 int fast_layout_agrees(PyObject *o);
 int fast_long(PyObject *o, long *v);
-int fast_pe(PyObject *o, long *pe);
+int fast_pe(PyObject *o, long *pe);  /* a PE the shm path reaches */
+enum { ROUTE_NONE, ROUTE_DIRECT, ROUTE_NATIVE };
+int fast_route(PyObject *o, long *pe);  /* how the fast path reaches PE o */
+/* sets the exception of status rc of a native transport operation; always NULL */
+PyObject *fast_native_error(long pe, int rc, const char *doing, uint64_t off, Py_ssize_t n,
+                            PyObject *buffer);
 int fast_none(PyObject *o);
 /* 0, or -1 (no exception left) when o is not a C-contiguous array (writable if asked) */
 int fast_view(PyObject *o, struct fast_view *v, int writable);

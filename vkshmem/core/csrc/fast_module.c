@@ -211,41 +211,59 @@ static void clear_world(void) {
     Py_XDECREF(w);
 }
 
-static PyObject *mod_reset(PyObject *mod, PyObject *noargs) {
+/* Forget the configuration (not the teams made under it). */
+static void clear_config(void) {
     G.enabled = 0;
-    G.generation++;
     G.npes = 0;
     PyMem_Free(G.direct);
     G.direct = NULL;
+    PyMem_Free(G.ops);
+    G.ops = NULL;
+    Py_CLEAR(G.transports);
     clear_world();
     Py_CLEAR(G.waiter);
+}
+
+static PyObject *mod_reset(PyObject *mod, PyObject *noargs) {
+    clear_config();
+    G.generation++;  /* the teams of this runtime are gone */
     Py_RETURN_NONE;
 }
 
 static PyObject *mod_configure(PyObject *mod, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"my_pe", "direct", "quiet_fence", "native_waits", "crowded",
-                             "waiter", NULL};
-    int my_pe, quiet_fence, native_waits, crowded;
-    Py_buffer direct;
-    PyObject *waiter;
+    static char *kwlist[] = {"my_pe", "direct", "ops", "transports", "quiet_fence",
+                             "native_waits", "crowded", "waiter", NULL};
+    int my_pe, quiet_fence, native_waits, crowded, npes;
+    Py_buffer direct, ops;
+    PyObject *waiter, *transports;
     if (G.table == NULL || G.ndarray == NULL)
         return PyErr_Format(PyExc_RuntimeError, "vkshmem.core._fast is not bound");
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "iy*pppO", kwlist, &my_pe, &direct,
-                                     &quiet_fence, &native_waits, &crowded, &waiter))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "iy*y*O!pppO", kwlist, &my_pe, &direct, &ops,
+                                     &PyTuple_Type, &transports, &quiet_fence, &native_waits,
+                                     &crowded, &waiter))
         return NULL;
-    if (direct.len != G.table->npes) {
+    npes = G.table->npes;
+    if (direct.len != npes || ops.len != npes * (Py_ssize_t)sizeof(void *) ||
+        PyTuple_GET_SIZE(transports) != npes) {
         PyBuffer_Release(&direct);
-        return PyErr_Format(PyExc_ValueError, "direct: %zd routes for %d PEs", direct.len,
-                            G.table->npes);
+        PyBuffer_Release(&ops);
+        return PyErr_Format(PyExc_ValueError, "configure: routes do not match the %d PEs",
+                            npes);
     }
-    mod_reset(mod, NULL);
-    G.direct = PyMem_Malloc(direct.len ? direct.len : 1);
-    if (G.direct == NULL) {
+    clear_config();
+    G.direct = PyMem_Malloc(npes ? npes : 1);
+    G.ops = PyMem_Malloc(npes ? ops.len : 1);
+    if (G.direct == NULL || G.ops == NULL) {
         PyBuffer_Release(&direct);
+        PyBuffer_Release(&ops);
+        clear_config();
         return PyErr_NoMemory();
     }
     memcpy(G.direct, direct.buf, direct.len);
+    memcpy(G.ops, ops.buf, ops.len);
     PyBuffer_Release(&direct);
+    PyBuffer_Release(&ops);
+    G.transports = Py_NewRef(transports);
     G.my_pe = my_pe;
     G.npes = G.table->npes;
     G.quiet_fence = quiet_fence;
@@ -281,7 +299,8 @@ static PyMethodDef METHODS[] = {
      "bind(table_address, ndarray, probes)\n--\n\nUse _native's peer table and numpy's array "
      "type; read arrays directly when every probe array's fields agree with its buffer."},
     {"configure", (PyCFunction)(void (*)(void))mod_configure, METH_VARARGS | METH_KEYWORDS,
-     "configure(my_pe, direct, quiet_fence, native_waits, crowded, waiter)\n--\n\n"
+     "configure(my_pe, direct, ops, transports, quiet_fence, native_waits, crowded, "
+     "waiter)\n--\n\n"
      "Enable the fast paths for a running runtime."},
     {"set_world", mod_set_world, METH_VARARGS,
      "set_world(team, barrier_native)\n--\n\nTEAM_WORLD's NativeTeam (or None)."},

@@ -28,6 +28,26 @@ static uintptr_t remote(const void *p, Py_ssize_t n, long pe) {
     return base ? base + (uint64_t)(r & VK_OFF_MASK) : 0;
 }
 
+/* put or get through a transport's C data path (Transport.native_ops): the host heap only,
+ * blocking (an nbi operation may complete early), the GIL released meanwhile. */
+static int native_rma(PyObject **out, int to_peer, long pe, struct fast_view *t,
+                      struct fast_view *s, Py_ssize_t nbytes) {
+    struct fast_view *loc = to_peer ? s : t;
+    int64_t r = vk_locate_in(G.table, (to_peer ? t : s)->buf, (uint64_t)nbytes);
+    if (r < 0 || (r >> 48) != 0 || fast_hold(t) < 0 || fast_hold(s) < 0) return 0;
+    struct vk_native_ops *ops = G.ops[pe];
+    uint64_t off = (uint64_t)(r & VK_OFF_MASK);
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    if (to_peer) rc = ops->put(ops->self, (int32_t)pe, 0, off, loc->buf, (size_t)nbytes, 0);
+    else rc = ops->get(ops->self, (int32_t)pe, 0, off, loc->buf, (size_t)nbytes, 0);
+    Py_END_ALLOW_THREADS
+    *out = rc ? fast_native_error(pe, rc, to_peer ? "put to" : "get from", off, nbytes,
+                                  loc->obj)
+              : Py_NewRef(Py_None);
+    return 1;
+}
+
 /* put (to_peer) or get: views of the plain numpy arrays, the bytes, the peer's address. */
 static int rma(PyObject **a, PyObject **out, int to_peer) {
     PyObject *target = a[P_TARGET], *source = a[P_SOURCE];
@@ -35,22 +55,27 @@ static int rma(PyObject **a, PyObject **out, int to_peer) {
     Py_ssize_t nbytes;
     uintptr_t peer = 0;
     long pe;
+    int route, done = 0;
     if (Py_TYPE(target) != G.ndarray || Py_TYPE(source) != G.ndarray || !fast_none(a[P_CTX]) ||
-        !fast_pe(a[P_PE], &pe) || fast_view(target, &t, !to_peer) < 0)
+        !(route = fast_route(a[P_PE], &pe)) || fast_view(target, &t, !to_peer) < 0)
         return 0;
     if (fast_view(source, &s, 0) < 0) {
         fast_release(&t);
         return 0;
     }
-    if (fast_same_format(&t, &s) && fast_count(a[P_SIZE], &t, &s, &nbytes))
-        peer = remote(to_peer ? t.buf : s.buf, nbytes, pe);
-    if (peer && to_peer) copy((void *)peer, s.buf, nbytes, &t, &s);
-    else if (peer) copy(t.buf, (const void *)peer, nbytes, &t, &s);
+    if (fast_same_format(&t, &s) && fast_count(a[P_SIZE], &t, &s, &nbytes)) {
+        if (route == ROUTE_NATIVE) {
+            done = native_rma(out, to_peer, pe, &t, &s, nbytes);
+        } else if ((peer = remote(to_peer ? t.buf : s.buf, nbytes, pe)) != 0) {
+            if (to_peer) copy((void *)peer, s.buf, nbytes, &t, &s);
+            else copy(t.buf, (const void *)peer, nbytes, &t, &s);
+            *out = Py_NewRef(Py_None);
+            done = 1;
+        }
+    }
     fast_release(&s);
     fast_release(&t);
-    if (!peer) return 0;
-    *out = Py_NewRef(Py_None);
-    return 1;
+    return done;
 }
 
 int fast_put(FastCall *self, PyObject **a, PyObject **out) { return rma(a, out, 1); }
@@ -137,12 +162,14 @@ int fast_amo(FastCall *self, PyObject **a, PyObject **out) {
     PyObject *target = a[P_TARGET] ? a[P_TARGET] : a[P_SOURCE], *fetch = a[P_FETCH];
     int op = self->op, inc = op == VK_ADD && self->slot[P_VALUE] < 0;  /* atomic_(fetch_)inc */
     int ints_only = self->ints_only;
-    uint64_t operand = 0, compare = 0, u;
+    uint64_t operand = 0, compare = 0, u = 0, off = 0;
     struct fast_view t, f;
     uintptr_t word = 0;
     long pe;
     int kind, width, ok = 0;
-    if (Py_TYPE(target) != G.ndarray || !fast_none(a[P_CTX]) || !fast_pe(a[P_PE], &pe))
+    int route;
+    if (Py_TYPE(target) != G.ndarray || !fast_none(a[P_CTX]) ||
+        !(route = fast_route(a[P_PE], &pe)))
         return 0;
     if (self->opmap != NULL) {
         PyObject *code = PyDict_GetItemWithError(self->opmap, a[P_OP]);
@@ -166,8 +193,15 @@ int fast_amo(FastCall *self, PyObject **a, PyObject **out) {
     }
     if (op == VK_CSWAP && (a[P_COND] == NULL || !encode(a[P_COND], kind, width, &compare)))
         goto done;
-    word = remote(t.buf, width, pe);
-    if (!word || (word & (uintptr_t)(width - 1))) goto done;
+    /* this PE's own word: the CPU atomic on either route (as the transports do) */
+    if (route == ROUTE_NATIVE && pe != G.my_pe) {
+        int64_t r = vk_locate_in(G.table, t.buf, (uint64_t)width);
+        if (r < 0 || (r >> 48) != 0 || (r & (width - 1))) goto done;
+        off = (uint64_t)(r & VK_OFF_MASK);
+    } else {
+        word = remote(t.buf, width, pe);
+        if (!word || (word & (uintptr_t)(width - 1))) goto done;
+    }
     if (fetch != NULL) {
         if (fast_view(fetch, &f, 1) < 0) goto done;
         if (!fast_same_format(&t, &f) || f.len != t.len) {
@@ -176,7 +210,21 @@ int fast_amo(FastCall *self, PyObject **a, PyObject **out) {
         }
     }
     ok = 1;
-    u = vk_amo_impl(word, op, width, operand, compare);
+    if (word) {
+        u = vk_amo_impl(word, op, width, operand, compare);
+    } else {
+        struct vk_native_ops *ops = G.ops[pe];
+        int rc;
+        Py_BEGIN_ALLOW_THREADS
+        rc = ops->amo(ops->self, (int32_t)pe, 0, off, op, width, operand, compare,
+                      self->fetch || fetch != NULL, &u);
+        Py_END_ALLOW_THREADS
+        if (rc) {
+            if (fetch != NULL) fast_release(&f);
+            *out = fast_native_error(pe, rc, "AMO on", off, width, target);
+            goto done;
+        }
+    }
     if (fetch != NULL) {
         if (width == 4) {
             uint32_t w = (uint32_t)u;

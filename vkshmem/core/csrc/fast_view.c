@@ -17,6 +17,25 @@ int fast_pe(PyObject *o, long *pe) {
     return fast_long(o, pe) && *pe >= 0 && *pe < G.npes && G.direct[*pe];
 }
 
+int fast_route(PyObject *o, long *pe) {
+    if (!fast_long(o, pe) || *pe < 0 || *pe >= G.npes) return ROUTE_NONE;
+    if (G.direct[*pe]) return ROUTE_DIRECT;
+    return G.ops != NULL && G.ops[*pe] != NULL ? ROUTE_NATIVE : ROUTE_NONE;
+}
+
+/* (native operations reach the host heap only: segment 0) */
+PyObject *fast_native_error(long pe, int rc, const char *doing, uint64_t off, Py_ssize_t n,
+                            PyObject *buffer) {
+    PyObject *exc = PyObject_CallMethod(PyTuple_GET_ITEM(G.transports, pe), "native_error",
+                                        "isliKnO", rc, doing, pe, 0,
+                                        (unsigned long long)off, n, buffer);
+    if (exc != NULL) {
+        PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+        Py_DECREF(exc);
+    }
+    return NULL;
+}
+
 /* numpy's array object: its first fields (numpy's ABI since 1.x; checked by bind()) */
 typedef struct {
     PyObject_HEAD
