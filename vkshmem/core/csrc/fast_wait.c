@@ -1,16 +1,23 @@
 /* vkshmem.core._fast: waiting on local memory (spin, then yield, then sleep; back in Python
- * for signals and the timeout every millisecond), and wait_until/test on one integer. */
+ * for signals and the timeout every millisecond), and wait_until/test on one integer.
+ * The waits run with the GIL held for their first microseconds, then without it. */
 #include "fast.h"
 
 #include <sched.h>
 #include <string.h>
 #include <time.h>
 
-#define HOLD_NS 3000         /* spin this long holding the GIL (a peer a cache miss away) */
+#define HOLD_NS 3000         /* wait this long holding the GIL (a peer a cache miss away), */
 #define SLICE_NS 1000000     /* then, GIL released, return to Python at least this often */
-#define SPIN_NS 5000         /* pause-spin this long into a wait (unless crowded), */
-#define YIELD_NS 2000000     /* then yield the CPU until this long, */
+#define YIELD_NS 2000000     /* yield the CPU between checks until this long, */
 #define SLEEP_NS 50000       /* then sleep this long between checks */
+#define SPIN_MIN 200         /* the pause-spin before the first yield adapts in these bounds */
+#define SPIN_MAX 8000
+
+/* How long a wait pause-spins before it yields the CPU: it grows while waits end during the
+ * spin (the PE waited for runs on another CPU) and halves when one needs the yield (it may
+ * share this CPU, or be descheduled: spinning only delays it). */
+static uint64_t spin_ns = 2000;
 
 static uint64_t now_ns(void) {
     struct timespec ts;
@@ -53,21 +60,31 @@ int fast_pred_true(struct fast_pred *p) {
     }
 }
 
-/* Wait, GIL released, until the predicate holds (1) or slice_end passes (0). */
-static int wait_slice(struct fast_pred *p, uint64_t start, uint64_t slice_end) {
-    for (unsigned i = 0;; i++) {
+/* Check until the predicate holds (1) or `until` passes (0): pause-spin for the first
+ * `budget` ns of the wait (from `start`), then yield the CPU between checks, and from
+ * YIELD_NS on sleep between them. *yielded: whether it had to yield. */
+static int poll(struct fast_pred *p, uint64_t start, uint64_t until, uint64_t budget,
+                int *yielded) {
+    for (;;) {
         if (fast_pred_true(p)) return 1;
         uint64_t now = now_ns(), waited = now - start;
-        if (now >= slice_end) return 0;
-        if (waited < SPIN_NS && !G.crowded) {
-            for (int k = 0; k < 64 && !fast_pred_true(p); k++) relax();
+        if (now >= until) return 0;
+        if (waited < budget) {
+            for (int k = 0; k < 16 && !fast_pred_true(p); k++) relax();
         } else if (waited < YIELD_NS) {
+            *yielded = 1;
             sched_yield();
         } else {
             struct timespec ts = {0, SLEEP_NS};
+            *yielded = 1;
             nanosleep(&ts, NULL);
         }
     }
+}
+
+static void adapt(int yielded) {
+    if (!yielded) spin_ns = spin_ns + spin_ns / 4 < SPIN_MAX ? spin_ns + spin_ns / 4 : SPIN_MAX;
+    else spin_ns = spin_ns / 2 > SPIN_MIN ? spin_ns / 2 : SPIN_MIN;
 }
 
 static void raise_timeout(fast_what what, const void *ctx) {
@@ -89,13 +106,11 @@ static void raise_timeout(fast_what what, const void *ctx) {
  * (VKSHMEM_WAIT_TIMEOUT), or a signal handler raised (Ctrl-C). */
 int fast_wait(struct fast_pred *p, fast_what what, const void *ctx) {
     if (fast_pred_true(p)) return 0;
-    uint64_t start = now_ns();
-    for (unsigned i = 0;; i++) {  /* holding the GIL: most waits end here */
-        if (fast_pred_true(p)) return 0;
-        if (G.crowded) sched_yield();
-        else relax();
-        if ((i & 15) == 15 && now_ns() - start > HOLD_NS) break;
-        if (G.crowded && i >= 4) break;
+    uint64_t start = now_ns(), budget = G.crowded ? 0 : spin_ns;
+    int yielded = 0, done;
+    if (poll(p, start, start + HOLD_NS, budget, &yielded)) {  /* most waits end here */
+        adapt(yielded);
+        return 0;
     }
     double timeout = 0;
     if (G.waiter != NULL) {
@@ -107,11 +122,13 @@ int fast_wait(struct fast_pred *p, fast_what what, const void *ctx) {
     }
     uint64_t deadline = timeout > 0 ? start + (uint64_t)(timeout * 1e9) : 0;
     for (;;) {
-        int done;
         Py_BEGIN_ALLOW_THREADS
-        done = wait_slice(p, start, now_ns() + SLICE_NS);
+        done = poll(p, start, now_ns() + SLICE_NS, budget, &yielded);
         Py_END_ALLOW_THREADS
-        if (done) return 0;
+        if (done) {
+            adapt(yielded);
+            return 0;
+        }
         if (PyErr_CheckSignals() < 0) return -1;
         if (deadline && now_ns() > deadline) {
             if (fast_pred_true(p)) return 0;
