@@ -7,7 +7,7 @@
 #include <string.h>
 
 /* Copies this large run with the GIL released (other threads go on meanwhile). */
-#define NOGIL_BYTES (64 << 10)
+#define NOGIL_BYTES (256 << 10)
 
 static void copy(void *dst, const void *src, Py_ssize_t n, struct fast_view *a,
                  struct fast_view *b) {
