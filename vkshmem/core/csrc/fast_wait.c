@@ -12,7 +12,7 @@
 #define YIELD_NS 2000000     /* yield the CPU between checks until this long, */
 #define SLEEP_NS 50000       /* then sleep this long between checks */
 #define SPIN_MIN 200         /* the pause-spin before the first yield adapts in these bounds */
-#define SPIN_MAX 8000
+#define SPIN_MAX 50000
 
 /* How long a wait pause-spins before it yields the CPU: it grows while waits end during the
  * spin (the PE waited for runs on another CPU) and halves when one needs the yield (it may
