@@ -326,7 +326,8 @@ def test_native_transport_route(shmem: Any) -> None:
     try:
         table = np.array([ctypes.addressof(ops)], np.uint64).tobytes()
         _fast.configure(my_pe=5, direct=b"\0", ops=table, transports=(Fake(),),
-                        quiet_fence=True, native_waits=True, crowded=False, waiter=rt.waiter)
+                        quiet_fence=True, native_waits=True, crowded=False, waiter=rt.waiter,
+                        seg_heaps=rt.seg_heaps)
         shmem.put(a[1:2], np.array([7], np.int64), 0)
         out = np.zeros(2, np.int64)
         shmem.get(out, a[2:], 0)

@@ -12,7 +12,8 @@ docstring and signature (``__wrapped__``).
 
 The extension reads the peer table of :mod:`vkshmem.core._native` (:func:`bind` at import);
 the runtime :func:`configure` s it at start-up (which PEs the shm path reaches, whether
-``quiet`` is only a fence, whether waits may stay native), gives it TEAM_WORLD's
+``quiet`` is only a fence, whether waits may stay native, its list of open memory domains),
+gives it TEAM_WORLD's
 :class:`NativeTeam` (:func:`set_world`), and :func:`reset` s it at finalize, after which every
 entry takes its Python path (which reports that vkshmem is not initialised).
 """
@@ -82,13 +83,15 @@ def configure(rt: Runtime) -> None:
     _fast.configure(my_pe=rt.my_pe, direct=bytes(t is rt.shm for t in routes),
                     ops=ops.tobytes(), transports=tuple(routes), quiet_fence=not rt.transports,
                     native_waits=not rt.waiter.progress,
-                    crowded=len(rt.node_pes) > (os.cpu_count() or 1), waiter=rt.waiter)
+                    crowded=len(rt.node_pes) > (os.cpu_count() or 1), waiter=rt.waiter,
+                    seg_heaps=rt.seg_heaps)
 
 
 def set_world(rt: Runtime) -> None:
-    """Give the fast paths TEAM_WORLD's native team (barrier_all stays native while no memory
-    domain is open: those check their errors at each barrier)."""
-    _fast.set_world(rt.world.native, all(h is None for h in rt.seg_heaps))
+    """Give the fast paths TEAM_WORLD's native team (barrier_all stays native while quiet is a
+    fence and ``rt.seg_heaps`` holds no open memory domain: those check their errors at each
+    barrier)."""
+    _fast.set_world(rt.world.native)
 
 
 def reset() -> None:

@@ -28,7 +28,6 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from . import fast
 from ._native import ffi, lib
 from .bootstrap.base import Bootstrap
 from .bootstrap.select import open_bootstrap
@@ -42,6 +41,9 @@ from .errors import (
     InvalidArgumentError,
     VkshmemError,
 )
+from .fast import configure as configure_fast
+from .fast import reset as reset_fast
+from .fast import set_world as set_fast_world
 from .fdshare import exchange_fds
 from .heap import Allocator, HostSegment
 from .plugins import Registry, load_plugins
@@ -159,12 +161,12 @@ class Runtime(TransportRoutes):
         self._open_rails()
         self._route()
         self.waiter = Waiter(cfg.wait_timeout, self.transports)
-        fast.configure(self)  # before the teams: their native parts belong to it
+        configure_fast(self)  # before the teams: their native parts belong to it
         # TEAM_WORLD and TEAM_SHARED own slots 0 and 1 on every PE.
         self.free_slots = ((1 << self.teams_max) - 1) & ~0b11
         self.world = TeamState(self, range(self.n_pes), 0, None)
         self.shared = TeamState(self, self.node_pes, 1, self.world)
-        fast.set_world(self)
+        set_fast_world(self)
         self.world.reset_slot()
         self.shared.reset_slot()
         self._alloc_seq = 0
@@ -253,7 +255,6 @@ class Runtime(TransportRoutes):
             seg = _FIRST_DOMAIN_SEG + index
             heap = DomainHeap(self, self.domain_specs[index], seg)
             self.seg_heaps[seg] = heap
-            fast.set_world(self)  # barrier_all now checks the domain's errors
             self.heaps[real] = heap
             self.domain_heaps[heap.domain] = heap
             if heap.info is not None and heap.info.kind == "host" and heap.info.address:
@@ -386,7 +387,7 @@ class Runtime(TransportRoutes):
         """Release everything; returns the first closing error of a domain (e.g. a failed
         device-initiated request, validation errors)."""
         self.closed = True
-        fast.reset()  # every fast path takes its Python path, which sees no runtime
+        reset_fast()  # every fast path takes its Python path, which sees no runtime
         error = None
         heaps = [h for h in getattr(self, "seg_heaps", []) if h is not None]
         for heap in heaps:  # no more serving; the proxies' endpoints go with the transports

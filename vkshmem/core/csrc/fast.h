@@ -37,7 +37,8 @@ struct fast_global {
     PyObject *transports;       /* [pe]: the route's transport (tuple; its native_error) */
     int quiet_fence;            /* quiet and fence are a memory fence (no transport open) */
     int native_waits;           /* no transport needs progress calls while this PE waits */
-    int barrier_native;         /* barrier_all = fence + world sync (no memory domain open) */
+    PyObject *seg_heaps;        /* the runtime's list of open domain heaps per segment:
+                                   while all are None, barrier_all = fence + world sync */
     int crowded;                /* more PEs on this node than CPUs: yield at once */
     struct native_team *world;  /* TEAM_WORLD (NULL: not a native team) */
     PyObject *waiter;           /* the runtime's Waiter (its timeout, its error) */

@@ -220,6 +220,7 @@ static void clear_config(void) {
     PyMem_Free(G.ops);
     G.ops = NULL;
     Py_CLEAR(G.transports);
+    Py_CLEAR(G.seg_heaps);
     clear_world();
     Py_CLEAR(G.waiter);
 }
@@ -232,15 +233,15 @@ static PyObject *mod_reset(PyObject *mod, PyObject *noargs) {
 
 static PyObject *mod_configure(PyObject *mod, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"my_pe", "direct", "ops", "transports", "quiet_fence",
-                             "native_waits", "crowded", "waiter", NULL};
+                             "native_waits", "crowded", "waiter", "seg_heaps", NULL};
     int my_pe, quiet_fence, native_waits, crowded, npes;
     Py_buffer direct, ops;
-    PyObject *waiter, *transports;
+    PyObject *waiter, *transports, *seg_heaps;
     if (G.table == NULL || G.ndarray == NULL)
         return PyErr_Format(PyExc_RuntimeError, "vkshmem.core._fast is not bound");
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "iy*y*O!pppO", kwlist, &my_pe, &direct, &ops,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "iy*y*O!pppOO!", kwlist, &my_pe, &direct, &ops,
                                      &PyTuple_Type, &transports, &quiet_fence, &native_waits,
-                                     &crowded, &waiter))
+                                     &crowded, &waiter, &PyList_Type, &seg_heaps))
         return NULL;
     npes = G.table->npes;
     if (direct.len != npes || ops.len != npes * (Py_ssize_t)sizeof(void *) ||
@@ -269,21 +270,17 @@ static PyObject *mod_configure(PyObject *mod, PyObject *args, PyObject *kw) {
     G.quiet_fence = quiet_fence;
     G.native_waits = native_waits;
     G.crowded = crowded;
-    G.barrier_native = 0;
+    G.seg_heaps = Py_NewRef(seg_heaps);
     G.waiter = Py_NewRef(waiter);
     G.enabled = 1;
     Py_RETURN_NONE;
 }
 
-static PyObject *mod_set_world(PyObject *mod, PyObject *args) {
-    PyObject *team;
-    int barrier_native;
-    if (!PyArg_ParseTuple(args, "Op", &team, &barrier_native)) return NULL;
+static PyObject *mod_set_world(PyObject *mod, PyObject *team) {
     if (team != Py_None && !PyObject_TypeCheck(team, &NativeTeamType))
         return PyErr_Format(PyExc_TypeError, "set_world takes a NativeTeam or None");
     clear_world();
     if (team != Py_None) G.world = (struct native_team *)Py_NewRef(team);
-    G.barrier_native = barrier_native && G.world != NULL && G.quiet_fence;
     Py_RETURN_NONE;
 }
 
@@ -300,10 +297,10 @@ static PyMethodDef METHODS[] = {
      "type; read arrays directly when every probe array's fields agree with its buffer."},
     {"configure", (PyCFunction)(void (*)(void))mod_configure, METH_VARARGS | METH_KEYWORDS,
      "configure(my_pe, direct, ops, transports, quiet_fence, native_waits, crowded, "
-     "waiter)\n--\n\n"
+     "waiter, seg_heaps)\n--\n\n"
      "Enable the fast paths for a running runtime."},
-    {"set_world", mod_set_world, METH_VARARGS,
-     "set_world(team, barrier_native)\n--\n\nTEAM_WORLD's NativeTeam (or None)."},
+    {"set_world", mod_set_world, METH_O,
+     "set_world(team)\n--\n\nTEAM_WORLD's NativeTeam (or None)."},
     {"reset", mod_reset, METH_NOARGS, "reset()\n--\n\nDisable every fast path (finalize)."},
     {"enabled", mod_enabled, METH_NOARGS, "enabled()\n--\n\nWhether the fast paths run."},
     {NULL, NULL, 0, NULL},
