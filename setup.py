@@ -1,7 +1,20 @@
-"""Build hook: compiles the small native helpers with cffi — the core's (hardware atomics,
-copies) and the GPU domain's submission path (no Vulkan headers needed)."""
+"""Build hook: compiles the native parts. With cffi, the core's helper (hardware atomics,
+copies, the peer table) and the GPU domain's submission path (no Vulkan headers needed); as
+a CPython extension, the core's per-call hot path ``vkshmem.core._fast`` (see
+``vkshmem/core/csrc/fast.h``)."""
 
-from setuptools import setup
+from glob import glob
 
-setup(cffi_modules=["vkshmem/core/_native_build.py:ffibuilder",
+from setuptools import Extension, setup
+
+fast = Extension(
+    "vkshmem.core._fast",
+    sources=sorted(glob("vkshmem/core/csrc/fast_*.c")),
+    depends=["vkshmem/core/csrc/fast.h", "vkshmem/core/_native.h"],
+    extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter",
+                        "-Wno-missing-field-initializers", "-Wno-cast-function-type"],
+)
+
+setup(ext_modules=[fast],
+      cffi_modules=["vkshmem/core/_native_build.py:ffibuilder",
                     "vkshmem/gpu/_submit_build.py:ffibuilder"])

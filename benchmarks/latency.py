@@ -1,13 +1,24 @@
-"""Small latency/bandwidth benchmark: run with ``vkshmem run -n 2 benchmarks/latency.py``.
+"""Latency/bandwidth benchmark: run with ``vkshmem run -n 2 benchmarks/latency.py``.
 
-PE 0 measures, against PE 1: 8-byte put+quiet, 8-byte get, fetch_add, barrier_all, and put
-bandwidth at 1 MiB. Prints one table (PE 0); set VKSHMEM_SHM=0 VKSHMEM_TRANSPORTS=hostproxy to
-measure the hostproxy transport instead of the shm path.
+PE 0 measures, against PE 1: 8-byte put+quiet, get, fetch_add and compare_swap; every PE
+takes part in barrier_all, broadcast (8 B, 1 MiB, root 0) and sum_reduce (8 B); then put
+bandwidth (64 KiB, 1 MiB, 4 MiB, each + quiet) next to the same copy done by numpy locally,
+and an 8-byte numpy store. Every row is the median over ``--reps`` loops of the mean time per
+call (back to back), for collectives on the slowest PE; each PE is pinned to its own core
+when there are enough (as MPI launchers bind; ``--no-pin`` leaves placement to the OS, as
+``mpiexec --bind-to none`` does, which suits a machine shared with other work).
+``benchmarks/mpi_rma.py`` measures the same rows with mpi4py. ``--json`` prints one JSON
+object instead of the table. Set VKSHMEM_SHM=0 VKSHMEM_TRANSPORTS=hostproxy (or ucx) to
+measure a transport instead of the shm path.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import sys
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -15,50 +26,93 @@ from vkshmem import shmem
 
 me, n = shmem.my_pe(), shmem.n_pes()
 peer = (me + 1) % n
+reps = int(sys.argv[sys.argv.index("--reps") + 1]) if "--reps" in sys.argv else 5
+scale = float(sys.argv[sys.argv.index("--iters-scale") + 1]) if "--iters-scale" in sys.argv \
+    else 1.0
+if "--no-pin" not in sys.argv and len(os.sched_getaffinity(0)) >= n:  # as MPI binds
+    os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[me]})
+KIB, MIB = 1 << 10, 1 << 20
 small = shmem.zeros(1, np.int64)
 src8 = np.ones(1, np.int64)
-big = shmem.zeros(1 << 17, np.float64)  # 1 MiB
-src_big = np.random.default_rng(0).standard_normal(1 << 17)
 dst8 = np.empty(1, np.int64)
+f8 = shmem.zeros(1, np.float64)
+s8 = np.ones(1, np.float64)
+big = shmem.zeros(4 * MIB // 8, np.float64)
+src_big = np.random.default_rng(0).standard_normal(4 * MIB // 8)
+local_big = np.empty_like(src_big)
+slowest = shmem.zeros(1, np.float64)
 
 
-def timed(fn, iters: int) -> float:
+def timed(fn: Callable[[], None], iters: int, everyone: bool = False) -> float:
+    """Median over ``reps`` loops of the mean time per call of ``fn`` on PE 0, or with
+    ``everyone`` (collectives: every PE calls it) on the slowest PE."""
+    iters = max(10, int(iters * scale))
+    active = everyone or me == 0
     for _ in range(min(100, iters)):
-        fn()
+        if active:
+            fn()
+    times = []
+    for _ in range(reps):
+        shmem.barrier_all()
+        t0 = time.perf_counter()
+        if active:
+            for _ in range(iters):
+                fn()
+        times.append((time.perf_counter() - t0) / iters)
     shmem.barrier_all()
-    t0 = time.perf_counter()
-    for _ in range(iters):
-        fn()
-    dt = time.perf_counter() - t0
-    shmem.barrier_all()
-    return dt / iters
+    mine = np.array([sorted(times)[reps // 2]])
+    if everyone:
+        shmem.max_reduce(slowest, mine)
+        shmem.barrier_all()
+        return float(slowest[0])
+    return float(mine[0])
 
 
-def put_quiet() -> None:
-    shmem.put(small, src8, peer)
-    shmem.quiet()
+def put_quiet(nbytes: int) -> Callable[[], None]:
+    tgt, src = big[:nbytes // 8], src_big[:nbytes // 8]
+
+    def fn() -> None:
+        shmem.put(tgt, src, peer)
+        shmem.quiet()
+
+    return fn
 
 
-results = {
-    "put 8 B + quiet": timed(put_quiet if me == 0 else lambda: None, 20000),
-    "get 8 B": timed((lambda: shmem.get(dst8, small, peer)) if me == 0 else lambda: None,
-                     20000),
-    "fetch_add 8 B": timed((lambda: shmem.atomic_fetch_add(small, 1, peer)) if me == 0
-                           else lambda: None, 20000),
-    "barrier_all": timed(shmem.barrier_all, 5000),
+def np_copy(nbytes: int) -> Callable[[], None]:
+    dst, src = local_big[:nbytes // 8], src_big[:nbytes // 8]
+    return lambda: np.copyto(dst, src)
+
+
+def store8() -> None:
+    dst8[0] = 5
+
+
+rows = {
+    "put 8 B + quiet": timed(put_quiet(8), 20000),
+    "get 8 B": timed(lambda: shmem.get(dst8, small, peer), 20000),
+    "fetch_add 8 B": timed(lambda: shmem.atomic_fetch_add(small, 1, peer), 20000),
+    "compare_swap 8 B": timed(lambda: shmem.atomic_compare_swap(small, 0, 1, peer), 20000),
+    "barrier_all": timed(shmem.barrier_all, 5000, True),
+    "broadcast 8 B": timed(lambda: shmem.broadcast(f8, s8, 0), 10000, True),
+    "sum_reduce 8 B": timed(lambda: shmem.sum_reduce(f8, s8), 10000, True),
+    "broadcast 1 MiB": timed(lambda: shmem.broadcast(big[:MIB // 8], src_big[:MIB // 8], 0),
+                             300, True),
+    "numpy store 8 B": timed(store8, 20000),
 }
-
-
-def put_big() -> None:
-    shmem.put(big, src_big, peer)
-    shmem.quiet()
-
-
-bw = timed(put_big if me == 0 else lambda: None, 500)
+sizes = {}  # bandwidth rows: bytes per call
+for size, iters in ((64 * KIB, 5000), (MIB, 500), (4 * MIB, 100)):
+    label = f"{size // KIB} KiB" if size < MIB else f"{size // MIB} MiB"
+    for name, fn in ((f"put {label} + quiet", put_quiet), (f"numpy copy {label}", np_copy)):
+        rows[name] = timed(fn(size), iters)
+        sizes[name] = size
 if me == 0:
+    us = {k: v * 1e6 for k, v in rows.items()}
     routes = sorted({r.name for r in shmem._state.rt.routes})
-    print(f"\nvkshmem latency at {n} PEs over {', '.join(routes)}")
-    print(f"{'operation':20s} {'latency (us)':>14s}")
-    for name, t in results.items():
-        print(f"{name:20s} {t * 1e6:14.2f}")
-    print(f"{'put 1 MiB + quiet':20s} {bw * 1e6:14.1f}   {(1 << 20) / bw / 1e9:.2f} GB/s")
+    if "--json" in sys.argv:
+        print(json.dumps({"impl": "vkshmem", "routes": routes, "pes": n, "us": us}))
+    else:
+        print(f"\nvkshmem latency at {n} PEs over {', '.join(routes)}")
+        print(f"{'operation':20s} {'latency (us)':>14s}")
+        for name, t in us.items():
+            gbs = f"   {sizes[name] / (t * 1e-6) / 1e9:.2f} GB/s" if name in sizes else ""
+            print(f"{name:20s} {t:14.2f}{gbs}")

@@ -14,9 +14,11 @@ import numpy as np
 
 from ..core._native import ffi, lib
 from ..core.errors import InvalidArgumentError, InvalidTypeError
+from ..core.fast import entry
 from ..core.transport import AmoOp
 from . import state
 from .args import ND, DomainArray, locate, resolve, segment_route
+from .enums import AMO
 
 __all__ = [
     "atomic_add", "atomic_and", "atomic_compare_swap", "atomic_fetch", "atomic_fetch_add",
@@ -212,3 +214,38 @@ def atomic_fetch_op(target: np.ndarray, value: Any, op: Any, pe: int, ctx: Any =
         code = AmoOp.SWAP
     return _amo(target, pe, code, 1 if inc else value, 0, True, code != AmoOp.SWAP,
                 "atomic_fetch_op", ctx)
+
+
+def op_map(fetching: bool) -> dict[Any, int]:
+    """For the fast paths of ``atomic_op`` (``fetching``: ``atomic_fetch_op``): each ``op``
+    argument they take as is (AMO members and lower-case names) -> ``code | inc << 4 |
+    ints_only << 5`` (``SET`` fetching is a swap)."""
+    out: dict[Any, int] = {}
+    for member in AMO:
+        code, inc = _OPS[member.value], member is AMO.INC
+        if fetching and code == AmoOp.SET:
+            code = AmoOp.SWAP
+        plain = code in (AmoOp.SET, AmoOp.SWAP)
+        out[member] = out[member.value] = int(code) | inc << 4 | (not plain) << 5
+    return out
+
+
+# The shm hot path of plain numpy arrays runs in C (vkshmem.core.fast); everything else, and
+# every error, takes the Python functions above.
+atomic_fetch = entry("amo", atomic_fetch, op=AmoOp.FETCH, fetch=True)
+atomic_set = entry("amo", atomic_set, op=AmoOp.SET)
+atomic_swap = entry("amo", atomic_swap, op=AmoOp.SWAP, fetch=True)
+atomic_compare_swap = entry("amo", atomic_compare_swap, op=AmoOp.CSWAP, fetch=True,
+                            ints_only=True)
+atomic_inc = entry("amo", atomic_inc, op=AmoOp.ADD, ints_only=True)
+atomic_fetch_inc = entry("amo", atomic_fetch_inc, op=AmoOp.ADD, fetch=True, ints_only=True)
+atomic_add = entry("amo", atomic_add, op=AmoOp.ADD, ints_only=True)
+atomic_fetch_add = entry("amo", atomic_fetch_add, op=AmoOp.ADD, fetch=True, ints_only=True)
+atomic_and = entry("amo", atomic_and, op=AmoOp.AND, ints_only=True)
+atomic_fetch_and = entry("amo", atomic_fetch_and, op=AmoOp.AND, fetch=True, ints_only=True)
+atomic_or = entry("amo", atomic_or, op=AmoOp.OR, ints_only=True)
+atomic_fetch_or = entry("amo", atomic_fetch_or, op=AmoOp.OR, fetch=True, ints_only=True)
+atomic_xor = entry("amo", atomic_xor, op=AmoOp.XOR, ints_only=True)
+atomic_fetch_xor = entry("amo", atomic_fetch_xor, op=AmoOp.XOR, fetch=True, ints_only=True)
+atomic_op = entry("amo", atomic_op, opmap=op_map(False))
+atomic_fetch_op = entry("amo", atomic_fetch_op, fetch=True, opmap=op_map(True))

@@ -15,8 +15,9 @@ from typing import Any
 import numpy as np
 
 from ..core.errors import InvalidArgumentError, InvalidTypeError
+from ..core.fast import entry
 from ..core.transport import AmoOp
-from .amo import _amo, _op
+from .amo import _amo, _op, op_map
 from .args import DomainArray
 
 __all__ = [
@@ -113,3 +114,17 @@ def atomic_fetch_op_nbi(fetch: np.ndarray, target: np.ndarray, value: Any, op: A
         code = AmoOp.SWAP
     _nbi(fetch, target, pe, code, 1 if inc else value, 0, code != AmoOp.SWAP,
          "atomic_fetch_op_nbi", ctx)
+
+
+# The shm hot path of plain numpy arrays runs in C (vkshmem.core.fast), the prior value
+# written into ``fetch`` there; everything else, and every error, takes the functions above.
+atomic_fetch_nbi = entry("amo", atomic_fetch_nbi, op=AmoOp.FETCH)
+atomic_swap_nbi = entry("amo", atomic_swap_nbi, op=AmoOp.SWAP)
+atomic_compare_swap_nbi = entry("amo", atomic_compare_swap_nbi, op=AmoOp.CSWAP,
+                                ints_only=True)
+atomic_fetch_inc_nbi = entry("amo", atomic_fetch_inc_nbi, op=AmoOp.ADD, ints_only=True)
+atomic_fetch_add_nbi = entry("amo", atomic_fetch_add_nbi, op=AmoOp.ADD, ints_only=True)
+atomic_fetch_and_nbi = entry("amo", atomic_fetch_and_nbi, op=AmoOp.AND, ints_only=True)
+atomic_fetch_or_nbi = entry("amo", atomic_fetch_or_nbi, op=AmoOp.OR, ints_only=True)
+atomic_fetch_xor_nbi = entry("amo", atomic_fetch_xor_nbi, op=AmoOp.XOR, ints_only=True)
+atomic_fetch_op_nbi = entry("amo", atomic_fetch_op_nbi, opmap=op_map(True))

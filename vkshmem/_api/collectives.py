@@ -23,6 +23,7 @@ from ..core import collectives as _core
 from ..core._native import ffi, lib
 from ..core.collectives import _TEAMS, CollTeam, coll_team
 from ..core.errors import InvalidArgumentError, InvalidTypeError
+from ..core.fast import entry
 from ..core.transport import CollectiveArgs
 from . import device_collectives as _dev
 from . import state
@@ -185,6 +186,8 @@ def broadcast(target: np.ndarray, source: np.ndarray, root: int, size: int | Non
     if impl is not None:
         impl(_args(ct, "broadcast", (seg, off), nbytes, src, cnt, root=root))
         return
+    if ct.native is not None and ct.native.broadcast(tgt, src, root):
+        return  # a small broadcast in a team of shm peers: in C, the same protocol
     _core.broadcast(ct, tgt, seg, off, src, root)
 
 
@@ -215,6 +218,8 @@ def fcollect(target: np.ndarray, source: np.ndarray, size: int | None = None,
     if impl is not None:
         impl(_args(ct, "fcollect", (seg, off), total * dt.itemsize, src, cnt))
         return
+    if ct.native is not None and ct.native.fcollect(tgt, src):
+        return  # a team of shm peers: in C, the same protocol
     _core.fcollect(ct, tgt, seg, off, src)
 
 
@@ -350,6 +355,10 @@ _OPS: dict[str, tuple[str, np.ufunc, str]] = {
 }
 
 
+#: the native all-reduce's operator codes (vkshmem/core/csrc/fast.h)
+_CODES = {"sum": 1, "prod": 2, "min": 3, "max": 4, "and": 5, "or": 6, "xor": 7}
+
+
 def _op(op: Any, dt: np.dtype) -> tuple[str, np.ufunc, str]:
     try:
         entry = _OPS.get(op) or _OPS[str(op).lower()]
@@ -389,6 +398,8 @@ def reduce(target: np.ndarray, source: np.ndarray, op: OP | str = OP.SUM,
     if impl is not None:
         impl(_args(ct, "reduce", (seg, off), nbytes, src, cnt, op=entry[0]))
         return
+    if ct.native is not None and ct.native.reduce(tgt, src, _CODES[entry[0]]):
+        return  # a small all-reduce in a team of shm peers: in C, the same protocol
     _core.reduce(ct, tgt, seg, off, src, entry[1])
 
 
@@ -432,6 +443,22 @@ def prod_reduce(target: np.ndarray, source: np.ndarray, size: int | None = None,
                 team: Any = None) -> None:
     """Collective over ``team``: product all-reduce (``reduce`` with ``OP.PROD``)."""
     reduce(target, source, OP.PROD, size, team)
+
+
+# The shm hot path (TEAM_WORLD of shm peers, plain numpy arrays: broadcast, fcollect, and
+# small all-reduces of a type C computes) runs in C (vkshmem.core.fast); everything else, and every
+# error, takes the Python functions above.
+broadcast = entry("broadcast", broadcast)
+fcollect = entry("fcollect", fcollect)
+reduce = entry("reduce", reduce, op=_CODES["sum"],
+               opmap={**{m: _CODES[m.value] for m in OP}, **_CODES})
+and_reduce = entry("reduce", and_reduce, op=_CODES["and"])
+or_reduce = entry("reduce", or_reduce, op=_CODES["or"])
+xor_reduce = entry("reduce", xor_reduce, op=_CODES["xor"])
+max_reduce = entry("reduce", max_reduce, op=_CODES["max"])
+min_reduce = entry("reduce", min_reduce, op=_CODES["min"])
+sum_reduce = entry("reduce", sum_reduce, op=_CODES["sum"])
+prod_reduce = entry("reduce", prod_reduce, op=_CODES["prod"])
 
 
 def _scan(target: np.ndarray, source: np.ndarray, size: Any, team: Any,

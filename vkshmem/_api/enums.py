@@ -9,7 +9,8 @@ from typing import Any
 
 from ..core.errors import InvalidArgumentError
 
-__all__ = ["AMO", "CMP", "CTX", "CTX_SESSION", "MALLOC", "THREAD", "cmp_function"]
+__all__ = ["AMO", "CMP", "CTX", "CTX_SESSION", "MALLOC", "THREAD", "cmp_codes",
+           "cmp_function"]
 
 
 class THREAD(enum.IntEnum):
@@ -92,6 +93,13 @@ def cmp_function(cmp: Any) -> Callable[[Any, Any], Any]:
         raise InvalidArgumentError(
             f"unknown comparison {cmp!r}: use shmem.CMP.EQ/NE/GT/LE/LT/GE, a string such as "
             "'eq' or '>=', or a function from the operator module") from None
+
+
+def cmp_codes() -> dict[Any, int]:
+    """Every comparison :func:`cmp_function` takes as is -> its CMP code (for the native
+    waits of :mod:`vkshmem.core.fast`)."""
+    member_of = {func: int(m) for m, func in _CMP_FUNCS.items()}
+    return {key: member_of[func] for key, func in _CMP_LOOKUP.items()}
 
 
 class OP(str, enum.Enum):

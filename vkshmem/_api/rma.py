@@ -13,6 +13,7 @@ import numpy as np
 
 from ..core._native import ffi, lib
 from ..core.errors import InvalidArgumentError
+from ..core.fast import entry
 from . import state
 from .args import (
     ND,
@@ -144,6 +145,14 @@ def get_nbi(target: np.ndarray, source: np.ndarray, pe: int, size: int | None = 
         get(target, source, pe, n)  # pe is a world PE now
         return
     segment_route(t, seg).get_nbi(pe, seg, off, dst)
+
+
+# The shm hot path of plain numpy arrays runs in C (vkshmem.core.fast); everything else, and
+# every error, takes the Python functions above.
+put = entry("put", put)
+put_nbi = entry("put", put_nbi)
+get = entry("get", get)
+get_nbi = entry("get", get_nbi)
 
 
 def _strided_count(target: np.ndarray, source: np.ndarray, tst: int, sst: int,

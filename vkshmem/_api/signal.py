@@ -26,11 +26,12 @@ import numpy as np
 
 from ..core._native import ffi, lib
 from ..core.errors import InvalidArgumentError, InvalidTypeError
+from ..core.fast import entry
 from ..core.transport import AmoOp
 from . import state
 from .alloc import free, new_array
 from .args import ND, DomainArray, heap_of, locate, resolve, segment_route
-from .enums import cmp_function
+from .enums import cmp_codes, cmp_function
 from .rma import put, put_nbi
 
 __all__ = [
@@ -241,3 +242,14 @@ def signal_wait_until(signal: np.ndarray, cmp: Any, value: int) -> int:
 
     rt.waiter.wait(pred, addr, 8, what)
     return box[0]
+
+
+# The shm path of a plain signal array of the host heap runs in C (vkshmem.core.fast);
+# everything else, and every error, takes the Python functions above.
+_SIGOP_CODES = {k: int(v) for k, v in _SIGOPS.items()}
+put_signal = entry("put_signal", put_signal, opmap=_SIGOP_CODES)
+put_signal_nbi = entry("put_signal", put_signal_nbi, opmap=_SIGOP_CODES)
+signal_add = entry("signal_update", signal_add, op=AmoOp.ADD)
+signal_set = entry("signal_update", signal_set, op=AmoOp.SET)
+signal_fetch = entry("signal_fetch", signal_fetch)
+signal_wait_until = entry("signal_wait", signal_wait_until, opmap=cmp_codes())

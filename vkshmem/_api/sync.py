@@ -17,9 +17,10 @@ from typing import Any
 import numpy as np
 
 from ..core.errors import InvalidArgumentError, InvalidTypeError
+from ..core.fast import entry
 from . import state
 from .args import ND, DomainArray, heap_of
-from .enums import cmp_function
+from .enums import cmp_codes, cmp_function
 
 try:
     from numpy.lib.array_utils import byte_bounds as _byte_bounds
@@ -258,3 +259,14 @@ def test_some_vector(ivars: np.ndarray, cmp: Any, values: Sequence[Any],
     """As ``test_some`` with one comparison value per element."""
     return [int(i) for i in np.flatnonzero(
         _test_hits("test_some_vector", ivars, cmp, values, status, True)[0])]
+
+
+# The shm hot path runs in C (vkshmem.core.fast): quiet/fence while no transport is open,
+# barrier_all/sync_all on a TEAM_WORLD of shm peers, wait_until/test on one plain integer.
+# Everything else, and every error, takes the Python functions above.
+fence = entry("quiet", fence)
+quiet = entry("quiet", quiet)
+barrier_all = entry("barrier_all", barrier_all, op=1)
+sync_all = entry("barrier_all", sync_all, op=0)
+wait_until = entry("wait_until", wait_until, opmap=cmp_codes())
+test = entry("test", test, opmap=cmp_codes())

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..core.errors import InvalidArgumentError
+from ..core.fast import entry
 from ..core.teams import TeamState
 from . import ctx as _ctx
 from . import state
@@ -208,6 +209,9 @@ _ctx.world_team = TEAM_WORLD
 def sync(team: Team | None = None) -> None:
     """Collective over ``team`` (default: every PE): wait until all members arrive."""
     (TEAM_WORLD if team is None else team).state.sync()  # TEAM_INVALID raises
+
+
+sync = entry("sync", sync)  # TEAM_WORLD of shm peers: in C (vkshmem.core.fast)
 
 
 def team_ptr(team: Team, dest: np.ndarray, pe: int) -> np.ndarray | None:

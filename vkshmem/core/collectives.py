@@ -71,6 +71,13 @@ transport progress, Ctrl-C).
 
 Flags ``0..135`` of each team are the collectives'; ``136..255`` are free for other users of
 ``TeamState.signal``/``wait``.
+
+Native teams. A team whose members all take the shm path (while no transport needs progress
+calls) has a :class:`~vkshmem.core.fast.NativeTeam`: its barrier, the broadcasts (pushed and
+pulled), fcollect and the one-phase butterfly all-reduce of the types C computes run in C
+(:mod:`vkshmem.core.fast`), flag for flag and region for region the algorithms below, with
+the expected counts and the phase shared through the NativeTeam's buffer: a member running
+one of these functions meets a member running the C version.
 """
 
 from __future__ import annotations
@@ -83,7 +90,8 @@ import numpy as np
 
 from ._native import ffi, lib
 from .errors import InvalidArgumentError
-from .teams import _OFF_FLAGS, INTERNAL_SEG, TeamState
+from .fast import PHASE
+from .teams import _OFF_FLAGS, ALIGN, INTERNAL_SEG, RING_MIN_BYTES, TeamState
 from .transport import AmoOp, CollectiveArgs, Transport
 
 if TYPE_CHECKING:
@@ -107,8 +115,6 @@ __all__ = [
 
 #: Broadcasts above this many bytes are pulled in chunks of it, pipelined down the tree.
 BCAST_CHUNK = 256 << 10
-#: All-reduces of at least this many bytes use the ring (reduce-scatter + allgather).
-RING_MIN_BYTES = 64 << 10
 
 # Flags (counter numbers of the team slot) used by the collectives; see the module docstring.
 F_BCAST = 0  # + r, r < 32: from the tree parent at distance 2**r
@@ -123,7 +129,7 @@ F_BCAST_DONE = 104  # + k: from the tree child at distance 2**k (large broadcast
 
 _FETCH = int(AmoOp.FETCH)
 _ADD = int(AmoOp.ADD)
-_ALIGN = 64
+_ALIGN = ALIGN
 _SPINS = 20  # native spins of _SPIN_NS on a counter before the runtime's waiter takes over
 _SPIN_NS = 50_000
 _YIELDS = 2000  # polls, each after a sched_yield, on a crowded node (more PEs than CPUs)
@@ -175,20 +181,29 @@ class CollTeam:
         self.crowded = len(rt.node_pes) > (os.cpu_count() or 1)
         self.waiter = rt.waiter
         self.scratch_off = ts.scratch_offset
-        self.half = (ts.scratch_bytes // 2) // _ALIGN * _ALIGN
+        self.half = ts.half
         self.scratch = np.frombuffer(rt.internal.buffer, np.uint8, count=2 * self.half,
                                      offset=ts.scratch_offset)
-        self.phase = 0
         self.bfly = _butterfly(self.n, self.me)
-        rounds = self.bfly[1]
         # one butterfly phase (regions: fold, fold back, one per round) holds this many bytes;
         # smaller all-reduces take the fast path (one phase, no ring)
-        self.rd_bytes = (self.half // (rounds + 2)) // _ALIGN * _ALIGN
-        self.rd_fast = min(self.rd_bytes, RING_MIN_BYTES - 1) if self.n > 1 else -1
+        self.rd_bytes = ts.rd_bytes
+        self.rd_fast = ts.rd_fast
+        #: the team's NativeTeam (None: its members are not all on the shm path)
+        self.native = ts.native
         self.bruck: list[tuple[int, int, int, int]] | None = None
         self.trees: dict[int, tuple[int, list[tuple[int, int]]]] = {}
         self._views: dict[tuple[int, np.dtype, int], np.ndarray] = {}
         self._offloads: dict[str, Callable[[CollectiveArgs], None] | None] = {}
+
+    @property
+    def phase(self) -> int:
+        """Phases begun so far on this team (shared with the native team, if any)."""
+        return int(self.expect[PHASE])
+
+    @phase.setter
+    def phase(self, value: int) -> None:
+        self.expect[PHASE] = value
 
     # -- offload -------------------------------------------------------------------------------
 

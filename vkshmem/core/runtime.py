@@ -41,6 +41,9 @@ from .errors import (
     InvalidArgumentError,
     VkshmemError,
 )
+from .fast import configure as configure_fast
+from .fast import reset as reset_fast
+from .fast import set_world as set_fast_world
 from .fdshare import exchange_fds
 from .heap import Allocator, HostSegment
 from .plugins import Registry, load_plugins
@@ -159,10 +162,12 @@ class Runtime(TransportRoutes, MemoryDomains):
         self._open_rails()
         self._route()
         self.waiter = Waiter(cfg.wait_timeout, self.transports)
+        configure_fast(self)  # before the teams: their native parts belong to it
         # TEAM_WORLD and TEAM_SHARED own slots 0 and 1 on every PE.
         self.free_slots = ((1 << self.teams_max) - 1) & ~0b11
         self.world = TeamState(self, range(self.n_pes), 0, None)
         self.shared = TeamState(self, self.node_pes, 1, self.world)
+        set_fast_world(self)
         self.world.reset_slot()
         self.shared.reset_slot()
         self._alloc_seq = 0
@@ -308,6 +313,7 @@ class Runtime(TransportRoutes, MemoryDomains):
         """Release everything; returns the first closing error of a domain (e.g. a failed
         device-initiated request, validation errors)."""
         self.closed = True
+        reset_fast()  # every fast path takes its Python path, which sees no runtime
         error = None
         heaps = [h for h in getattr(self, "seg_heaps", []) if h is not None]
         for heap in heaps:  # no more serving; the proxies' endpoints go with the transports

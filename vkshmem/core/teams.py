@@ -18,8 +18,9 @@ to be reset between collectives. All of this is collective over the team's membe
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from . import fast
 from ._native import lib
 from .errors import InvalidArgumentError, VkshmemError
 from .transport import AmoOp
@@ -27,7 +28,7 @@ from .transport import AmoOp
 if TYPE_CHECKING:
     from .runtime import Runtime
 
-__all__ = ["INTERNAL_SEG", "N_FLAGS", "TeamState"]
+__all__ = ["ALIGN", "INTERNAL_SEG", "N_FLAGS", "RING_MIN_BYTES", "TeamState", "scratch_layout"]
 
 INTERNAL_SEG = 1
 BARRIER_ROUNDS = 32
@@ -38,6 +39,19 @@ _OFF_FLAGS = _OFF_AGREE + 64
 _OFF_CHECK = _OFF_FLAGS + 8 * N_FLAGS
 SLOT_HEADER = 4096
 ALL_ONES = (1 << 64) - 1
+#: All-reduces of at least this many bytes use the ring (reduce-scatter + allgather).
+RING_MIN_BYTES = 64 << 10
+ALIGN = 64
+
+
+def scratch_layout(scratch_bytes: int, n: int) -> tuple[int, int, int]:
+    """The collectives' use of a team's scratch (see :mod:`.collectives`): ``(half, rd_bytes,
+    rd_fast)``: the bytes of each of its two halves, of one butterfly phase, and the largest
+    all-reduce done in one butterfly phase (-1 for a team of one)."""
+    half = (scratch_bytes // 2) // ALIGN * ALIGN
+    rounds = n.bit_length() - 1
+    rd_bytes = (half // (rounds + 2)) // ALIGN * ALIGN
+    return half, rd_bytes, min(rd_bytes, RING_MIN_BYTES - 1) if n > 1 else -1
 
 
 class TeamState:
@@ -57,16 +71,27 @@ class TeamState:
         self.check_offset = self.base + _OFF_CHECK
         self._addr = rt.internal.address + self.base
         self._epoch = 0
-        self._expect = [0] * N_FLAGS
         self._splits = 0
         self.destroyed = False
         # transports of the members, in team order (world PE numbers go to the transport)
         self.routes = [rt.route_transport[pe] for pe in self.pes]
+        self.half, self.rd_bytes, self.rd_fast = scratch_layout(self.scratch_bytes, self.size)
+        #: the team's barrier and small collectives in C when every member takes the shm path
+        self.native = fast.native_team(self, self.half, self.rd_fast)
+        #: per flag, the signal count waited for so far; then the collectives' phase (at
+        #: fast.PHASE) and the barrier epoch: the native team's, when there is one
+        self._expect: Any = [0] * fast.N_COUNTERS if self.native is None \
+            else memoryview(self.native).cast("Q")
 
     # -- synchronisation ---------------------------------------------------------------------
 
     def sync(self) -> None:
         """Collective over the team: dissemination barrier (does not complete earlier puts)."""
+        if self.native is not None:
+            if not self.native.valid:
+                raise VkshmemError("this team belongs to a runtime that was finalized")
+            self.native.sync()
+            return
         n = self.size
         if n == 1:
             return

@@ -38,6 +38,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from .errors import TransportError
+
 __all__ = [
     "API_VERSION",
     "AmoOp",
@@ -239,6 +241,22 @@ class Transport(ABC):
         member). The implementation must not return before this PE's target is complete and
         its source reusable."""
         return None
+
+    def native_ops(self) -> int:
+        """Optional: the address of a ``struct vk_native_ops`` (``vkshmem/core/_native.h``)
+        whose C functions do this endpoint's blocking put/get and AMOs (kept valid until
+        ``close``), or 0 (the default). The core's compiled hot path then calls them directly
+        for plain numpy arrays of the host heap, instead of :meth:`put`/:meth:`get`/:meth:`amo`
+        (which must stay equivalent, and still serve every other call)."""
+        return 0
+
+    def native_error(self, status: int, doing: str, pe: int, seg: int, offset: int,
+                     nbytes: int, buffer: object) -> BaseException:
+        """The exception for a nonzero ``status`` of a :meth:`native_ops` function (``doing``:
+        ``'put to'``, ``'get from'`` or ``'AMO on'``), as the Python method would raise it;
+        ``buffer`` is the local array, to keep alive if the transport may still use it."""
+        return TransportError(self.spec.name, f"{doing} PE {pe} (segment {seg}, offset "
+                              f"{offset}, {nbytes} bytes) failed", status=status)
 
     def progress(self) -> None:  # noqa: B027 - optional hook, empty by default
         """Advance outstanding work (transports with their own progress thread do nothing)."""

@@ -38,7 +38,10 @@ class Waiter:
                 t.progress()
             lib.vk_spin_change(src, snap, nbytes, _SPIN_NS)
             if deadline is not None and time.monotonic() > deadline:
-                raise WaitTimeoutError(
-                    f"{what} did not happen within {self.timeout:g} s "
-                    "(VKSHMEM_WAIT_TIMEOUT; 0 waits for ever)"
-                )
+                raise self.timeout_error(what)
+
+    def timeout_error(self, what: str) -> WaitTimeoutError:
+        """The error of a wait for ``what`` that outlasted the timeout (also raised by the
+        native waits of :mod:`vkshmem.core.fast`)."""
+        return WaitTimeoutError(f"{what} did not happen within {self.timeout:g} s "
+                                "(VKSHMEM_WAIT_TIMEOUT; 0 waits for ever)")

@@ -441,6 +441,25 @@ class UcxTransport(Transport):
             raise self._error(rc, "AMO on", pe, seg, offset, width)
         return out[0] if fetch else 0
 
+    def native_ops(self) -> int:
+        """vku_put/vku_get/vku_amo of this endpoint's worker, for the core's compiled hot path
+        (the same calls as :meth:`put`/:meth:`get`/:meth:`amo`, without Python)."""
+        w = self._w
+        if w is None:
+            return 0
+        ops = self.__dict__.get("_ops")
+        if ops is None:
+            ops = self._ops = _new("struct vk_native_ops *")
+            lib.vku_native_ops(w, ops)
+        return int(ffi.cast("uintptr_t", ops))
+
+    def native_error(self, status: int, doing: str, pe: int, seg: int, offset: int,
+                     nbytes: int, buffer: object) -> BaseException:
+        """The exception :meth:`put`/:meth:`get`/:meth:`amo` raise for ``status``."""
+        if status == lib.VKU_ETIMEDOUT:
+            self._graveyard.append(buffer)  # UCX may still read or write it
+        return self._error(status, doing, pe, seg, offset, nbytes)
+
     def fence(self) -> None:
         """``ucp_worker_fence``: operations issued before reach each PE before later ones."""
         rc = lib.vku_fence(self._live())

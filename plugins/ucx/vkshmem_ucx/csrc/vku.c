@@ -1124,3 +1124,27 @@ int vku_selftest(vku_ctx *c, uint32_t *bad_mask, char *err, size_t errlen)
     }
     return rc;
 }
+
+/* -- the core's compiled hot path (struct vk_native_ops) ------------------------------------ */
+
+static int native_put(void *w, int32_t pe, uint32_t seg, uint64_t off, const void *src,
+                      size_t n, int nbi) {
+    return vku_put(w, pe, seg, off, src, n, nbi);
+}
+
+static int native_get(void *w, int32_t pe, uint32_t seg, uint64_t off, void *dst, size_t n,
+                      int nbi) {
+    return vku_get(w, pe, seg, off, dst, n, nbi);
+}
+
+static int native_amo(void *w, int32_t pe, uint32_t seg, uint64_t off, int op, int width,
+                      uint64_t operand, uint64_t compare, int fetch, uint64_t *result) {
+    return vku_amo(w, pe, seg, off, op, width, operand, compare, fetch, result);
+}
+
+void vku_native_ops(vku_worker *w, struct vk_native_ops *ops) {
+    ops->self = w;
+    ops->put = native_put;
+    ops->get = native_get;
+    ops->amo = native_amo;
+}

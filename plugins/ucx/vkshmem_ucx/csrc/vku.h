@@ -88,6 +88,19 @@ int vku_get(vku_worker *w, int32_t pe, uint32_t seg, uint64_t off, void *dst, si
 int vku_amo(vku_worker *w, int32_t pe, uint32_t seg, uint64_t off, int op, int width,
             uint64_t operand, uint64_t compare, int fetch, uint64_t *result);
 int vku_fence(vku_worker *w);
+
+/* vkshmem's struct vk_native_ops (vkshmem/core/_native.h, Transport.native_ops): the core's
+ * compiled hot path calls these (vku_put, vku_get, vku_amo of one worker) directly. */
+struct vk_native_ops {
+    void *self;
+    int (*put)(void *self, int32_t pe, uint32_t seg, uint64_t off, const void *src,
+               size_t n, int nbi);
+    int (*get)(void *self, int32_t pe, uint32_t seg, uint64_t off, void *dst, size_t n,
+               int nbi);
+    int (*amo)(void *self, int32_t pe, uint32_t seg, uint64_t off, int op, int width,
+               uint64_t operand, uint64_t compare, int fetch, uint64_t *result);
+};
+void vku_native_ops(vku_worker *w, struct vk_native_ops *ops);
 int vku_quiet(vku_worker *w);
 int vku_progress(vku_worker *w);
 

@@ -1,0 +1,395 @@
+/* vkshmem.core._fast: teams whose members all take the shm path (NativeTeam), their barrier
+ * and the small broadcasts and all-reduces, on the team slot of the internal segment.
+ *
+ * The protocols are those of vkshmem.core.teams (dissemination barrier) and
+ * vkshmem.core.collectives (push broadcast down the binomial tree; one-phase butterfly
+ * all-reduce with the fold for non-powers of two), flag for flag and byte for byte, and the
+ * counts they expect (and the phase) are the ones the Python side reads through this object's
+ * buffer: a member running the Python algorithm meets one running this one.
+ */
+#include "fast.h"
+
+#include <string.h>
+
+#define SLOT_HEADER 4096
+#define F_BCAST 0
+#define F_BRUCK 32
+#define F_RD 64
+#define F_FOLD 96
+#define F_FOLD_BACK 97
+#define F_BCAST_DONE 104
+#define BCAST_CHUNK (256 << 10)  /* collectives.py: larger broadcasts are pulled in chunks */
+#define ALIGN 64
+
+
+int team_valid(NativeTeam *t) { return t != NULL && G.enabled && t->generation == G.generation; }
+
+static uintptr_t peer_internal(NativeTeam *t, int m) {
+    return fast_peer(VK_INTERNAL_SEG, t->pes[m]);
+}
+
+static void signal_member(NativeTeam *t, int m, int flag) {
+    /* a sequentially consistent RMW: the stores before it are visible first */
+    vk_amo_impl(peer_internal(t, m) + t->base + VK_OFF_FLAGS + 8 * (uint64_t)flag, VK_ADD, 8, 1, 0);
+}
+
+struct wait_ctx { NativeTeam *t; const char *what; int flag, from; };
+
+static PyObject *what_signal(const void *p) {
+    const struct wait_ctx *c = p;
+    if (c->flag < 0)
+        return PyUnicode_FromFormat("team barrier round %d (waiting for PE %d)", c->from,
+                                    c->t->pes[(c->t->me - (1 << c->from) + c->t->n * 2) %
+                                              c->t->n]);
+    return PyUnicode_FromFormat("%s (signal %d of team slot %d)", c->what, c->flag, c->t->slot);
+}
+
+/* CollTeam.wait: `count` more signals on this PE's counter `flag`. */
+static int wait_flag(NativeTeam *t, int flag, const char *what) {
+    struct wait_ctx c = {t, what, flag, 0};
+    struct fast_pred p = {(const void *)(t->internal + t->base + VK_OFF_FLAGS + 8 * flag), 8,
+                          'u', 6, ++t->ctr[flag]};
+    return fast_wait(&p, what_signal, &c);
+}
+
+int team_sync(NativeTeam *t) {
+    int n = t->n;
+    if (n == 1) return 0;
+    uint64_t epoch = ++t->ctr[VK_CTR_EPOCH];
+    for (int dist = 1, k = 0; dist < n; dist <<= 1, k++) {
+        int to = (t->me + dist) % n;
+        vk_amo_impl(peer_internal(t, to) + t->base + 8 * (uint64_t)k, VK_ADD, 8, 1, 0);
+        struct wait_ctx c = {t, NULL, -1, k};
+        struct fast_pred p = {(const void *)(t->internal + t->base + 8 * (uint64_t)k), 8, 'u',
+                              6, epoch};
+        if (fast_wait(&p, what_signal, &c) < 0) return -1;
+    }
+    return 0;
+}
+
+/* -- broadcast (binomial tree: small data pushed, large data pulled in chunks) ---------------- */
+
+struct tree { int v, bits, nk, kids[32], flags[32]; };
+
+/* collectives.py: _tree(): the children of relative rank v are v + 2**k for 2**k > v */
+static int tree_of(NativeTeam *t, int root, int seg, struct tree *tr) {
+    int n = t->n, v = (t->me - root + n) % n;
+    tr->v = v;
+    tr->bits = 0;
+    tr->nk = 0;
+    while ((v >> tr->bits) != 0) tr->bits++;
+    for (int k = tr->bits; v + (1 << k) < n; k++) {
+        tr->kids[tr->nk] = (t->me + (1 << k)) % n;
+        tr->flags[tr->nk++] = F_BCAST + k;
+    }
+    for (int i = 0; i < tr->nk; i++)  /* every member this PE writes is mapped here */
+        if (!fast_peer(seg, t->pes[tr->kids[i]]) || !peer_internal(t, tr->kids[i])) return 0;
+    return v == 0 || (fast_peer(seg, t->pes[(t->me - (1 << (tr->bits - 1)) + n) % n]) &&
+                      peer_internal(t, (t->me - (1 << (tr->bits - 1)) + n) % n));
+}
+
+#if defined(__x86_64__)
+#include <emmintrin.h>
+/* A copy whose stores bypass the caches (the children read the data from memory, and a
+ * line they read last time is invalidated, not fetched back, before it is written). */
+static void copy_stream(char *dst, const char *src, size_t n) {
+    size_t head = (16 - ((uintptr_t)dst & 15)) & 15;
+    if (head > n) head = n;
+    memcpy(dst, src, head);
+    dst += head, src += head, n -= head;
+    for (; n >= 64; dst += 64, src += 64, n -= 64) {
+        __m128i a = _mm_loadu_si128((const __m128i *)src),
+                b = _mm_loadu_si128((const __m128i *)(src + 16)),
+                c = _mm_loadu_si128((const __m128i *)(src + 32)),
+                d = _mm_loadu_si128((const __m128i *)(src + 48));
+        _mm_stream_si128((__m128i *)dst, a);
+        _mm_stream_si128((__m128i *)(dst + 16), b);
+        _mm_stream_si128((__m128i *)(dst + 32), c);
+        _mm_stream_si128((__m128i *)(dst + 48), d);
+    }
+    memcpy(dst, src, n);
+    _mm_sfence();
+}
+#else
+#define copy_stream(dst, src, n) memmove(dst, src, n)
+#endif
+
+static void copy_nogil(void *dst, const void *src, Py_ssize_t n, int stream) {
+    Py_BEGIN_ALLOW_THREADS
+    if (stream) copy_stream(dst, src, (size_t)n);
+    else memmove(dst, src, (size_t)n);
+    Py_END_ALLOW_THREADS
+}
+
+/* collectives.py: _broadcast_pull(). The caller holds exports of tgt and src. */
+static int bcast_pull(NativeTeam *t, char *tgt, const char *src, Py_ssize_t nb,
+                      Py_ssize_t isz, int seg, uint64_t off, struct tree *tr) {
+    Py_ssize_t chunk = BCAST_CHUNK / isz > 0 ? BCAST_CHUNK / isz * isz : isz;
+    char *tmp = NULL;
+    int r = 1;
+    if (tr->v == 0) {
+        if (src != tgt && src < tgt + nb && tgt < src + nb) {  /* a partial overlap */
+            if ((tmp = PyMem_Malloc((size_t)nb)) == NULL) {
+                PyErr_NoMemory();
+                return -1;
+            }
+            memcpy(tmp, src, (size_t)nb);
+            src = tmp;
+        }
+        for (Py_ssize_t lo = 0; lo < nb; lo += chunk) {
+            Py_ssize_t len = nb - lo < chunk ? nb - lo : chunk;
+            if (src != tgt) copy_nogil(tgt + lo, src + lo, len, 1);
+            for (int i = 0; i < tr->nk; i++) signal_member(t, tr->kids[i], tr->flags[i]);
+        }
+        PyMem_Free(tmp);
+    } else {
+        int k_in = tr->bits - 1, parent = (t->me - (1 << k_in) + t->n) % t->n;
+        const char *from = (const char *)fast_peer(seg, t->pes[parent]) + off;
+        for (Py_ssize_t lo = 0; lo < nb; lo += chunk) {
+            Py_ssize_t len = nb - lo < chunk ? nb - lo : chunk;
+            if (wait_flag(t, F_BCAST + k_in, "broadcast") < 0) return -1;
+            copy_nogil(tgt + lo, from + lo, len, 0);
+            for (int i = 0; i < tr->nk; i++) signal_member(t, tr->kids[i], tr->flags[i]);
+        }
+        signal_member(t, parent, F_BCAST_DONE + k_in);
+    }
+    for (int i = 0; i < tr->nk && r > 0; i++)  /* the children have read this target */
+        if (wait_flag(t, F_BCAST_DONE + tr->flags[i] - F_BCAST, "broadcast") < 0) r = -1;
+    return r;
+}
+
+/* 1 done, 0 not handled (a member's memory is not mapped here), -1 error. */
+static int bcast(NativeTeam *t, char *tgt, const char *src, Py_ssize_t nb, int root, int seg,
+                 uint64_t off) {
+    struct tree tr;
+    if (!tree_of(t, root, seg, &tr)) return 0;
+    int nk = tr.nk, *kids = tr.kids, *flags = tr.flags, bits = tr.bits;
+    if (tr.v == 0) {
+        for (int i = nk - 1; i >= 0; i--) {  /* largest subtree first */
+            memcpy((char *)fast_peer(seg, t->pes[kids[i]]) + off, src, (size_t)nb);
+            signal_member(t, kids[i], flags[i]);
+        }
+        if (tgt != src) memmove(tgt, src, (size_t)nb);
+        return 1;
+    }
+    if (wait_flag(t, F_BCAST + bits - 1, "broadcast") < 0) return -1;
+    for (int i = nk - 1; i >= 0; i--) {
+        memcpy((char *)fast_peer(seg, t->pes[kids[i]]) + off, tgt, (size_t)nb);
+        signal_member(t, kids[i], flags[i]);
+    }
+    return 1;
+}
+
+/* -- all-reduce (one phase of the butterfly) ------------------------------------------------- */
+
+static void put_internal(NativeTeam *t, int m, uint64_t off, const void *src, Py_ssize_t nb) {
+    memcpy((char *)peer_internal(t, m) + off, src, (size_t)nb);
+}
+
+static int reduce_rd(NativeTeam *t, char *tgt, const char *src, Py_ssize_t cnt,
+                     const char *fmt, int op, Py_ssize_t nb, int seg, uint64_t off) {
+    int me = t->me, role = t->role;
+    if ((role == 2 && !peer_internal(t, me + 1)) ||
+        (role == 1 && (!peer_internal(t, me - 1) || !fast_peer(seg, t->pes[me - 1]))))
+        return 0;
+    for (int i = 0; i < t->nsteps; i++)
+        if (!peer_internal(t, t->step_partner[i])) return 0;
+    uint64_t p = t->ctr[VK_CTR_PHASE]++;
+    uint64_t rel = (p & 1) * t->half, sbase = t->scratch_off + rel;
+    const char *scratch = (const char *)(t->internal + t->scratch_off + rel);
+    if (role == 2) {  /* folded out: the odd neighbour reduces for both */
+        put_internal(t, me + 1, sbase, src, nb);
+        signal_member(t, me + 1, F_FOLD);
+        return wait_flag(t, F_FOLD_BACK, "reduce") < 0 ? -1 : 1;
+    }
+    uint64_t rb = ((uint64_t)nb + ALIGN - 1) / ALIGN * ALIGN;
+    const char *acc = src;
+    if (role == 1) {
+        if (wait_flag(t, F_FOLD, "reduce") < 0) return -1;
+        fast_reduce_apply(fmt, op, tgt, src, scratch, cnt);
+        acc = tgt;
+    }
+    for (int i = 0; i < t->nsteps; i++) {
+        uint64_t region = (uint64_t)t->step_region[i] * rb;
+        put_internal(t, t->step_partner[i], sbase + region, acc, nb);
+        signal_member(t, t->step_partner[i], t->step_flag[i]);
+        if (wait_flag(t, t->step_flag[i], "reduce") < 0) return -1;
+        fast_reduce_apply(fmt, op, tgt, acc, scratch + region, cnt);
+        acc = tgt;
+    }
+    if (role == 1) {  /* the folded-out neighbour's result goes straight into its target */
+        memcpy((char *)fast_peer(seg, t->pes[me - 1]) + off, tgt, (size_t)nb);
+        signal_member(t, me - 1, F_FOLD_BACK);
+    }
+    return 1;
+}
+
+/* -- fcollect (dissemination allgather, Bruck) ---------------------------------------------- */
+
+/* collectives.py: fcollect(): in round r this PE puts the blocks it holds (up to 2**r, from
+ * its own) straight into the target of PE me - 2**r, at their final places. */
+static int bruck(NativeTeam *t, char *tgt, const char *src, Py_ssize_t bb, int seg,
+                 uint64_t off) {
+    int n = t->n, me = t->me;
+    char *own = tgt + (Py_ssize_t)me * bb;
+    for (int d = 1; d < n; d <<= 1) {
+        int dest = (me - d + n) % n;
+        if (!fast_peer(seg, t->pes[dest]) || !peer_internal(t, dest)) return 0;
+    }
+    for (int d = 1, r = 0; d < n; d <<= 1, r++) {
+        int dest = (me - d + n) % n, c = d < n - d ? d : n - d;
+        char *to = (char *)fast_peer(seg, t->pes[dest]) + off;
+        if (me + c <= n) {
+            memcpy(to + (Py_ssize_t)me * bb, c == 1 ? src : own, (size_t)(c * bb));
+        } else {  /* wraps around: two pieces */
+            memcpy(to + (Py_ssize_t)me * bb, own, (size_t)((n - me) * bb));
+            memcpy(to, tgt, (size_t)((me + c - n) * bb));
+        }
+        signal_member(t, dest, F_BRUCK + r);
+        if (r == 0 && own != src) memmove(own, src, (size_t)bb);  /* while it travels */
+        if (wait_flag(t, F_BRUCK + r, "fcollect") < 0) return -1;
+    }
+    if (n == 1 && own != src) memmove(own, src, (size_t)bb);
+    return 1;
+}
+
+int team_fcollect(NativeTeam *t, struct fast_view *tb, struct fast_view *sb, Py_ssize_t bb) {
+    Py_ssize_t total = bb * (t != NULL ? t->n : 0);
+    const char *tp = tb->buf, *sp = sb->buf, *own;
+    if (!team_valid(t) || total > tb->len) return 0;
+    if (bb == 0) return 1;
+    own = tp + (Py_ssize_t)t->me * bb;
+    if (sp != own && sp < tp + total && tp < sp + bb) return 0;  /* refused by Python */
+    int64_t r = vk_locate_in(G.table, tp, (uint64_t)total);
+    if (r < 0) return 0;
+    return bruck(t, tb->buf, sp, bb, (int)(r >> 48), (uint64_t)(r & VK_OFF_MASK));
+}
+
+/* -- shared by the entry points and the NativeTeam methods ------------------------------------ */
+
+/* 1 done, 0 not handled, -1 error: broadcast of validated, contiguous buffers. */
+int team_broadcast(NativeTeam *t, struct fast_view *tb, struct fast_view *sb, Py_ssize_t nb,
+                   int root) {
+    struct tree tr;
+    if (!team_valid(t) || root < 0 || root >= t->n) return 0;
+    int64_t r = vk_locate_in(G.table, tb->buf, (uint64_t)nb);
+    if (r < 0) return 0;
+    if (nb == 0) return 1;
+    int seg = (int)(r >> 48);
+    uint64_t off = (uint64_t)(r & VK_OFF_MASK);
+    if (nb <= BCAST_CHUNK) return bcast(t, tb->buf, sb->buf, nb, root, seg, off);
+    if (!tree_of(t, root, seg, &tr) || fast_hold(tb) < 0 || fast_hold(sb) < 0) return 0;
+    return bcast_pull(t, tb->buf, sb->buf, nb, tb->itemsize, seg, off, &tr);
+}
+
+int team_reduce(NativeTeam *t, struct fast_view *tb, struct fast_view *sb, Py_ssize_t nb,
+                int op) {
+    const char *tp = tb->buf, *sp = sb->buf;
+    if (!team_valid(t) || !fast_reduce_supported(tb->format, op) ||
+        (t->n > 1 && nb > t->rd_fast) || (tp != sp && tp < sp + nb && sp < tp + nb))
+        return 0;  /* larger, another type, or a partial overlap: the Python algorithm */
+    int64_t r = vk_locate_in(G.table, tb->buf, (uint64_t)nb);
+    if (r < 0) return 0;
+    if (nb == 0) return 1;
+    if (t->n == 1) {
+        if (tp != sp) memmove(tb->buf, sb->buf, (size_t)nb);
+        return 1;
+    }
+    return reduce_rd(t, tb->buf, sp, nb / tb->itemsize, tb->format, op, nb, (int)(r >> 48),
+                     (uint64_t)(r & VK_OFF_MASK));
+}
+
+/* Buffers of a collective: writable target, source of its type, the bytes to move. */
+static int coll_buffers(PyObject **a, struct fast_view *t, struct fast_view *s,
+                        Py_ssize_t *nb) {
+    if (Py_TYPE(a[P_TARGET]) != G.ndarray || Py_TYPE(a[P_SOURCE]) != G.ndarray ||
+        fast_view(a[P_TARGET], t, 1) < 0)
+        return 0;
+    if (fast_view(a[P_SOURCE], s, 0) < 0) {
+        fast_release(t);
+        return 0;
+    }
+    if (fast_same_format(t, s) && fast_count(a[P_SIZE], t, s, nb)) return 1;
+    fast_release(s);
+    fast_release(t);
+    return 0;
+}
+
+static int finish(int r, PyObject **out) {
+    if (r == 0) return 0;
+    *out = r < 0 ? NULL : Py_NewRef(Py_None);
+    return 1;
+}
+
+/* barrier_all is quiet + sync + the open memory domains' error checks: native while quiet is
+ * a fence and no domain is open (op 1; op 0: sync_all) */
+static int barrier_native(void) {
+    if (!G.quiet_fence || G.seg_heaps == NULL) return 0;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(G.seg_heaps); i++)
+        if (PyList_GET_ITEM(G.seg_heaps, i) != Py_None) return 0;
+    return 1;
+}
+
+int fast_barrier(FastCall *self, PyObject **a, PyObject **out) {
+    if (!team_valid(G.world) || (self->op && !barrier_native())) return 0;
+    if (self->op) __atomic_thread_fence(__ATOMIC_SEQ_CST);  /* barrier_all: quiet first */
+    return finish(team_sync(G.world) < 0 ? -1 : 1, out);
+}
+
+int fast_sync(FastCall *self, PyObject **a, PyObject **out) {
+    if (!fast_none(a[P_TEAM]) || !team_valid(G.world)) return 0;
+    return finish(team_sync(G.world) < 0 ? -1 : 1, out);
+}
+
+int fast_broadcast(FastCall *self, PyObject **a, PyObject **out) {
+    struct fast_view t, s;
+    Py_ssize_t nb;
+    long root;
+    if (!fast_none(a[P_TEAM]) || !team_valid(G.world) || !fast_long(a[P_ROOT], &root) ||
+        !coll_buffers(a, &t, &s, &nb))
+        return 0;
+    int r = team_broadcast(G.world, &t, &s, nb, (int)root);
+    fast_release(&s);
+    fast_release(&t);
+    return finish(r, out);
+}
+
+int fast_reduce(FastCall *self, PyObject **a, PyObject **out) {
+    struct fast_view t, s;
+    Py_ssize_t nb;
+    int op = self->op;
+    if (!fast_none(a[P_TEAM]) || !team_valid(G.world)) return 0;
+    if (self->opmap != NULL && a[P_OP] != NULL) {
+        PyObject *code = PyDict_GetItemWithError(self->opmap, a[P_OP]);
+        if (code == NULL) {
+            PyErr_Clear();
+            return 0;
+        }
+        op = (int)PyLong_AsLong(code);
+    }
+    if (!coll_buffers(a, &t, &s, &nb)) return 0;
+    int r = team_reduce(G.world, &t, &s, nb, op);
+    fast_release(&s);
+    fast_release(&t);
+    return finish(r, out);
+}
+
+int fast_fcollect(FastCall *self, PyObject **a, PyObject **out) {
+    struct fast_view t, s;
+    long cnt = -1;
+    int r = 0;
+    if (!fast_none(a[P_TEAM]) || !team_valid(G.world) || Py_TYPE(a[P_TARGET]) != G.ndarray ||
+        Py_TYPE(a[P_SOURCE]) != G.ndarray || fast_view(a[P_TARGET], &t, 1) < 0)
+        return 0;
+    if (fast_view(a[P_SOURCE], &s, 0) < 0) {
+        fast_release(&t);
+        return 0;
+    }
+    if (fast_none(a[P_SIZE])) cnt = (long)(s.len / s.itemsize);
+    else if (!fast_long(a[P_SIZE], &cnt) || cnt > s.len / s.itemsize) cnt = -1;
+    if (cnt >= 0 && fast_same_format(&t, &s))
+        r = team_fcollect(G.world, &t, &s, (Py_ssize_t)cnt * s.itemsize);
+    fast_release(&s);
+    fast_release(&t);
+    return finish(r, out);
+}

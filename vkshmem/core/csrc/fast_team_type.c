@@ -1,0 +1,164 @@
+/* vkshmem.core._fast: the NativeTeam type (made by vkshmem.core.teams.TeamState for a team
+ * whose members all take the shm path). Its buffer is the team's counters (uint64): the
+ * signal counts the collectives expect per flag, then the phase, then the barrier epoch. */
+#include "fast.h"
+
+#include <string.h>
+
+#define F_RD 64
+
+static PyObject *nt_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"pes", "me", "slot", "base", "internal", "scratch_off", "half",
+                             "rd_fast", NULL};
+    PyObject *pes;
+    int me, slot;
+    unsigned long long base, internal, scratch_off, half;
+    Py_ssize_t rd_fast;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!iiKKKKn", kwlist, &PyTuple_Type, &pes, &me,
+                                     &slot, &base, &internal, &scratch_off, &half, &rd_fast))
+        return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(pes);
+    if (n < 1 || me < 0 || me >= n)
+        return PyErr_Format(PyExc_ValueError, "member %d of a team of %zd", me, n);
+    NativeTeam *t = (NativeTeam *)type->tp_alloc(type, 0);
+    if (t == NULL) return NULL;
+    t->pes = PyMem_Calloc((size_t)n, sizeof(int));
+    if (t->pes == NULL) {
+        Py_DECREF(t);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        long pe = PyLong_AsLong(PyTuple_GET_ITEM(pes, i));
+        if (pe == -1 && PyErr_Occurred()) {
+            Py_DECREF(t);
+            return NULL;
+        }
+        t->pes[i] = (int)pe;
+    }
+    t->generation = G.generation;
+    t->n = (int)n;
+    t->me = me;
+    t->slot = slot;
+    t->base = base;
+    t->internal = (uintptr_t)internal;
+    t->scratch_off = scratch_off;
+    t->half = half;
+    t->rd_fast = rd_fast;
+    /* collectives.py: _butterfly(n, me) */
+    int k = 0, v;
+    while ((2 << k) <= n) k++;
+    int rem = (int)n - (1 << k);
+    if (me < 2 * rem) {
+        t->role = me & 1 ? 1 : 2;
+        v = me & 1 ? me >> 1 : -1;
+    } else {
+        t->role = 0;
+        v = me - rem;
+    }
+    t->nsteps = 0;
+    if (t->role != 2) {
+        for (int r = 0; r < k; r++) {
+            int u = v ^ (1 << r);
+            t->step_partner[r] = u < rem ? 2 * u + 1 : u + rem;
+            t->step_flag[r] = F_RD + r;
+            t->step_region[r] = 2 + r;
+        }
+        t->nsteps = k;
+    }
+    return (PyObject *)t;
+}
+
+static void nt_dealloc(PyObject *o) {
+    PyMem_Free(((NativeTeam *)o)->pes);
+    Py_TYPE(o)->tp_free(o);
+}
+
+static int nt_getbuffer(PyObject *o, Py_buffer *view, int flags) {
+    NativeTeam *t = (NativeTeam *)o;
+    return PyBuffer_FillInfo(view, o, t->ctr, sizeof t->ctr, 0, flags);
+}
+
+static PyBufferProcs nt_as_buffer = {nt_getbuffer, NULL};
+
+static PyObject *nt_sync(PyObject *o, PyObject *noargs) {
+    NativeTeam *t = (NativeTeam *)o;
+    if (!team_valid(t))
+        return PyErr_Format(PyExc_RuntimeError, "this team's runtime was finalized");
+    if (team_sync(t) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* Views of contiguous arrays of one type, the target `times` as long as the source. */
+static int two_buffers(PyObject *tgt, PyObject *src, struct fast_view *t, struct fast_view *s,
+                       int times) {
+    if (fast_view(tgt, t, 1) < 0) return 0;
+    if (fast_view(src, s, 0) < 0) {
+        fast_release(t);
+        return 0;
+    }
+    if (fast_same_format(t, s) && t->len == s->len * times) return 1;
+    fast_release(s);
+    fast_release(t);
+    return 0;
+}
+
+/* which: 0 broadcast, 1 reduce, 2 fcollect */
+static PyObject *nt_collective(PyObject *o, PyObject *args, int which) {
+    PyObject *tgt, *src;
+    int arg = 0, r;
+    struct fast_view t, s;
+    if (!PyArg_ParseTuple(args, which == 2 ? "OO" : "OOi", &tgt, &src, &arg)) return NULL;
+    if (!two_buffers(tgt, src, &t, &s, which == 2 ? ((NativeTeam *)o)->n : 1))
+        Py_RETURN_FALSE;
+    if (which == 0) r = team_broadcast((NativeTeam *)o, &t, &s, t.len, arg);
+    else if (which == 1) r = team_reduce((NativeTeam *)o, &t, &s, t.len, arg);
+    else r = team_fcollect((NativeTeam *)o, &t, &s, s.len);
+    fast_release(&s);
+    fast_release(&t);
+    if (r < 0) return NULL;
+    return PyBool_FromLong(r);
+}
+
+static PyObject *nt_broadcast(PyObject *o, PyObject *args) { return nt_collective(o, args, 0); }
+
+static PyObject *nt_reduce(PyObject *o, PyObject *args) { return nt_collective(o, args, 1); }
+
+static PyObject *nt_fcollect(PyObject *o, PyObject *args) { return nt_collective(o, args, 2); }
+
+static PyObject *nt_valid(PyObject *o, void *closure) {
+    return PyBool_FromLong(team_valid((NativeTeam *)o));
+}
+
+static PyMethodDef nt_methods[] = {
+    {"sync", nt_sync, METH_NOARGS,
+     "sync()\n--\n\nCollective over the team: dissemination barrier."},
+    {"broadcast", nt_broadcast, METH_VARARGS,
+     "broadcast(target, source, root)\n--\n\nCollective: push broadcast of flat arrays of one "
+     "type and length (target symmetric). False when the Python algorithm must run."},
+    {"reduce", nt_reduce, METH_VARARGS,
+     "reduce(target, source, op)\n--\n\nCollective: one-phase butterfly all-reduce (op: 1 sum, "
+     "2 prod, 3 min, 4 max, 5 and, 6 or, 7 xor). False when the Python algorithm must run."},
+    {"fcollect", nt_fcollect, METH_VARARGS,
+     "fcollect(target, source)\n--\n\nCollective: dissemination allgather of a flat source "
+     "into a flat target of n times its length. False when the Python algorithm must run."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef nt_getset[] = {
+    {"valid", nt_valid, NULL, "Whether the runtime this team belongs to is running.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+PyTypeObject NativeTeamType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "vkshmem.core._fast.NativeTeam",
+    .tp_basicsize = sizeof(NativeTeam),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "NativeTeam(pes, me, slot, base, internal, scratch_off, half, rd_fast)\n--\n\n"
+              "A team whose members all take the shm path: its barrier and small collectives.",
+    .tp_new = nt_new,
+    .tp_dealloc = nt_dealloc,
+    .tp_as_buffer = &nt_as_buffer,
+    .tp_methods = nt_methods,
+    .tp_getset = nt_getset,
+};

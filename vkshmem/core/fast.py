@@ -1,0 +1,110 @@
+"""The per-call hot path: the CPython extension :mod:`vkshmem.core._fast` and its set-up.
+
+Each public function it serves (``put``/``get`` and their ``_nbi`` forms, the AMOs,
+``quiet``/``fence``, ``wait_until``/``test``, ``barrier_all``/``sync_all``/``sync``, small
+``broadcast``/``reduce``) is an :func:`entry`: a callable that, for plain numpy arrays on the
+shm route with the default context and team, checks its arguments and does the work in one
+call into C (buffer protocol, PE/bounds/route checks, the copy or atomic, native waits), and
+otherwise runs the Python implementation it wraps, unchanged: other array types (memoryviews,
+subclasses, a domain's arrays), contexts, transport routes, and every error, whose messages
+therefore stay those of the Python code. The entry shows the Python function's name,
+docstring and signature (``__wrapped__``).
+
+The extension reads the peer table of :mod:`vkshmem.core._native` (:func:`bind` at import);
+the runtime :func:`configure` s it at start-up (which PEs the shm path reaches, whether
+``quiet`` is only a fence, whether waits may stay native, its list of open memory domains),
+gives it TEAM_WORLD's
+:class:`NativeTeam` (:func:`set_world`), and :func:`reset` s it at finalize, after which every
+entry takes its Python path (which reports that vkshmem is not initialised).
+"""
+
+from __future__ import annotations
+
+import array
+import os
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar, cast
+
+import numpy as np
+
+from . import _fast
+from ._native import lib
+
+if TYPE_CHECKING:
+    from .runtime import Runtime
+    from .teams import TeamState
+
+__all__ = ["NativeTeam", "configure", "entry", "native_team", "reset", "set_world"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+NativeTeam = _fast.NativeTeam
+#: index of the phase in a NativeTeam's counters (after one expected count per flag)
+PHASE: int = _fast.PHASE
+#: length of a team's counters (expected counts, phase, barrier epoch)
+N_COUNTERS: int = _fast.N_COUNTERS
+
+
+
+def _probes() -> tuple[np.ndarray, ...]:
+    """Arrays of each layout the fast paths tell apart (contiguous or not, writable or not):
+    the extension reads plain arrays' fields directly only if it reads all of these right."""
+    grid = np.arange(12, dtype=np.int64).reshape(3, 4)
+    frozen = np.zeros(5, np.float32)
+    frozen.flags.writeable = False
+    return grid, grid[:, ::2], grid.T, frozen
+
+
+#: whether plain arrays are read directly (else every array goes through the buffer protocol)
+DIRECT_ARRAYS: bool = _fast.bind(int(lib.vk_table_address()), np.ndarray, _probes())
+
+
+def entry(kind: str, fallback: F, *, op: int = -1, fetch: bool = False,
+          ints_only: bool = False, opmap: Mapping[Any, int] | None = None) -> F:
+    """``fallback`` with the fast path of ``kind`` in front of it. ``kind``: ``'put'``,
+    ``'get'``, ``'amo'`` (``op``: the AmoOp; ``fetch``: returns the prior value;
+    ``ints_only``; or ``opmap``: op argument -> ``op | inc << 4 | ints_only << 5``),
+    ``'quiet'``, ``'wait_until'``/``'test'`` (``opmap``: comparison -> CMP code),
+    ``'barrier_all'`` (``op=1``; ``op=0``: sync_all), ``'sync'``, ``'broadcast'``,
+    ``'reduce'`` (``op``: the reduction code, or ``opmap``). Arguments are matched to roles
+    by the fallback's parameter names (target/ivar, source, pe, size, ctx, value, cond,
+    fetch, op, cmp, root, team)."""
+    return cast(F, _fast.entry(kind, fallback, op, fetch, ints_only,
+                               None if opmap is None else dict(opmap)))
+
+
+def configure(rt: Runtime) -> None:
+    """Enable the fast paths for runtime ``rt`` (after its routes and waiter exist, before
+    its teams: their NativeTeams belong to this configuration). A PE routed through a
+    transport that offers its data path in C (``Transport.native_ops``) is served by it,
+    unless large transfers to it are striped over several rails."""
+    routes = rt.route_transport
+    ops = array.array("Q", (0 if t is rt.shm or rt.stripes[pe] is not None else t.native_ops()
+                            for pe, t in enumerate(routes)))
+    _fast.configure(my_pe=rt.my_pe, direct=bytes(t is rt.shm for t in routes),
+                    ops=ops.tobytes(), transports=tuple(routes), quiet_fence=not rt.transports,
+                    native_waits=not rt.waiter.progress,
+                    crowded=len(rt.node_pes) > (os.cpu_count() or 1), waiter=rt.waiter,
+                    seg_heaps=rt.seg_heaps)
+
+
+def set_world(rt: Runtime) -> None:
+    """Give the fast paths TEAM_WORLD's native team (barrier_all stays native while quiet is a
+    fence and ``rt.seg_heaps`` holds no open memory domain: those check their errors at each
+    barrier)."""
+    _fast.set_world(rt.world.native)
+
+
+def reset() -> None:
+    """Disable every fast path (finalize): entries take their Python path again."""
+    _fast.reset()
+
+
+def native_team(ts: TeamState, half: int, rd_fast: int) -> Any:
+    """A NativeTeam for team ``ts`` when every member takes the shm path and waits need no
+    transport progress (else None). ``half``/``rd_fast``: the collectives' scratch layout."""
+    rt = ts.rt
+    if ts.me < 0 or rt.waiter.progress or not _fast.enabled() or \
+            any(t is not rt.shm for t in ts.routes):
+        return None
+    return NativeTeam(ts.pes, ts.me, ts.slot, ts.base, rt.internal.address, ts.scratch_offset,
+                      half, rd_fast)
