@@ -10,9 +10,11 @@ operation, with the GIL released):
 * ``put``/``get`` → ``ucp_put_nbx``/``ucp_get_nbx``; the blocking forms wait for local
   completion (source reusable) or for the data; ``put_nbi``/``get_nbi`` are completed by
   ``quiet`` (their buffers are kept referenced until then).
-* ``amo`` → ``ucp_atomic_op_nbx``: ADD/AND/OR/XOR (fetching or not), SWAP, CSWAP natively;
-  FETCH is a fetching ADD of 0; SET is a SWAP whose result is dropped. AND/OR/XOR found broken
-  by the start-up self-test (UCX 1.13.1's self transport) are emulated by compare-and-swap.
+* ``amo`` → ``ucp_atomic_op_nbx``: ADD/AND/OR/XOR, SWAP, CSWAP natively, every one waiting
+  for its reply (UCX 1.22's flush was seen not to wait for posted software atomics over
+  posix,cma,self, so non-fetching AMOs are fetching ones whose result is dropped); FETCH is a
+  fetching ADD of 0, SET a SWAP. AND/OR/XOR found broken by the start-up self-test (UCX
+  1.13.1's self transport) are emulated by compare-and-swap.
 * ``fence`` → ``ucp_worker_fence``; ``quiet`` → ``ucp_worker_flush_nbx`` plus completion of
   every tracked non-blocking request.
 * A get or fetching AMO to a PE with un-flushed writes from this context flushes that endpoint
