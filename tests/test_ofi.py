@@ -9,19 +9,13 @@ process), with outer timeouts.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
+from busy_target import check_busy_target
 from test_multipe import MODES, launch
 from test_netns import run_on_two_hosts, two_hosts  # noqa: F401 - a fixture, used by name
 from test_ucx import WAIT_SCRIPT, _run_file
-from vkshmem.core._native import lib as native
-
-from vkshmem.core.transport import AmoOp, PeerInfo, TransportContext
 
 pytest.importorskip("vkshmem_ofi")
 from vkshmem_ofi._transport import OfiTransport
@@ -30,30 +24,6 @@ pytestmark = pytest.mark.timeout(300)
 
 PROVIDERS = {"tcp": "tcp;ofi_rxm", "shm": "shm"}
 
-BUSY_TARGET = """
-import json, mmap, os, sys, time
-from vkshmem.core._native import lib, ffi
-from vkshmem.core.transport import SegmentInfo, TransportContext
-from vkshmem_ofi._transport import OfiTransport
-
-fd = os.memfd_create("busy")
-os.ftruncate(fd, 1 << 20)
-m = mmap.mmap(fd, 1 << 20)
-address = int(ffi.cast("uintptr_t", ffi.from_buffer(m)))
-t = OfiTransport(TransportContext(1, 2, 0, {"provider": sys.argv[1]}, "node0", "127.0.0.1",
-                                  lib.vk_amo_address()))
-key = t.register(SegmentInfo(0, "host", address, 1 << 20, fd, memoryview(m)))
-print(json.dumps({"address": t.address().hex(), "key": key.hex()}), flush=True)
-sys.stdin.readline()  # the initiator is connected: be busy now
-start = time.monotonic()
-spins = 0
-while time.monotonic() - start < float(sys.argv[2]):
-    for _ in range(10000):  # pure Python holding the GIL, never calling the transport
-        spins += 1
-print(json.dumps({"busy_from": start, "busy_until": time.monotonic(),
-                  "head": m[:16].hex()}), flush=True)
-t.close()
-"""
 
 
 @pytest.mark.parametrize("prov", list(PROVIDERS))
@@ -61,50 +31,7 @@ def test_a_target_busy_in_python_still_serves_puts_gets_and_amos(prov: str) -> N
     """The target spins in pure Python for 2 s, never entering libfabric; the initiator's puts,
     gets and AMOs (which every provider here needs the target to progress) complete promptly:
     each well under the ~1 s stall a target without a progress thread causes."""
-    busy = 2.0
-    child = subprocess.Popen([sys.executable, "-c", BUSY_TARGET, PROVIDERS[prov], str(busy)],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    tr = OfiTransport(TransportContext(0, 2, 0, {"provider": PROVIDERS[prov]}, "node0",
-                                       "127.0.0.1", native.vk_amo_address()))
-    worst: dict[str, float] = {}
-    try:
-        assert child.stdin is not None and child.stdout is not None
-        info = json.loads(child.stdout.readline())
-        tr.connect({1: PeerInfo(1, "node0", True, bytes.fromhex(info["address"]),
-                                {0: bytes.fromhex(info["key"])})})
-        tr.put(1, 0, 0, memoryview(b"busy PE\0"))  # connected before the busy phase
-        tr.quiet()
-        child.stdin.write("go\n")
-        child.stdin.flush()
-        time.sleep(0.2)
-        first = time.monotonic()
-
-        def timed(name: str, fn: object, *args: object) -> object:
-            t0 = time.monotonic()
-            out = fn(*args)  # type: ignore[operator]
-            worst[name] = max(worst.get(name, 0.0), time.monotonic() - t0)
-            return out
-
-        out = bytearray(4096)
-        for i in range(60):
-            timed("put+quiet", lambda i=i: (tr.put(1, 0, 4096, memoryview(bytes([i]) * 4096)),
-                                            tr.quiet()))
-            timed("get", tr.get, 1, 0, 4096, memoryview(out))
-            assert out == bytes([i]) * 4096
-            assert timed("fetch_add", tr.amo, 1, 0, 8, AmoOp.ADD, 8, 1, 0, True) == i
-            timed("add+quiet", lambda: (tr.amo(1, 0, 16, AmoOp.ADD, 8, 1, 0, False),
-                                        tr.quiet()))
-        last = time.monotonic()
-    finally:
-        tr.close()
-        final = child.communicate(timeout=60)[0].splitlines()
-    assert child.returncode == 0
-    done = json.loads(final[-1])
-    assert done["busy_from"] <= first and last <= done["busy_until"], \
-        "the operations did not all run while the target was busy"
-    assert bytes.fromhex(done["head"]) == b"busy PE\0" + (60).to_bytes(8, "little")
-    assert all(t < 0.2 for t in worst.values()), {k: f"{v * 1e3:.1f} ms"
-                                                  for k, v in worst.items()}
+    check_busy_target(OfiTransport, "provider", PROVIDERS[prov], rounds=60)
 
 
 @pytest.mark.parametrize("mode", ["ofi-tcp", "ofi-shm"])

@@ -8,19 +8,15 @@ over tcp on loopback and over UCX's shared memory, with outer timeouts.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from busy_target import check_busy_target
 from test_multipe import MODES, launch
 from test_netns import run_on_two_hosts, two_hosts  # noqa: F401 - a fixture, used by name
-from vkshmem.core._native import lib as native
-
-from vkshmem.core.transport import AmoOp, PeerInfo, TransportContext
 
 pytest.importorskip("vkshmem_ucx")
 from vkshmem_ucx._transport import UcxTransport
@@ -31,30 +27,6 @@ TLS = {"tcp": "tcp,self", "sm": "posix,cma,self"}
 
 # -- progress while the target is busy ------------------------------------------------------
 
-BUSY_TARGET = """
-import json, mmap, os, sys, time
-from vkshmem.core._native import lib, ffi
-from vkshmem.core.transport import SegmentInfo, TransportContext
-from vkshmem_ucx._transport import UcxTransport
-
-fd = os.memfd_create("busy")
-os.ftruncate(fd, 1 << 20)
-m = mmap.mmap(fd, 1 << 20)
-address = int(ffi.cast("uintptr_t", ffi.from_buffer(m)))
-t = UcxTransport(TransportContext(1, 2, 0, {"tls": sys.argv[1]}, "node0", "127.0.0.1",
-                                  lib.vk_amo_address()))
-key = t.register(SegmentInfo(0, "host", address, 1 << 20, fd, memoryview(m)))
-print(json.dumps({"address": t.address().hex(), "key": key.hex()}), flush=True)
-sys.stdin.readline()  # the initiator is connected: be busy now
-start = time.monotonic()
-spins = 0
-while time.monotonic() - start < float(sys.argv[2]):
-    for _ in range(10000):  # pure Python holding the GIL, never calling the transport
-        spins += 1
-print(json.dumps({"busy_from": start, "busy_until": time.monotonic(),
-                  "head": m[:16].hex()}), flush=True)
-t.close()
-"""
 
 
 @pytest.mark.parametrize("tls", list(TLS))
@@ -63,50 +35,7 @@ def test_a_target_busy_in_python_still_serves_puts_gets_and_amos(tls: str) -> No
     initiator's puts, gets and AMOs, which over tcp and for UCX's software atomics need the
     target's worker to progress, complete promptly: each well under the ~1 s stall a target
     without a progress thread causes."""
-    busy = 2.0
-    child = subprocess.Popen([sys.executable, "-c", BUSY_TARGET, TLS[tls], str(busy)],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    tr = UcxTransport(TransportContext(0, 2, 0, {"tls": TLS[tls]}, "node0", "127.0.0.1",
-                                       native.vk_amo_address()))
-    try:
-        assert child.stdin is not None and child.stdout is not None
-        info = json.loads(child.stdout.readline())
-        tr.connect({1: PeerInfo(1, "node0", True, bytes.fromhex(info["address"]),
-                                {0: bytes.fromhex(info["key"])})})
-        tr.put(1, 0, 0, memoryview(b"busy PE\0"))  # endpoint wired up before the busy phase
-        tr.quiet()
-        child.stdin.write("go\n")
-        child.stdin.flush()
-        time.sleep(0.2)  # the target is in its loop now
-        first = time.monotonic()
-        worst: dict[str, float] = {}
-
-        def timed(name: str, fn: object, *args: object) -> object:
-            t0 = time.monotonic()
-            out = fn(*args)  # type: ignore[operator]
-            worst[name] = max(worst.get(name, 0.0), time.monotonic() - t0)
-            return out
-
-        out = bytearray(4096)
-        for i in range(100):
-            timed("put+quiet", lambda i=i: (tr.put(1, 0, 4096, memoryview(bytes([i]) * 4096)),
-                                            tr.quiet()))
-            timed("get", tr.get, 1, 0, 4096, memoryview(out))
-            assert out == bytes([i]) * 4096
-            assert timed("fetch_add", tr.amo, 1, 0, 8, AmoOp.ADD, 8, 1, 0, True) == i
-            timed("add+quiet", lambda: (tr.amo(1, 0, 16, AmoOp.ADD, 8, 1, 0, False),
-                                        tr.quiet()))
-        last = time.monotonic()
-    finally:
-        tr.close()
-        final = child.communicate(timeout=60)[0].splitlines()
-    assert child.returncode == 0
-    done = json.loads(final[-1])
-    assert done["busy_from"] <= first and last <= done["busy_until"], \
-        "the operations did not all run while the target was busy"
-    assert bytes.fromhex(done["head"]) == b"busy PE\0" + (100).to_bytes(8, "little")
-    assert all(t < 0.2 for t in worst.values()), {k: f"{v * 1e3:.1f} ms"
-                                                  for k, v in worst.items()}
+    check_busy_target(UcxTransport, "tls", TLS[tls], rounds=100)
 
 
 # -- wait_until on words written by UCX ------------------------------------------------------
