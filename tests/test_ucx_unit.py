@@ -98,16 +98,7 @@ def test_put_get_random(job: Job) -> None:
 def test_get_sees_an_earlier_put_without_quiet(job: Job) -> None:
     """A get (or fetching AMO) after puts to the same PE observes them: the endpoint is
     flushed first when it has un-flushed writes."""
-    tr = job.t[0][0]
-    for i in range(50):
-        buf = bytearray(struct.pack("<Q", i) * 512)
-        tr.put(1, 0, 4096, memoryview(buf))
-        buf[:] = b"\xff" * len(buf)  # the source is reusable on return
-        out = bytearray(8)
-        tr.get(1, 0, 4096 + 8 * 511, memoryview(out))
-        assert struct.unpack("<Q", out)[0] == i
-        tr.amo(1, 0, 0, AmoOp.SET, 8, i, 0, False)
-        assert tr.amo(1, 0, 0, AmoOp.FETCH, 8, 0, 0, True) == i
+    contract.get_sees_an_earlier_put_without_quiet(job, rounds=50)
 
 
 def test_put_and_get_typed_memoryviews(sm_job: Job) -> None:

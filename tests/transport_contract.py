@@ -162,6 +162,20 @@ def registered_host_transport(name: str, dist: str) -> tuple[Registry, Transport
 # -- RMA -------------------------------------------------------------------------------------
 
 
+def get_sees_an_earlier_put_without_quiet(job: Job, rounds: int) -> None:
+    """A get (or fetching AMO) after puts to the same PE observes them without a quiet."""
+    tr = job.t[0][0]
+    for i in range(rounds):
+        buf = bytearray(struct.pack("<Q", i) * 512)
+        tr.put(1, 0, 4096, memoryview(buf))
+        buf[:] = b"\xff" * len(buf)  # the source is reusable on return
+        out = bytearray(8)
+        tr.get(1, 0, 4096 + 8 * 511, memoryview(out))
+        assert struct.unpack("<Q", out)[0] == i
+        tr.amo(1, 0, 0, AmoOp.SET, 8, i, 0, False)
+        assert tr.amo(1, 0, 0, AmoOp.FETCH, 8, 0, 0, True) == i
+
+
 def put_get_random(job: Job, rounds: int, nbi_gets: bool) -> None:
     """Random sizes at random offsets of every segment, blocking and non-blocking, between both
     PEs and to the PE itself (gets through ``get_nbi`` half the time where ``nbi_gets``)."""
