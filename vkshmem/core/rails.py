@@ -83,6 +83,7 @@ class TransportRoutes:
             my_pe=self.my_pe, n_pes=self.n_pes, rail=rail, options=options,
             node_id=self.node_ids[self.my_pe], host_address=self.bootstrap.host_address(),
             amo_function=int(lib.vk_amo_address()),
+            liveness_words=lv.address if (lv := getattr(self, "liveness", None)) else 0,
         )
 
     def _open(self, spec: TransportSpec, rail: int, options: dict[str, str],

@@ -25,6 +25,9 @@ class Bootstrap(ABC):
     name: str
     rank: int
     size: int
+    #: whether :meth:`report_failure` ends every PE of the job at once (as ``MPI_Abort``
+    #: does): the runtime then first gives the others a moment to raise PeerFailedError
+    ends_job_on_failure: bool = False
 
     @abstractmethod
     def allgather(self, blob: bytes) -> list[bytes]:

@@ -23,6 +23,8 @@ class MpiBootstrap(Bootstrap):
     MPI has no time limit on collectives; the MPI launcher owns the job's lifetime.
     """
 
+    ends_job_on_failure = True
+
     def __init__(self, mpi: Any) -> None:
         self.name = "mpi"
         self._mpi = mpi
