@@ -19,6 +19,7 @@ import errno
 import hashlib
 import hmac
 import secrets
+import select
 import selectors
 import socket
 import struct
@@ -187,9 +188,10 @@ class Hub:
             peer = self._by_rank.get(pe)
             if pe not in self.failed and peer is not None:
                 try:
-                    if peer.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b"":
+                    readable = select.select([peer.sock], [], [], 0)[0]
+                    if readable and peer.sock.recv(1, socket.MSG_PEEK) == b"":
                         self._drop(peer, DROPPED)
-                except BlockingIOError:
+                except (BlockingIOError, TimeoutError):
                     pass
                 except OSError:
                     self._drop(peer, DROPPED)

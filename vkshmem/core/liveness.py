@@ -73,6 +73,7 @@ class Liveness:
         self._next_query = 0
         self._closing = False  # a clean end: EOF from the hub is no failure
         self._reported = False
+        self._timeout_hint = _CONFIRM  # VKSHMEM_FAILURE_TIMEOUT, once started
 
     # -- what is known ------------------------------------------------------------------------
     def mark(self, pe: int, reason: str) -> None:
@@ -119,8 +120,6 @@ class Liveness:
         err = self.error(str(exc).split(":")[0], pe)
         err.__cause__ = exc
         return err
-
-    _timeout_hint = _CONFIRM
 
     # -- start ------------------------------------------------------------------------------
     def _start(self, boot: Bootstrap, node_ids: Sequence[str], timeout: float,
