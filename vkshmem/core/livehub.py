@@ -5,11 +5,10 @@ Frames are a header ``!BH`` (kind, payload length, at most :data:`MAX_PAYLOAD`) 
 payload. The hub greets a connection with ``CHALLENGE`` (16 random bytes); the PE answers
 ``HELLO`` (its rank, then HMAC-SHA256 over the challenge and its rank, keyed with the job's
 liveness key); the hub answers ``WELCOME`` or closes the connection. Then: ``FAIL`` (text: this
-PE is failing), ``BYE`` (a clean finalize), ``QUERY`` (query id, PE: has it failed?) from a
-PE; ``FAILED`` (PE, reason), ``ANSWER`` (query id, failed?, reason), ``CLOSING`` (PE 0
-finalizes) from the hub. A connection that has not said hello within :data:`HELLO_LIMIT`
-seconds, a malformed frame and a failed check all end the connection; at most ``2 * size + 8``
-connections are served at once.
+PE is failing), ``BYE`` (a clean finalize), ``QUERY`` (a PE: look at its connection now) from
+a PE; ``FAILED`` (PE, reason) and ``CLOSING`` (PE 0 finalizes) from the hub. A connection
+that has not said hello within :data:`HELLO_LIMIT` seconds, a malformed frame and a failed
+check all end the connection; at most ``2 * size + 8`` connections are served at once.
 """
 
 from __future__ import annotations
@@ -51,7 +50,6 @@ class Kind(IntEnum):
     BYE = 5
     FAILED = 6
     QUERY = 7
-    ANSWER = 8
     CLOSING = 9
 
 
@@ -279,11 +277,8 @@ class Hub:
         elif kind == Kind.BYE:
             peer.bye = True
             self._lock.notify_all()
-        elif kind == Kind.QUERY and len(payload) == 8:
-            qid, pe = payload[:4], int.from_bytes(payload[4:], "big")
-            failed = self.probe(pe)
-            reason = self.failed.get(pe, "")
-            peer.frames.send(Kind.ANSWER, qid + bytes([failed]) + reason.encode())
+        elif kind == Kind.QUERY and len(payload) == 4:
+            self.probe(int.from_bytes(payload, "big"))  # a failure found goes to everyone
         else:
             raise ValueError("unexpected frame")
 

@@ -69,8 +69,6 @@ class Liveness:
         self._sock: socket.socket | None = None
         self._frames: Frames | None = None
         self._thread: threading.Thread | None = None
-        self._answers: dict[int, tuple[bool, str]] = {}
-        self._next_query = 0
         self._closing = False  # a clean end: EOF from the hub is no failure
         self._reported = False
         self._timeout_hint = _CONFIRM  # VKSHMEM_FAILURE_TIMEOUT, once started
@@ -189,11 +187,6 @@ class Liveness:
                 if kind == Kind.FAILED:
                     pe = int.from_bytes(payload[:4], "big")
                     self.mark(pe, payload[4:].decode("utf-8", "replace"))
-                elif kind == Kind.ANSWER:
-                    qid = int.from_bytes(payload[:4], "big")
-                    with self._lock:
-                        self._answers[qid] = (payload[4] == 1, payload[5:].decode())
-                        self._lock.notify_all()
                 elif kind == Kind.CLOSING:
                     self._closing = True
         except OSError as exc:
@@ -221,32 +214,28 @@ class Liveness:
             time.sleep(linger)
 
     def confirm(self, pe: int, limit: float) -> bool:
-        """Ask the hub whether ``pe`` has failed (waits ``limit`` seconds at most); True if
-        it has (then it is marked)."""
-        if self.any and pe in self.failures:
-            return True
+        """Whether ``pe`` has failed, waiting up to ``limit`` seconds for the news (a transport
+        may see a peer's connection reset a moment before its liveness connection closes):
+        the hub looks at ``pe``'s connection now (asked with a query), and tells every PE if
+        it is gone. True once ``pe`` is known to have failed."""
+        deadline = time.monotonic() + limit
         if self._hub is not None:
-            return self._hub.probe(pe)
+            while not self._hub.probe(pe):
+                if time.monotonic() >= deadline:
+                    return False
+                time.sleep(0.01)
+            return True
         if self._frames is None:
             return False
+        with contextlib.suppress(OSError):
+            self._frames.send(Kind.QUERY, pe.to_bytes(4, "big"))
         with self._lock:
-            qid = self._next_query
-            self._next_query += 1
-        try:
-            self._frames.send(Kind.QUERY, qid.to_bytes(4, "big") + pe.to_bytes(4, "big"))
-        except OSError:
-            return False
-        deadline = time.monotonic() + limit
-        with self._lock:
-            while qid not in self._answers and not (self.any and pe in self.failures):
+            while pe not in self.failures:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
                 self._lock.wait(left)
-            failed, reason = self._answers.pop(qid, (True, ""))
-        if failed and reason:
-            self.mark(pe, reason)
-        return pe in self.failures
+        return True
 
     # -- end ----------------------------------------------------------------------------------
     def close(self, clean: bool) -> None:

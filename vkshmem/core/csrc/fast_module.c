@@ -28,6 +28,34 @@ static int param_index(FastCall *self, PyObject *name) {
     return -1;
 }
 
+/* The argument of `role` in a call (borrowed), or NULL when not given. */
+static PyObject *arg_of(FastCall *self, int role, PyObject *const *args, Py_ssize_t nargs,
+                        PyObject *kwnames) {
+    int s = self->slot[role];
+    if (s < 0) return NULL;
+    if (s < nargs) return args[s];
+    for (Py_ssize_t k = 0; kwnames != NULL && k < PyTuple_GET_SIZE(kwnames); k++)
+        if (PyUnicode_Compare(PyTuple_GET_ITEM(kwnames, k), PyTuple_GET_ITEM(self->names, s)) == 0)
+            return args[nargs + k];
+    return NULL;
+}
+
+/* The Python path raised: a transport's error on an operation addressed to a failed PE (the
+ * `pe` argument, when a world PE: no context) becomes PeerFailedError. */
+static void translate_fallback_error(FastCall *self, PyObject *const *args, Py_ssize_t nargs,
+                                     PyObject *kwnames) {
+    PyObject *type, *value, *tb, *ctx;
+    long pe = -1;
+    PyErr_Fetch(&type, &value, &tb);
+    ctx = arg_of(self, P_CTX, args, nargs, kwnames);
+    if ((ctx == NULL || ctx == Py_None) && !fast_long(arg_of(self, P_PE, args, nargs, kwnames),
+                                                      &pe))
+        pe = -1;
+    PyErr_Clear();
+    PyErr_Restore(type, value, tb);
+    fast_translate_error(pe);
+}
+
 static PyObject *fc_vectorcall(PyObject *o, PyObject *const *args, size_t nargsf,
                                PyObject *kwnames) {
     FastCall *self = (FastCall *)o;
@@ -54,7 +82,8 @@ static PyObject *fc_vectorcall(PyObject *o, PyObject *const *args, size_t nargsf
         }
     }
     PyObject *r = PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
-    if (r == NULL && G.failed != NULL) fast_translate_error(-1);  /* error path only */
+    if (r == NULL && G.failed != NULL)  /* the error path only */
+        translate_fallback_error(self, args, nargs, kwnames);
     return r;
 }
 
