@@ -11,7 +11,9 @@ combinations, too many for the time a test may take. Covered here:
 * the full product {kill, raise} x {5 calls} x {2, 4 PEs} over shm under ``vkshmem run``
   (20 runs, the victim alternating between the last PE and PE 0);
 * every *pair* of values of any two axes (all-pairs, chosen greedily and deterministically
-  by :func:`pairwise`, over every transport and launcher), about 20 more runs.
+  by :func:`pairwise`, over every transport and launcher): 12 more runs, so every launcher
+  meets every call, transport, way to die, size and victim, and so on for every two axes
+  (``test_the_selection_covers_every_pair`` proves it). About 1 to 1.5 minutes in all.
 
 Each run has an outer time limit; each survivor must print DETECTED naming the victim within
 VKSHMEM_FAILURE_TIMEOUT (5 s here) of its death, with the reason (a process that ended without
