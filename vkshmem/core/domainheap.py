@@ -84,7 +84,8 @@ class DomainHeap:
         rt, dom = self.rt, self.domain
         self.size = size = dom.size
         self.local = dom.local
-        self.heap = Allocator(size, self.name, f"the {self.name} domain's heap size")
+        self.heap = Allocator(size, self.name,
+                              self.spec.size_variable or f"the {self.name} domain's heap size")
         # Collective scratch, one slot per team slot: the first allocation of a fresh
         # allocator, so the same offset on every PE.
         self.scratch_bytes = SCRATCH_BYTES
@@ -106,8 +107,10 @@ class DomainHeap:
         self.info = dom.describe()
         self._carry_by_transports()
         self.route_names = [self._route_name(pe) for pe in range(rt.n_pes)]
-        needs_proxy = [b"1" if "proxy" in self.route_names else b"0"]
-        if any(v == b"1" for v in rt.bootstrap.allgather(needs_proxy[0])):
+        #: every PE's routes (row: that PE's view), so decisions that must agree can
+        views = rt.bootstrap.allgather(",".join(self.route_names).encode())
+        self.all_routes = [v.decode().split(",") for v in views]
+        if any("proxy" in r for r in self.all_routes):
             from .domainproxy import DomainProxy
             self.proxy = DomainProxy(self)
         rt.bootstrap.barrier()
@@ -298,6 +301,18 @@ class DomainHeap:
     def reduce(self, dst_off: int, src_off: int, count: int, op: str, dtype: np.dtype) -> bool:
         """See :meth:`MemoryDomain.reduce`."""
         return self.domain.reduce(dst_off, src_off, count, op, dtype)
+
+    def maps_all(self, pes: Any) -> bool:
+        """Whether every PE of ``pes`` maps the segments of all of them (routes ``direct``):
+        the same answer on each of them."""
+        return all(self.all_routes[p][q] == "direct" for p in pes for q in pes)
+
+    def reduce_from(self, dst_off: int, pes: Any, src_off: int, count: int, op: str,
+                    dtype: np.dtype) -> None:
+        """``dst[i] = op over pes' src[i]`` read where they are (see
+        :meth:`MemoryDomain.reduce_from`); every PE of ``pes`` must be mapped here."""
+        sources = [(self.local if pe == self.my_pe else self.direct[pe], src_off) for pe in pes]
+        self.domain.reduce_from(dst_off, sources, count, op, dtype)
 
     # -- collective allocation -------------------------------------------------------------------
 
