@@ -6,8 +6,10 @@ allocation granularity on this PE's GPU (``VKSHMEM_CUDA_DEVICE``, else local ran
 GPUs), exported as a POSIX fd. Every PE of the node imports it (``group`` is the node: a VMM
 allocation maps onto any GPU that can reach the owner's, over NVLink or PCIe peer access); an
 import the driver refuses (no peer access) makes the core route that pair through the domain
-proxy. Copies are synchronous ``cuMemcpy``; AMOs a one-thread kernel; reductions run on the
-host (``reduce`` says no); there is no CPU mapping.
+proxy. Copies are ``cuMemcpy*Async`` plus a wait, one native call each; AMOs a one-thread kernel;
+reductions of mapped peers one kernel reading every member's source where it lives
+(``reduce_from``; otherwise the core gathers and reduces on the host); there is no CPU
+mapping.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from vkshmem.core.transport import AmoOp, SegmentInfo
 
 from .array import CudaArray, PeerView
 from .driver import CudaError, Device, Mapping, device_count
+from .kernels import reduce_source
 
 __all__ = ["CudaDomain"]
 
@@ -128,6 +131,19 @@ class CudaDomain(MemoryDomain):
     def zero(self, offset: int, nbytes: int) -> None:
         if nbytes:
             self.device.zero(self.local.va + offset, nbytes)
+
+    def can_reduce_from(self, op: str, dtype: np.dtype) -> bool:
+        return reduce_source(op, dtype) is not None
+
+    def reduce_from(self, dst_offset: int, sources: list[tuple[Any, int]], count: int, op: str,
+                    dtype: np.dtype) -> None:
+        """One kernel reads every source where it lives (over NVLink for peers' heaps)."""
+        isz = np.dtype(dtype).itemsize
+        self.check_range(dst_offset, count * isz, "CUDA reduce")
+        for _mem, off in sources:
+            self.check_range(off, count * isz, "CUDA reduce")
+        self.device.reduce(self.local.va + dst_offset, [mem.va + off for mem, off in sources],
+                           count, op, dtype)
 
     def device_view(self, mem: Mapping, offset: int, shape: tuple[int, ...],
                     dtype: np.dtype) -> PeerView:
