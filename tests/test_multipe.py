@@ -30,6 +30,11 @@ MODES = {
 }
 #: modes that need something this machine may lack: mode -> why not here ("" where it can run)
 UNAVAILABLE = {"verbs": rdma_device()[1]}
+#: every mode, for ``parametrize("mode", MODE_PARAMS)``: those this machine lacks are skipped
+#: with the reason
+MODE_PARAMS = [pytest.param(m, marks=pytest.mark.skipif(bool(UNAVAILABLE.get(m)),
+                                                        reason=UNAVAILABLE.get(m, "")))
+               for m in MODES]
 
 
 def expected_route(mode: str) -> str:
@@ -62,10 +67,7 @@ def check_run(r: subprocess.CompletedProcess[str], script: str, npes: int, mode:
     assert all(f"routes: ['{want}']" in line for line in routes), routes
 
 
-@pytest.mark.parametrize("mode", [
-    pytest.param(m, marks=pytest.mark.skipif(bool(UNAVAILABLE.get(m)),
-                                             reason=UNAVAILABLE.get(m, "")))
-    for m in MODES])
+@pytest.mark.parametrize("mode", MODE_PARAMS)
 @pytest.mark.parametrize("npes", [1, 2, 3, 4])
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_script(script: str, npes: int, mode: str) -> None:

@@ -242,3 +242,15 @@ def test_naming_verbs_without_a_device_is_an_error_that_names_it() -> None:
     out = r.stdout + r.stderr
     assert "no RDMA device named 'mlx5_0' (from VKSHMEM_RAIL0 (device=))" in out, out
     assert "named by VKSHMEM_RAIL0" in out
+
+
+@NO_DEVICE
+def test_vkshmem_info_says_it_is_not_available_here() -> None:
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "vkshmem", "info"], capture_output=True,
+                       text=True, timeout=60)
+    line = next(x for x in r.stdout.splitlines() if x.strip().startswith("verbs ")
+                and "priority 30" in x)
+    assert "[not available here: left out of the automatic choice]" in line

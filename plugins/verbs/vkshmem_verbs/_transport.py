@@ -114,8 +114,8 @@ class VerbsTransport(Transport):
             for _ in range(self._n):
                 qp = lib.vkv_qp_new(self._d, err)
                 if qp == ffi.NULL:
-                    raise TransportError(NAME, f"{device}: {ffi.string(err).decode()} (the "
-                                         f"depth option is {opts.depth})")
+                    raise TransportError(NAME, f"{device}: {ffi.string(err).decode()} (depth "
+                                         f"{opts.depth}, max_inline {opts.max_inline})")
                 self._qps.append(qp)
             self._conn = ConnData(self._port, tuple((lib.vkv_qp_num(q), psn())
                                                     for q in self._qps))

@@ -1,7 +1,21 @@
 /* vkshmem-verbs: the data path (post, poll, put, get, AMOs, fence, quiet). Included by vkv.c.
  * The caller holds d->lock in every static function here. Every WR is signaled: the CQ's
- * completions count d->outstanding down (quiet waits for zero); a WR whose wr_id is a request
- * marks it done. Nothing here ran on the machines this was written on (no RDMA device). */
+ * completions count d->outstanding down (quiet waits for zero). A WR's wr_id is 0 (nothing
+ * waits for it), a staging slot's request (heap memory that lives until vkv_close), or
+ * SYNC_TAG | sequence number for the one blocking operation in progress (never a pointer to
+ * the stack: a WR that timed out may still complete later, and then only a stale sequence
+ * number arrives). Nothing here ran on the machines this was written on (no RDMA device). */
+
+#define SYNC_TAG (1ULL << 63)
+
+/* A fresh wr_id for the blocking operation about to be posted (d->sync waits for it). */
+static uint64_t sync_id(vkv_dev *d)
+{
+    d->sync_seq = (d->sync_seq + 1) & ~SYNC_TAG;
+    d->sync.done = 0;
+    d->sync.status = 0;
+    return SYNC_TAG | d->sync_seq;
+}
 
 static double now_ms(void)
 {
@@ -24,7 +38,9 @@ static int poll_cq(vkv_dev *d)
             snprintf(d->error, VKV_ERRLEN, "work completion %s (vendor error 0x%x, QP %u)",
                      ibv_wc_status_str(wc[i].status), wc[i].vendor_err, wc[i].qp_num);
         }
-        struct vkv_req *r = (struct vkv_req *)(uintptr_t)wc[i].wr_id;
+        uint64_t id = wc[i].wr_id;
+        struct vkv_req *r = !(id & SYNC_TAG) ? (struct vkv_req *)(uintptr_t)id
+                            : (id & ~SYNC_TAG) == d->sync_seq ? &d->sync : NULL;
         if (r) {
             r->status = wc[i].status;
             r->done = 1;
@@ -44,8 +60,14 @@ static int wait_for(vkv_dev *d, int (*cond)(vkv_dev *, void *), void *arg, int t
         if (n == 0 && (spins & 1023) == 1023) {
             if (end == 0)
                 end = now_ms() + timeout_ms;
-            else if (now_ms() > end)
+            else if (now_ms() > end) {
+                /* a WR may still complete later (into a staging slot reused by then): the
+                 * rail refuses every later operation */
+                d->failed = 1;
+                snprintf(d->error, VKV_ERRLEN, "an earlier operation had no completion within "
+                         "%d ms; this rail is unusable since", timeout_ms);
                 return VKV_ETIMEDOUT;
+            }
             sched_yield();
         }
     }
@@ -118,22 +140,21 @@ static int put_locked(vkv_dev *d, struct ibv_qp *qp, uint64_t raddr, uint32_t rk
 {
     struct ibv_send_wr wr;
     struct ibv_sge sge;
-    struct vkv_req r = {0, 0};
     int rc;
     if (n <= (size_t)d->max_inline) { /* the NIC copies the data at post: reusable at once */
-        vkv_wr_rdma(&wr, &sge, IBV_WR_RDMA_WRITE, nbi ? 0 : (uintptr_t)&r, (uintptr_t)src,
+        vkv_wr_rdma(&wr, &sge, IBV_WR_RDMA_WRITE, nbi ? 0 : sync_id(d), (uintptr_t)src,
                     (uint32_t)n, 0, raddr, rkey, IBV_SEND_SIGNALED | IBV_SEND_INLINE);
         if ((rc = post(d, qp, &wr, timeout_ms)))
             return rc;
-        return nbi ? 0 : wait_req(d, &r, timeout_ms);
+        return nbi ? 0 : wait_req(d, &d->sync, timeout_ms);
     }
     int64_t lkey = lkey_of(d, src, n);
     if (lkey >= 0) { /* the source lies in a registered segment: no copy */
-        vkv_wr_rdma(&wr, &sge, IBV_WR_RDMA_WRITE, nbi ? 0 : (uintptr_t)&r, (uintptr_t)src,
+        vkv_wr_rdma(&wr, &sge, IBV_WR_RDMA_WRITE, nbi ? 0 : sync_id(d), (uintptr_t)src,
                     (uint32_t)n, (uint32_t)lkey, raddr, rkey, IBV_SEND_SIGNALED);
         if ((rc = post(d, qp, &wr, timeout_ms)))
             return rc;
-        return nbi ? 0 : wait_req(d, &r, timeout_ms);
+        return nbi ? 0 : wait_req(d, &d->sync, timeout_ms);
     }
     struct vkv_slot *last = NULL;
     for (size_t done = 0; done < n;) { /* through the staging area, slot by slot */
@@ -175,12 +196,11 @@ static int get_locked(vkv_dev *d, struct ibv_qp *qp, uint64_t raddr, uint32_t rk
     int rc;
     int64_t lkey = lkey_of(d, dst, n);
     if (lkey >= 0) {
-        struct vkv_req r = {0, 0};
-        vkv_wr_rdma(&wr, &sge, IBV_WR_RDMA_READ, (uintptr_t)&r, (uintptr_t)dst, (uint32_t)n,
+        vkv_wr_rdma(&wr, &sge, IBV_WR_RDMA_READ, sync_id(d), (uintptr_t)dst, (uint32_t)n,
                     (uint32_t)lkey, raddr, rkey, IBV_SEND_SIGNALED);
         if ((rc = post(d, qp, &wr, timeout_ms)))
             return rc;
-        return wait_req(d, &r, timeout_ms);
+        return wait_req(d, &d->sync, timeout_ms);
     }
     for (size_t done = 0; done < n;) {
         size_t piece = n - done < d->slot ? n - done : d->slot;
@@ -226,14 +246,13 @@ static int nic_atomic(void *ctx, int plan, uint64_t compare_add, uint64_t swap, 
     vkv_dev *d = c->d;
     struct ibv_send_wr wr;
     struct ibv_sge sge;
-    struct vkv_req r = {0, 0};
     uint64_t *result = (uint64_t *)d->staging;
     int opcode = plan == VKV_PLAN_FAA ? IBV_WR_ATOMIC_FETCH_AND_ADD : IBV_WR_ATOMIC_CMP_AND_SWP;
-    vkv_wr_atomic(&wr, &sge, opcode, (uintptr_t)&r, (uintptr_t)result, d->staging_mr->lkey,
+    vkv_wr_atomic(&wr, &sge, opcode, sync_id(d), (uintptr_t)result, d->staging_mr->lkey,
                   c->raddr, c->rkey, compare_add, swap, IBV_SEND_SIGNALED);
     int rc = post(d, c->qp, &wr, c->timeout_ms);
     if (rc == 0)
-        rc = wait_req(d, &r, c->timeout_ms);
+        rc = wait_req(d, &d->sync, c->timeout_ms);
     *old = *(volatile uint64_t *)result;
     return rc;
 }

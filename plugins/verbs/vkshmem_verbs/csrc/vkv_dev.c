@@ -24,6 +24,8 @@ struct vkv_dev {
     struct ibv_mr *staging_mr;
     uint32_t slot, nslots, next_slot;
     struct vkv_slot *slots;
+    struct vkv_req sync;        /* the blocking operation in progress (see vkv_data.c) */
+    uint64_t sync_seq;
     struct { uintptr_t lo, hi; uint32_t lkey; struct ibv_mr *mr; } mrs[VKV_MAX_MRS];
     int nmrs;
     uint64_t posted, completed, staged;
@@ -194,7 +196,7 @@ struct ibv_qp *vkv_qp_new(vkv_dev *d, char *err)
     ia.qp_context = calloc(1, sizeof(int)); /* the pending-fence flag */
     struct ibv_qp *qp = ia.qp_context ? ibv_create_qp(d->pd, &ia) : NULL;
     if (!qp) {
-        say(err, "ibv_create_qp", errno);
+        say(err, "ibv_create_qp (check the depth and max_inline options)", errno);
         free(ia.qp_context);
     }
     return qp;
