@@ -15,8 +15,9 @@ operation with the GIL released):
   the next WR to each PE; quiet → every signaled WR completed.
 
 No progress thread: RDMA needs none at the target, and the AMO emulation runs at the
-initiator (the target's CPU never takes part). Nothing of the device path ran where this was
-written (no RDMA device); see README.md.
+initiator (the target's CPU never takes part). The data path ran only against the software
+model of a provider (``csrc/vkv_model.c``) where this was written (no RDMA device); see
+README.md.
 """
 
 from __future__ import annotations
@@ -90,18 +91,9 @@ class VerbsTransport(Transport):
         self._connected: set[int] = set()
         self._mixed_amo_error: str | None = None
         self._timeout_ms = int(opts.timeout * 1000)
-        names, _why = device_names()
-        device = opts.device or (names[0] if names else None)
-        if device is None or device not in names:
-            raise _missing_device(opts)
+        self._d, self.device = self._open_device(opts)
+        device = self.device
         err = ffi.new("char[]", lib.VKV_ERRLEN)
-        self._d = lib.vkv_open(device.encode(), opts.port, opts.gid_index, opts.depth,
-                               opts.max_inline, opts.staging_kib * 1024, opts.staging_slots,
-                               err)
-        if self._d == ffi.NULL:
-            raise TransportError(NAME, f"cannot open {device} port {opts.port} (gid_index "
-                                 f"{opts.gid_index}): {ffi.string(err).decode()}")
-        self.device = device
         try:
             p = ffi.new("struct vkv_port *")
             lib.vkv_query(self._d, p)
@@ -122,6 +114,20 @@ class VerbsTransport(Transport):
         except BaseException:
             self.close()
             raise
+
+    def _open_device(self, opts: Options) -> tuple[Any, str]:
+        """The opened ``vkv_dev`` of the rail's device, and the device's name."""
+        names, _why = device_names()
+        device = opts.device or (names[0] if names else None)
+        if device is None or device not in names:
+            raise _missing_device(opts)
+        err = ffi.new("char[]", lib.VKV_ERRLEN)
+        d = lib.vkv_open(device.encode(), opts.port, opts.gid_index, opts.depth,
+                         opts.max_inline, opts.staging_kib * 1024, opts.staging_slots, err)
+        if d == ffi.NULL:
+            raise TransportError(NAME, f"cannot open {device} port {opts.port} (gid_index "
+                                 f"{opts.gid_index}): {ffi.string(err).decode()}")
+        return d, device
 
     # -- set-up ---------------------------------------------------------------------------
 
@@ -246,7 +252,7 @@ class VerbsTransport(Transport):
         rc = lib.vkv_amo(self._d, qp, key.base + offset, key.rkey, int(op), width,
                          operand & mask, compare & mask, self._timeout_ms, out)
         self._check(rc, "AMO on", pe)
-        return int(out[0])
+        return int(out[0]) if fetch else 0
 
     def fence(self) -> None:
         """The next WR to each PE carries ``IBV_SEND_FENCE`` (after every earlier read/AMO)."""
@@ -275,7 +281,7 @@ class VerbsTransport(Transport):
         if self._d != ffi.NULL:
             lib.vkv_quiet(self._d, 5000)
         for qp in self._qps:
-            lib.vkv_qp_free(qp)
+            lib.vkv_qp_free(self._d, qp)
         self._qps.clear()
         if self._d != ffi.NULL:
             lib.vkv_close(self._d)  # deregisters what is left

@@ -15,3 +15,4 @@
 #include "vkv_pure.c"
 #include "vkv_dev.c"
 #include "vkv_data.c"
+#include "vkv_model.c"

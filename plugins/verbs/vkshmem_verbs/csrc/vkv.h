@@ -10,7 +10,8 @@
  *  - pure ones (no device): the ibv_qp_attr of each QP transition, the ibv_send_wr of each
  *    operation, MTU codes, the AMO plan and the compare-and-swap emulation; the tests call
  *    them on every machine;
- *  - the ones that need a device: open, register, connect, post, poll.
+ *  - the ones that need a device: open, register, connect, post, poll; the data path also
+ *    runs on a software loopback model of a provider (vkv_model.c, for the tests).
  *
  * Every data-path call holds the device's mutex (so the CQ has one reader at a time) and
  * waits at most timeout_ms. Return codes: 0 success, negative errno or VKV_E* below.
@@ -134,12 +135,19 @@ void vkv_stats(vkv_dev *d, uint64_t *out4); /* posted, completed, staged bytes, 
 struct ibv_qp *vkv_qp_new(vkv_dev *d, char *err);
 uint32_t vkv_qp_num(struct ibv_qp *qp);
 int vkv_qp_connect(vkv_dev *d, struct ibv_qp *qp, const struct vkv_path *p, char *err);
-void vkv_qp_free(struct ibv_qp *qp);
+void vkv_qp_free(vkv_dev *d, struct ibv_qp *qp);
 /* ibv_reg_mr of [addr, addr+len), or ibv_reg_dmabuf_mr of fd (offset 0, iova 0) if fd >= 0. */
 struct ibv_mr *vkv_reg(vkv_dev *d, void *addr, size_t len, int dmabuf_fd, char *err);
 uint32_t vkv_mr_rkey(struct ibv_mr *mr);
 uint64_t vkv_mr_base(struct ibv_mr *mr, int dmabuf); /* remote address of the first byte */
 void vkv_dereg(vkv_dev *d, struct ibv_mr *mr);
+
+/* -- a software loopback model of a provider, for the tests (vkv_model.c: not a NIC) ---- */
+vkv_dev *vkv_open_model(int depth, int max_inline, uint32_t staging_slot,
+                        uint32_t staging_slots);
+/* out4: fence flags seen, inline WRs, last RTR dest QPN, completions not yet polled; hold
+ * (completions withheld) and fail_next (the next WR fails) are set where >= 0 */
+void vkv_model_control(vkv_dev *d, int hold, int fail_next, uint64_t *out4);
 
 /* -- the data path (every call takes the device's mutex) ------------------------------------- */
 int vkv_put(vkv_dev *d, struct ibv_qp *qp, uint64_t raddr, uint32_t rkey, const void *src,

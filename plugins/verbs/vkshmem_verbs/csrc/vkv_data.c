@@ -4,7 +4,8 @@
  * waits for it), a staging slot's request (heap memory that lives until vkv_close), or
  * SYNC_TAG | sequence number for the one blocking operation in progress (never a pointer to
  * the stack: a WR that timed out may still complete later, and then only a stale sequence
- * number arrives). Nothing here ran on the machines this was written on (no RDMA device). */
+ * number arrives). Where this was written (no RDMA device) it ran only against the software
+ * model of a provider (vkv_model.c). */
 
 #define SYNC_TAG (1ULL << 63)
 

@@ -1,7 +1,16 @@
 /* vkshmem-verbs: the device, its QPs and registrations, and the data path. Included by vkv.c.
- * Nothing here ran on the machines this was written on (they have no RDMA device). */
+ * Where this was written (no RDMA device) only what needs none ran: vkv_device_names failing
+ * (ENOSYS), and the software model's branches (d->model). */
 
 #define VKV_MAX_MRS 64
+
+/* the software model of vkv_model.c (tests only) */
+struct vkv_model;
+static struct ibv_qp *model_qp_new(vkv_dev *d);
+static void model_connected(vkv_dev *d, uint32_t dest_qpn);
+static struct ibv_mr *model_reg(void *addr, size_t len);
+static void model_dereg(struct ibv_mr *mr);
+static void model_close(vkv_dev *d);
 
 struct vkv_req {
     volatile int done;
@@ -30,6 +39,7 @@ struct vkv_dev {
     int nmrs;
     uint64_t posted, completed, staged;
     char error[VKV_ERRLEN];
+    struct vkv_model *model;    /* not NULL: a software model, no device (vkv_model.c) */
 };
 
 static void say(char *err, const char *what, int e)
@@ -166,17 +176,21 @@ void vkv_close(vkv_dev *d)
 {
     if (!d)
         return;
-    for (int i = 0; i < d->nmrs; i++)
-        if (d->mrs[i].mr)
-            ibv_dereg_mr(d->mrs[i].mr);
-    if (d->staging_mr)
-        ibv_dereg_mr(d->staging_mr);
-    if (d->cq)
-        ibv_destroy_cq(d->cq);
-    if (d->pd)
-        ibv_dealloc_pd(d->pd);
-    if (d->ctx)
-        ibv_close_device(d->ctx);
+    if (d->model) {
+        model_close(d);
+    } else {
+        for (int i = 0; i < d->nmrs; i++)
+            if (d->mrs[i].mr)
+                ibv_dereg_mr(d->mrs[i].mr);
+        if (d->staging_mr)
+            ibv_dereg_mr(d->staging_mr);
+        if (d->cq)
+            ibv_destroy_cq(d->cq);
+        if (d->pd)
+            ibv_dealloc_pd(d->pd);
+        if (d->ctx)
+            ibv_close_device(d->ctx);
+    }
     free(d->staging);
     free(d->slots);
     pthread_mutex_destroy(&d->lock);
@@ -185,6 +199,12 @@ void vkv_close(vkv_dev *d)
 
 struct ibv_qp *vkv_qp_new(vkv_dev *d, char *err)
 {
+    if (d->model) {
+        struct ibv_qp *qp = model_qp_new(d);
+        if (!qp)
+            snprintf(err, VKV_ERRLEN, "out of memory");
+        return qp;
+    }
     struct ibv_qp_init_attr ia;
     memset(&ia, 0, sizeof ia);
     ia.send_cq = ia.recv_cq = d->cq;
@@ -208,6 +228,13 @@ int vkv_qp_connect(vkv_dev *d, struct ibv_qp *qp, const struct vkv_path *p, char
 {
     struct ibv_qp_attr a;
     int mask, rc;
+    if (d->model) { /* builds what a device would get, applies nothing */
+        vkv_init_attr(&a, &mask, p->port);
+        vkv_rtr_attr(&a, &mask, p);
+        model_connected(d, a.dest_qp_num);
+        vkv_rts_attr(&a, &mask, p);
+        return 0;
+    }
     vkv_init_attr(&a, &mask, p->port);
     if ((rc = ibv_modify_qp(qp, &a, mask))) {
         say(err, "ibv_modify_qp to INIT", rc);
@@ -226,10 +253,13 @@ int vkv_qp_connect(vkv_dev *d, struct ibv_qp *qp, const struct vkv_path *p, char
     return 0;
 }
 
-void vkv_qp_free(struct ibv_qp *qp)
+void vkv_qp_free(vkv_dev *d, struct ibv_qp *qp)
 {
     void *fence = qp->qp_context;
-    ibv_destroy_qp(qp);
+    if (d->model)
+        free(qp);
+    else
+        ibv_destroy_qp(qp);
     free(fence);
 }
 
@@ -241,8 +271,10 @@ struct ibv_mr *vkv_reg(vkv_dev *d, void *addr, size_t len, int dmabuf_fd, char *
         snprintf(err, VKV_ERRLEN, "more than %d registrations", VKV_MAX_MRS);
         return NULL;
     }
-    struct ibv_mr *mr = dmabuf_fd >= 0 ? ibv_reg_dmabuf_mr(d->pd, 0, len, 0, dmabuf_fd, access)
-                                      : ibv_reg_mr(d->pd, addr, len, access);
+    struct ibv_mr *mr = d->model ? (dmabuf_fd >= 0 ? (errno = ENOTSUP, NULL)
+                                                    : model_reg(addr, len))
+                        : dmabuf_fd >= 0 ? ibv_reg_dmabuf_mr(d->pd, 0, len, 0, dmabuf_fd, access)
+                        : ibv_reg_mr(d->pd, addr, len, access);
     if (!mr) {
         say(err, dmabuf_fd >= 0 ? "ibv_reg_dmabuf_mr" : "ibv_reg_mr", errno);
         return NULL;
@@ -268,5 +300,8 @@ void vkv_dereg(vkv_dev *d, struct ibv_mr *mr)
             break;
         }
     pthread_mutex_unlock(&d->lock);
-    ibv_dereg_mr(mr);
+    if (d->model)
+        model_dereg(mr);
+    else
+        ibv_dereg_mr(mr);
 }
