@@ -181,6 +181,20 @@ def test_small_puts_go_inline_registered_ones_zero_copy_others_staged(model_job:
     assert s["posted"] == s["completed"] and s["outstanding"] == 0
 
 
+def test_transfers_larger_than_the_staging_area_wrap_around_it(shm_off: None) -> None:
+    """Four 16 KiB slots (64 KiB) carry 1 MiB each way: every slot is reused many times, a
+    put's pieces waiting for slots its own earlier pieces hold."""
+    opts = {"staging_kib": "16", "staging_slots": "4"}
+    with ModelJob(options=opts, sizes={0: 2 << 20}) as j:
+        tr, data = j.t[0][0], bytes(range(251)) * 4178  # ~1 MiB, not a multiple of a slot
+        tr.put_nbi(1, 0, 4096, memoryview(data))
+        tr.put(1, 0, 4096 + len(data), memoryview(data[:70000]))
+        out = bytearray(len(data))
+        tr.get(1, 0, 4096, memoryview(out))
+        assert out == data and bytes(j.mem(1)[4096 + len(data):][:70000]) == data[:70000]
+        assert tr.stats()["staged_bytes"] == len(data) + 70000
+
+
 def test_fence_flags_the_next_work_request_to_each_pe(model_job: ModelJob) -> None:
     tr = model_job.t[0][0]
     tr.put(1, 0, 0, memoryview(b"a"))

@@ -264,7 +264,8 @@ class VerbsTransport(Transport):
         self._check(lib.vkv_quiet(self._live(), self._timeout_ms), "quiet with", self._me)
 
     def stats(self) -> dict[str, Any]:
-        """Device, port, options, counters and the AMO capability table."""
+        """Device, port, counters (WRs posted and completed, bytes of puts copied through the
+        staging area, WRs outstanding) and the AMO capability table."""
         out = ffi.new("uint64_t[4]")
         lib.vkv_stats(self._live(), out)
         p = self._port
