@@ -11,12 +11,12 @@ import subprocess
 import sys
 
 import pytest
-from test_multipe import MODES, PE_DIR, check_run, launch
+from test_multipe import MODE_PARAMS, MODES, PE_DIR, check_run, launch
 
 GPU_ENV = {"VKSHMEM_GPU_SYMMETRIC_SIZE": "64M", "VKSHMEM_GPU_VALIDATION": "1"}
 
 
-@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize("mode", MODE_PARAMS)
 @pytest.mark.parametrize("npes", [1, 2, 4])
 def test_gpu_script(npes: int, mode: str) -> None:
     r = launch("gpu", npes, {**MODES[mode], **GPU_ENV}, timeout=240)

@@ -145,7 +145,9 @@ class DomainHeap:
         rt = self.rt
         assert self.info is not None
         kind = self.info.kind
-        able = [t for t in rt.transports if kind in t.spec.memory_kinds]
+        dmabuf = self.info.dmabuf_fd >= 0
+        able = [t for t in rt.transports
+                if kind in t.spec.memory_kinds or (dmabuf and "dmabuf" in t.spec.memory_kinds)]
         keys = {}
         for t in able:
             keys[f"{t.spec.name}@{rt.rail_of(t)}"] = t.register(self.info).hex()

@@ -124,6 +124,8 @@ class TransportRoutes:
             rail = Rail(0, None)
             named = bool(cfg.transports)
             for spec in candidates:
+                if not named and spec.available is not None and not spec.available():
+                    continue  # e.g. no RDMA device here: not a candidate, and no warning
                 t = self._open(spec, 0, {}, named)
                 if t is not None:
                     rail.transports.append(t)

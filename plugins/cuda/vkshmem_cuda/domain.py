@@ -9,7 +9,8 @@ import the driver refuses (no peer access) makes the core route that pair throug
 proxy. Copies are ``cuMemcpy*Async`` plus a wait, one native call each; AMOs a one-thread kernel;
 reductions of mapped peers one kernel reading every member's source where it lives
 (``reduce_from``; otherwise the core gathers and reduces on the host); there is no CPU
-mapping.
+mapping. Where the driver exports one, the heap's dma-buf fd is offered to transports
+(``SegmentInfo.dmabuf_fd``) for RDMA NICs.
 """
 
 from __future__ import annotations
@@ -71,6 +72,12 @@ class CudaDomain(MemoryDomain):
         except BaseException:
             self.device.close()
             raise
+        #: a dma-buf fd of the heap (RDMA NICs register it: SegmentInfo.dmabuf_fd), or -1
+        self.dmabuf_fd = -1
+        try:
+            self.dmabuf_fd = self.device.export_dmabuf(self.local)
+        except Exception as exc:  # older driver, no kernel support: NICs cannot register it
+            log.info("PE %d: the CUDA heap has no dma-buf fd: %s", self.my_pe, exc)
         #: the core's host heap pinned for DMA (VKSHMEM_GPU_HOST_IMPORT): CPU<->GPU copies
         #: between symmetric arrays go at the PCIe rate
         self.host_pinned = 0
@@ -96,7 +103,7 @@ class CudaDomain(MemoryDomain):
 
     def describe(self) -> SegmentInfo:
         return SegmentInfo(self.seg_id, "cuda_va", self.local.va, self.size, self.fd,
-                           memoryview(b""))
+                           memoryview(b""), dmabuf_fd=self.dmabuf_fd)
 
     # -- local operations ----------------------------------------------------------------------
 
@@ -168,4 +175,6 @@ class CudaDomain(MemoryDomain):
             self.device.release(self.local)
         finally:
             os.close(self.fd)
+            if self.dmabuf_fd >= 0:
+                os.close(self.dmabuf_fd)
             self.device.close()

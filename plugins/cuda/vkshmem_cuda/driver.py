@@ -205,6 +205,20 @@ class Device:
             cu.cuMemRelease(handle)
             raise
 
+    def export_dmabuf(self, m: Mapping) -> int:
+        """A dma-buf fd of allocation ``m`` (owned by the caller), for RDMA NICs
+        (``ibv_reg_dmabuf_mr``); CudaError where the driver or GPU cannot export one."""
+        self.current()
+        cu = self.cu
+        supported = check(cu.cuDeviceGetAttribute(
+            cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED, self.dev),
+            "cuDeviceGetAttribute(DMA_BUF_SUPPORTED)")
+        if not supported:
+            raise CudaError(f"GPU {self.ordinal} cannot export dma-buf fds (driver or kernel)")
+        kind = cu.CUmemRangeHandleType.CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD
+        return int(check(cu.cuMemGetHandleForAddressRange(m.va, m.size, kind, 0),
+                         "cuMemGetHandleForAddressRange(DMA_BUF_FD)"))
+
     def release(self, m: Mapping) -> None:
         self.current()
         self.cu.cuMemUnmap(m.va, m.size)
