@@ -1,6 +1,7 @@
 """The ``cuda`` memory domain (plugins/cuda) under the launcher, on a machine with NVIDIA GPUs:
-CudaArrays take puts, gets and AMOs from every kind of source, waits, signals and a reduction
-work on them, and CuPy (when importable) views them without a copy."""
+CudaArrays take puts, gets and AMOs from every kind of source, waits, signals and reductions
+work on them, and CuPy and torch (when importable) view them without a copy (CUDA array
+interface and DLPack)."""
 
 from __future__ import annotations
 
@@ -94,6 +95,19 @@ if cp is not None:
         view[16] = 42
         cp.cuda.get_current_stream().synchronize()  # CUDA work ends before vkshmem reads
     check(int(a.to_numpy()[16]) == 42, "CuPy writes land in the symmetric heap")
+    with cp.cuda.Device(a.domain.device.ordinal):
+        dl = cp.from_dlpack(a)  # DLPack: the same memory again
+        check(dl.data.ptr == a.device_pointer and int(dl[16]) == 42, "cupy.from_dlpack")
+        del dl
+try:
+    import torch
+except Exception:  # no torch: DLPack is still checked through CuPy
+    torch = None
+if torch is not None:
+    t = torch.from_dlpack(a)
+    check(t.data_ptr() == a.device_pointer and t.device.index == a.domain.device.ordinal
+          and int(t[:8].sum()) == int((np.arange(8) + 100 * left).sum()), "torch.from_dlpack")
+    del t
 pv = shmem.ptr(a, right)  # the right neighbour's array as mapped on this GPU
 if heap.route_names[right] == "direct":
     check(pv is not None and pv.__cuda_array_interface__["shape"] == (1024,),
@@ -101,6 +115,9 @@ if heap.route_names[right] == "direct":
     if cp is not None:
         check(int(cp.asarray(pv)[:8].sum()) == int((np.arange(8) + 100 * me).sum()),
               "the ptr view reads the peer's memory")
+        with cp.cuda.Device(a.domain.device.ordinal):
+            check(int(cp.from_dlpack(pv)[:8].sum()) == int((np.arange(8) + 100 * me).sum()),
+                  "the ptr view through DLPack")
 else:
     check(pv is None, "no view of a peer reached through the proxy")
 shmem.barrier_all()

@@ -26,7 +26,7 @@ int vkc_copy_staged(int to_device, uintptr_t ctx, uintptr_t stream, uint64_t dst
 int vkc_memset(uintptr_t ctx, uintptr_t stream, uint64_t dst, size_t nbytes, int64_t spin_ns);
 int vkc_amo(uintptr_t ctx, uintptr_t stream, uintptr_t fn, uint64_t addr, int op, int width,
             uint64_t operand, uint64_t compare, uint64_t out_dev, uintptr_t out_host,
-            uint64_t *result, int64_t spin_ns);
+            uint64_t seq, uint64_t *result, int64_t spin_ns);
 int vkc_reduce(uintptr_t ctx, uintptr_t stream, uintptr_t fn, uint64_t dst,
                const uint64_t *srcs, int nsrc, uint64_t count, unsigned grid, unsigned block,
                int64_t spin_ns);
@@ -162,17 +162,36 @@ int vkc_memset(uintptr_t ctx, uintptr_t stream, uint64_t dst, size_t nbytes, int
     return r ? r : finish((CUstream)stream, spin_ns);
 }
 
+/* The AMO kernel writes the old value, then seq, into mapped pinned memory: spin on seq (a
+   host load, far cheaper than cuStreamQuery), polling the stream now and then in case the
+   kernel failed; past spin_ns, block on the stream. */
 int vkc_amo(uintptr_t ctx, uintptr_t stream, uintptr_t fn, uint64_t addr, int op, int width,
             uint64_t operand, uint64_t compare, uint64_t out_dev, uintptr_t out_host,
-            uint64_t *result, int64_t spin_ns) {
+            uint64_t seq, uint64_t *result, int64_t spin_ns) {
     if (!cu.loaded) return VKC_NO_DRIVER;
     CUresult r = current(ctx);
     if (r) return r;
-    void *params[] = {&addr, &op, &width, &operand, &compare, &out_dev};
-    r = cu.launch((CUfunction)fn, 1, 1, 1, 1, 1, 1, 0, (CUstream)stream, params, 0);
-    if (!r) r = finish((CUstream)stream, spin_ns);
-    if (!r) *result = *(volatile uint64_t *)out_host;
-    return r;
+    CUstream s = (CUstream)stream;
+    uint64_t *out = (uint64_t *)out_host;
+    void *params[] = {&addr, &op, &width, &operand, &compare, &out_dev, &seq};
+    r = cu.launch((CUfunction)fn, 1, 1, 1, 1, 1, 1, 0, s, params, 0);
+    if (r) return r;
+    int64_t end = now_ns() + spin_ns;
+    for (unsigned k = 1;; ++k) {
+        if (__atomic_load_n(&out[1], __ATOMIC_ACQUIRE) == seq) {
+            *result = __atomic_load_n(&out[0], __ATOMIC_RELAXED);
+            return 0;
+        }
+        if (k % 64 == 0) {
+            r = cu.query(s);
+            if (r != VKC_NOT_READY) break;  /* done (the flag is checked below) or failed */
+            if (now_ns() > end) { r = cu.sync(s); break; }
+        }
+    }
+    if (r) return r;
+    if (__atomic_load_n(&out[1], __ATOMIC_ACQUIRE) != seq) return 999;  /* CUDA_ERROR_UNKNOWN */
+    *result = __atomic_load_n(&out[0], __ATOMIC_RELAXED);
+    return 0;
 }
 
 /* The reduce kernel takes its sources by value, as a struct of VKC_MAX_SOURCES pointers. */

@@ -155,7 +155,7 @@ class CudaDomain(MemoryDomain):
     def device_view(self, mem: Mapping, offset: int, shape: tuple[int, ...],
                     dtype: np.dtype) -> PeerView:
         """A view of ``mem`` (a peer's heap mapped on this GPU) that CUDA libraries take."""
-        return PeerView(mem.va + offset, shape, dtype)
+        return PeerView(mem.va + offset, shape, dtype, self.device.ordinal)
 
     def no_view_reason(self) -> str:
         return "CUDA device memory has no CPU mapping (use cupy.asarray(a) on the GPU)"

@@ -125,6 +125,7 @@ class Device:
             "multiprocessor count"))
         self.ctx_ptr = int(self.ctx)
         self._amo_fn = 0
+        self._seq = 0  # the AMO kernel's completion flag (see _ops_build.vkc_amo)
         self._reduce_fns: dict[tuple[str, str], int] = {}
         self._amo_lock = threading.Lock()  # the result word: the proxy thread also calls
         self._amo_out = _ffi.new("uint64_t *")
@@ -284,9 +285,11 @@ class Device:
                 self.current()
                 self._amo_fn = int(compile_kernel(self.cu, check, self.dev, AMO_SOURCE,
                                                   AMO_NAME, CudaError))
+            self._seq += 1
             self._done(_lib.vkc_amo(self.ctx_ptr, self.stream_ptr, self._amo_fn, addr, op,
                                     width, operand, compare, self._result_dev,
-                                    self._result_host, self._amo_out, self.spin_ns), "AMO")
+                                    self._result_host, self._seq, self._amo_out,
+                                    self.spin_ns), "AMO")
             return int(self._amo_out[0])
 
     def reduce(self, dst: int, sources: list[int], count: int, op: str,

@@ -20,8 +20,10 @@ MAX_SOURCES = 8
 
 AMO_SOURCE = r"""
 typedef unsigned long long u64;
+/* out[0] = the old value, then out[1] = seq: the host (out is mapped pinned memory) returns
+   once it sees seq, without waiting for the kernel's completion to reach the stream. */
 extern "C" __global__ void vkshmem_amo(u64 addr, int op, int width, u64 operand, u64 compare,
-                                       u64 *out) {
+                                       u64 *out, u64 seq) {
     u64 old = 0;
     if (width == 8) {
         u64 *p = (u64 *)addr;
@@ -47,7 +49,9 @@ extern "C" __global__ void vkshmem_amo(u64 addr, int op, int width, u64 operand,
         case 7: old = atomicXor(p, v); break;
         }
     }
-    *out = old;
+    out[0] = old;
+    __threadfence_system();
+    ((volatile u64 *)out)[1] = seq;
 }
 """
 
