@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -59,6 +60,7 @@ class DomainHeap:
         self.my_pe = rt.my_pe
         self.closed = False
         self.proxy: DomainProxy | None = None
+        self._staging = threading.local()  # _pieces' host buffer, per thread
         self.peers: dict[int, Any] = {}
         self.info: SegmentInfo | None = None
         cfg = rt.config
@@ -238,8 +240,13 @@ class DomainHeap:
             self.domain.write(self.local, dst_off + lo, piece)
 
     def _pieces(self, nbytes: int) -> Any:
-        chunk = self.rt.config.gpu_proxy_chunk
-        tmp = memoryview(bytearray(min(nbytes, chunk)))
+        """Host staging pieces of a device transfer to or from a peer not mapped here (the
+        proxy's piece size; a per-thread buffer, reused)."""
+        chunk = self.proxy.chunk if self.proxy is not None else \
+            (self.rt.config.gpu_proxy_chunk or 4 << 20)
+        tmp = getattr(self._staging, "buf", None)
+        if tmp is None or tmp.nbytes < min(nbytes, chunk):
+            tmp = self._staging.buf = memoryview(np.empty(min(nbytes, chunk), np.uint8))
         for lo in range(0, nbytes, chunk):
             yield lo, tmp[:min(chunk, nbytes - lo)]
 
