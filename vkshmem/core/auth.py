@@ -54,8 +54,9 @@ MAC_SIZE = 32
 
 
 def new_secret() -> bytes:
-    """A fresh random job secret (32 bytes)."""
-    return secrets.token_bytes(32)
+    """A fresh random job secret: 256 random bits as 64 hexadecimal digits (text, so that it
+    reads back the same from an fd, a file or a variable)."""
+    return secrets.token_hex(32).encode()
 
 
 def new_nonce() -> bytes:
