@@ -22,10 +22,10 @@ peer that dies or closes its connection raises :class:`TransportError` naming it
 Admission: a server serves a connection only after it proved that it knows the job's secret
 (``TransportContext.secret``, see :mod:`vkshmem.core.auth`) and proves the same back, by a
 challenge-response with HMAC-SHA256 (``csrc/hp_server.h`` describes the exchange); the client
-checks the server's proof before sending anything else. The server drops a connection that does
-not authenticate within 10 s, keeps at most 64 authenticating at a time and at most
-``1024 + 8 * n_pes`` open, and drops a connection whose begun request makes no progress within
-``timeout``.
+checks the server's proof before sending anything else. The server drops a connection that
+does not authenticate within 10 s (or ``timeout``, if shorter), keeps at most 64 authenticating
+at a time and at most ``1024 + 8 * n_pes`` open, and drops a connection whose begun request
+makes no progress within ``timeout``.
 """
 
 from __future__ import annotations

@@ -37,6 +37,7 @@ from .members import Members, generation_name
 from .wire import (
     AUTH_FAILED,
     CONTROL_TIMEOUT,
+    FRAME_TIMEOUT,
     HELLO,
     HELLO_TIMEOUT,
     I32,
@@ -308,7 +309,7 @@ class StoreServer:
             deadline = deadline_in(2 * CONTROL_TIMEOUT) if generation < 0 else None
             while True:
                 try:
-                    kind, payload = recv_frame(conn, deadline, MAX_REQUEST)
+                    kind, payload = recv_frame(conn, deadline, MAX_REQUEST, FRAME_TIMEOUT)
                 except (OSError, EOFError, TimeoutError, ValueError, struct.error):
                     return
                 if kind == Msg.BYE:
@@ -335,14 +336,14 @@ class StoreServer:
         see :mod:`vkshmem.core.bootstrap.wire`), or None when it did not (it was told so, or,
         when it does not speak this protocol at all, dropped silently)."""
         deadline = deadline_in(HELLO_TIMEOUT)
-        kind, hello = recv_frame(conn, deadline, MAX_HELLO)
+        kind, hello = recv_frame(conn, deadline, MAX_HELLO, FRAME_TIMEOUT)
         if kind != Msg.HELLO or len(hello) < HELLO.size or hello[:4] != MAGIC:
             if kind == Msg.HELLO and hello[:3] == MAGIC[:3]:  # another version's hello
                 send_frame(conn, Msg.ERROR, _MISMATCH.encode())
             return None  # not one of ours
         nonce = new_nonce()
         send_frame(conn, Msg.CHALLENGE, nonce + server_proof(self._key, hello, nonce))
-        kind, answer = recv_frame(conn, deadline, MAX_HELLO)
+        kind, answer = recv_frame(conn, deadline, MAX_HELLO, FRAME_TIMEOUT)
         if kind != Msg.AUTH or not verify(client_proof(self._key, hello, nonce), answer):
             with self._cond:
                 self.dropped["auth"] += 1

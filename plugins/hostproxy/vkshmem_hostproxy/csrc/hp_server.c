@@ -10,7 +10,7 @@
  * connection's later requests wait, which keeps the per-connection order strict.
  *
  * A connection is served only once it proved that it knows the job's key (challenge-response,
- * see hp_server.h); until then it has HP_AUTH_MS to do so and counts against HP_MAX_PENDING.
+ * see hp_server.h); until then it has HP_AUTH_MS (at most) to do so and counts against HP_MAX_PENDING.
  * A sweep (every HP_SWEEP_MS) drops connections that outlive those limits or whose begun request
  * stopped making progress. Every access to a segment is bounds-checked against the registered
  * size first; a bad request is answered with an error reply, recorded (hp_last_error) and the
@@ -92,6 +92,7 @@ struct hp_server {
     unsigned char key[HP_KEY];
     uint64_t spin_ns;    /* poll this long after the last request before sleeping */
     uint64_t request_ns; /* a begun request must progress within this */
+    uint64_t auth_ns;    /* a new connection must authenticate within this */
     uint64_t now;        /* monotonic time of the latest wake-up */
     uint64_t last_sweep;
     uint32_t max_conns, n_pending;
@@ -535,7 +536,7 @@ static void server_sweep(hp_server *s) {
         next = c->next;
         uint64_t idle = s->now - c->since;
         if (c->auth != AU_OK) {
-            if (idle > (uint64_t)HP_AUTH_MS * 1000000u) {
+            if (idle > s->auth_ns) {
                 COUNT(s->n_refused, 1);
                 conn_close(s, c);
             }
@@ -618,6 +619,7 @@ hp_server *hp_create(int listen_fd, int32_t my_pe, int32_t n_pes, const unsigned
     s->n_pes = n_pes;
     memcpy(s->key, key, HP_KEY);
     s->request_ns = (uint64_t)request_ms * 1000000u;
+    s->auth_ns = (uint64_t)(request_ms < HP_AUTH_MS ? request_ms : HP_AUTH_MS) * 1000000u;
     s->max_conns = max_conns;
     s->now = s->last_sweep = now_ns();
     s->spin_ns = (uint64_t)spin_us * 1000u;

@@ -34,7 +34,8 @@
  *           client PE | server PE)
  *   server: compares it in constant time; reply HP_OK, or HP_EAUTH and the connection dropped
  *
- * A connection that has not authenticated within HP_AUTH_MS is dropped; at most
+ * A connection that has not authenticated within HP_AUTH_MS (or the request timeout, if
+ * shorter) is dropped; at most
  * HP_MAX_PENDING connections may be authenticating at a time (the oldest is dropped for a new
  * one) and at most max_conns may be open (hp_create). An authenticated connection may idle
  * between requests, but once a request has begun, it (and a pending reply) must make progress
