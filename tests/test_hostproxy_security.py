@@ -22,12 +22,12 @@ from vkshmem.core.errors import TransportError
 from vkshmem.core.transport import PeerInfo
 
 pytest.importorskip("vkshmem_hostproxy")
-import transport_contract as contract  # noqa: E402
-from test_hostproxy_unit import REP, REQ, SEG_SIZES, Job, raw_connect, recv_exact  # noqa: E402
-from transport_contract import context  # noqa: E402
-from vkshmem_hostproxy import HostProxyTransport  # noqa: E402
-from vkshmem_hostproxy._server import lib as hp  # noqa: E402
-from vkshmem_hostproxy._transport import hp_mac  # noqa: E402
+import transport_contract as contract
+from test_hostproxy_unit import REP, REQ, SEG_SIZES, Job, raw_connect, recv_exact
+from transport_contract import context
+from vkshmem_hostproxy import HostProxyTransport
+from vkshmem_hostproxy._server import lib as hp
+from vkshmem_hostproxy._transport import hp_mac
 
 pytestmark = pytest.mark.timeout(120)
 
