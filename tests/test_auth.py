@@ -194,11 +194,16 @@ def test_fd_passing_serves_only_the_peer_processes() -> None:
             (got,) = out[me][1 - me]
             assert os.pread(got, 4, 0) == b"PE %d" % (1 - me)
             os.close(got)
-        text = stranger[0].communicate(timeout=30)[0]
-        assert "fds 0" in text, text
+        assert stranger[0].stdout is not None
+        text = stranger[0].stdout.readline()  # (communicate would skip what readline buffered)
+        assert text.startswith("fds 0"), text
+        assert stranger[0].wait(30) == 0
     finally:
         for fd in fds:
             os.close(fd)
+        for p in stranger:
+            p.kill()
+            p.wait(10)
 
 
 def test_fd_passing_refuses_a_socket_held_by_another_process() -> None:

@@ -199,8 +199,9 @@ GARBAGE = [
 def test_garbage_is_dropped_and_the_job_still_works(server: StoreServer, what: str,
                                                     data: bytes) -> None:
     with raw(server) as s:
-        s.sendall(data)
-        s.shutdown(socket.SHUT_WR)
+        with contextlib.suppress(OSError):  # the store may drop it before it is all sent
+            s.sendall(data)
+            s.shutdown(socket.SHUT_WR)
         answer = read_all(s)
     assert JOB_ID.encode() not in answer
     job_still_works(server)

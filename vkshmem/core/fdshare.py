@@ -104,7 +104,8 @@ def _fetch(token: str, pe: int, pid: int, count: int, timeout: float) -> list[in
             try:
                 sock.connect(_name(token, pe))
                 break
-            except (ConnectionRefusedError, FileNotFoundError):
+            except (ConnectionRefusedError, FileNotFoundError, BlockingIOError):
+                # not listening yet, or its backlog is full (strangers may flood it): retry
                 if time.monotonic() > deadline:
                     raise BootstrapError(f"same-node PE {pe} did not offer its memory fds "
                                          "(VKSHMEM_BOOTSTRAP_TIMEOUT)") from None
