@@ -40,8 +40,6 @@ import atexit
 import contextlib
 import errno
 import importlib.util
-import ipaddress
-import logging
 import os
 import re
 import socket
@@ -52,6 +50,7 @@ from ..auth import FD_VAR, FILE_VAR, SECRET_VAR, load_secret, new_secret
 from ..errors import BootstrapError, ConfigError
 from ..hookspecs import hookimpl
 from .base import Bootstrap, BootstrapSpec, flush_stdio, guess_host_address
+from .exposure import BIND_VAR, env_bind, env_secret
 from .mpi import MpiBootstrap, check_mpi_usable
 from .store import StoreClient, StoreServer
 
@@ -80,9 +79,6 @@ MPI_VARS = (
 )
 LAUNCHER_VARS = ("VKSHMEM_LAUNCHER", "VKSHMEM_PE", "VKSHMEM_NPES", "VKSHMEM_JOB_ID")
 PORT_VAR = "VKSHMEM_BOOTSTRAP_PORT"
-BIND_VAR = "VKSHMEM_BOOTSTRAP_BIND"
-
-log = logging.getLogger("vkshmem")
 
 
 # --------------------------------------------------------------------------------------------
@@ -263,8 +259,8 @@ class EnvBootstrap(StoreBootstrap):
         host, host_source = _env_master_addr(environ, slurm)
         port, port_source = _env_master_port(environ, slurm)
         job_id = _env_job_id(environ)
-        bind, bind_source = _env_bind(environ, host, host_source, port)
-        secret = _env_secret(environ, bind if rank == 0 else host)
+        bind, bind_source = env_bind(environ, host, host_source, port)
+        secret = env_secret(environ, bind if rank == 0 else host)
         server = _env_store(port, size, job_id, bind, bind_source, port_source, secret) \
             if rank == 0 else None
         hint = "Rank 0 hosts the store (bootstrap 'env'): is it running, and can this host " \
@@ -280,49 +276,6 @@ class EnvBootstrap(StoreBootstrap):
                 _close_env_stores()
             raise
         return cls(client, server, timeout, secret)
-
-
-def _is_loopback(address: str) -> bool:
-    try:
-        return ipaddress.ip_address(address.split("%")[0]).is_loopback
-    except ValueError:
-        return False
-
-
-def _env_bind(environ: Mapping[str, str], host: str, host_source: str,
-              port: int) -> tuple[str, str]:
-    """The address rank 0's store listens on, and where it came from: ``VKSHMEM_BOOTSTRAP_BIND``
-    if set, else the address the store's host name resolves to (never the wildcard unless
-    asked for)."""
-    text = environ.get(BIND_VAR, "").strip()
-    if text:
-        return text, BIND_VAR
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except socket.gaierror as exc:
-        raise BootstrapError(f"bootstrap 'env': cannot resolve {host!r} ({host_source}): "
-                             f"{exc}") from None
-    return str(infos[0][4][0]), f"the address of {host_source}"
-
-
-def _env_secret(environ: Mapping[str, str], address: str) -> bytes:
-    """The job's secret; required unless the store is on loopback only (``address``: where
-    rank 0 binds it, or where the others reach it)."""
-    found = load_secret(environ)
-    if found is not None:
-        return found[0]
-    try:
-        resolved = socket.getaddrinfo(address, None)[0][4][0]
-    except (socket.gaierror, IndexError):
-        resolved = address
-    if not _is_loopback(str(resolved)):
-        raise BootstrapError(
-            f"bootstrap 'env': the store listens on {address}, beyond loopback, so the job "
-            f"needs a secret that every PE knows: set {SECRET_VAR} (at least 16 random "
-            f"characters, the same for every PE) or {FILE_VAR} (a file only you can read)")
-    log.warning("bootstrap 'env': no job secret (%s/%s): any local user can join this "
-                "loopback job", SECRET_VAR, FILE_VAR)
-    return b""
 
 
 def _env_rank_size(environ: Mapping[str, str]) -> tuple[int, int, str, bool]:
