@@ -26,6 +26,7 @@ from .wire import (
     HELLO_TIMEOUT,
     I32,
     MAGIC,
+    MAX_ANSWER,
     MAX_BLOB,
     MAX_HELLO,
     ROUND,
@@ -159,7 +160,7 @@ class StoreClient:
         hello = HELLO.pack(MAGIC, int(role), self.rank, self.size, os.getpid() & 0xFFFFFFFF,
                            _token, new_nonce()) + self.job_id.encode()[:MAX_HELLO - HELLO.size]
         send_frame(sock, Msg.HELLO, hello)
-        kind, payload = self._recv_on(sock, deadline, "its hello", MAX_HELLO)
+        kind, payload = self._recv_on(sock, deadline, "its hello", MAX_ANSWER)
         if kind != Msg.CHALLENGE or len(payload) != NONCE_SIZE + MAC_SIZE:
             raise BootstrapError(f"PE {self.rank}: unexpected answer {kind} from the bootstrap "
                                  f"store at {self.where} (set by {self.source}) to its hello")
@@ -171,7 +172,7 @@ class StoreClient:
                 f"the PEs were given different secrets ({SECRET_VAR}, {FILE_VAR}; under "
                 f"'vkshmem run', {FD_VAR})")
         send_frame(sock, Msg.AUTH, client_proof(self._key, hello, nonce))
-        return self._recv_on(sock, deadline, "its hello", MAX_HELLO)
+        return self._recv_on(sock, deadline, "its hello", MAX_ANSWER)
 
     def _recv_on(self, sock: socket.socket, deadline: float | None,
                  what: str, limit: int) -> tuple[int, bytes]:
@@ -244,7 +245,7 @@ class StoreClient:
         try:
             sock.settimeout(limit)
             send_frame(sock, kind, payload)
-            self._recv_on(sock, deadline_in(limit), kind.name.lower(), MAX_HELLO)
+            self._recv_on(sock, deadline_in(limit), kind.name.lower(), MAX_ANSWER)
             with contextlib.suppress(OSError):
                 send_frame(sock, Msg.BYE)
         finally:

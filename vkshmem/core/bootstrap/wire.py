@@ -32,7 +32,8 @@ from ..auth import FD_VAR, FILE_VAR, SECRET_VAR, mac
 
 __all__ = [
     "AUTH_FAILED", "CONTROL_TIMEOUT", "FRAME_TIMEOUT", "GRACE", "HEADER", "HELLO",
-    "HELLO_TIMEOUT", "I32", "MAGIC", "MAX_BLOB", "MAX_HELLO", "MAX_JOB_ID", "MAX_REQUEST",
+    "HELLO_TIMEOUT", "I32", "MAGIC", "MAX_ANSWER", "MAX_BLOB", "MAX_HELLO", "MAX_JOB_ID",
+    "MAX_REQUEST",
     "ROUND", "TIMEOUT_VAR", "U32", "Msg", "Role", "client_proof", "deadline_in",
     "format_seconds", "pack_blobs", "rank_list", "recv_frame", "send_frame", "sentence",
     "server_proof", "time_limit", "unpack_blobs",
@@ -51,6 +52,8 @@ I32 = struct.Struct("!i")
 MAX_JOB_ID = 256
 #: Largest frame before a connection is authenticated (a hello, a challenge, an answer).
 MAX_HELLO = HELLO.size + MAX_JOB_ID
+#: Largest answer a client accepts to its hello or a control request (the store's text).
+MAX_ANSWER = 1 << 16
 #: Largest blob one PE contributes to an allgather (start-up blobs are JSON of a few KiB).
 MAX_BLOB = 1 << 20
 #: Largest request frame of an authenticated connection.
