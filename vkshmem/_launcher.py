@@ -1,8 +1,11 @@
 """The job launcher behind ``vkshmem run`` (single host; bootstrap ``local``).
 
-The launcher starts a store server (:mod:`vkshmem.core.bootstrap.store`) on 127.0.0.1, spawns N
-PEs (``python script.py args...`` or ``python -m module args...``) with the variables of
-:data:`PE_VARS`, forwards their output line by line with a ``[pe i] `` prefix, and watches them:
+The launcher makes the job's secret (:mod:`vkshmem.core.auth`: 256 random bits, handed to each PE
+as an inherited sealed memfd named by ``VKSHMEM_JOB_SECRET_FD``, never through the environment),
+starts a store server (:mod:`vkshmem.core.bootstrap.store`) on 127.0.0.1 that admits only
+connections proving they know it, spawns N PEs (``python script.py args...`` or
+``python -m module args...``) with the variables of :data:`PE_VARS`, forwards their output
+line by line with a ``[pe i] `` prefix, and watches them:
 
 * when a PE exits non-zero, dies from a signal, reports a failure through the store
   (``Bootstrap.report_failure``) or calls ``global_exit`` (``Bootstrap.abort``), every other PE
