@@ -128,8 +128,9 @@ class DomainHeap:
         mine = groups[self.my_pe]
         direct = [pe for pe in range(rt.n_pes)
                   if pe != self.my_pe and mine is not None and groups[pe] == mine]
-        got = exchange_fds(f"{rt.token}.{self.seg_id}", self.my_pe, direct, fds,
-                           rt.bootstrap.barrier, rt.config.bootstrap_timeout)
+        got = exchange_fds(f"{rt.token}.{self.seg_id}", self.my_pe,
+                           {pe: rt.pids[pe] for pe in direct}, fds, rt.bootstrap.barrier,
+                           rt.config.bootstrap_timeout)
         for pe in sorted(got):
             try:
                 self.peers[pe] = self.domain.import_peer(pe, got[pe],

@@ -121,6 +121,9 @@ class TransportContext:
     amo_function: int
     """Address of the core's native ``vk_amo`` function (see ``_native.h``), so native
     transport code can apply AMOs with the same hardware atomics as every other path."""
+    secret: bytes = b""
+    """The job's secret (:mod:`vkshmem.core.auth`): a transport that listens admits only
+    connections that prove they know it (``b""``: the job has none)."""
 
 
 @dataclass(frozen=True)
