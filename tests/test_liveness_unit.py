@@ -4,7 +4,10 @@ goodbye, as the kernel does for a killed process."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import secrets
+import signal
 import socket
 import threading
 import time
@@ -165,3 +168,40 @@ def test_an_inert_channel_never_reports() -> None:
     lv.report("raised X: y")
     assert not lv.any and lv.words[0] == 0
     lv.close(clean=True)
+
+
+def test_a_child_of_a_pe_does_not_hide_its_death() -> None:
+    """PE 1 (a forked process) forks a child of its own and exits: the child must not keep
+    PE 1's liveness connection open (the fork hook closes its copy), so the hub sees the end."""
+    key = secrets.token_bytes(32)
+    lv0 = Liveness(0, 2)
+    hub = Hub(2, "127.0.0.1", key, lv0.mark, TIMEOUT)
+    lv0._hub = hub
+    hub.start()
+    r, w = os.pipe()
+    pe1 = os.fork()
+    if pe1 == 0:  # PE 1
+        try:
+            os.close(r)
+            lv1 = Liveness(1, 2)
+            lv1._connect(*hub.address, key, TIMEOUT, TIMEOUT)
+            child = os.fork()
+            if child == 0:
+                time.sleep(10)
+                os._exit(0)
+            os.write(w, b"%d" % child)
+        finally:
+            os._exit(0)
+    os.close(w)
+    child = int(os.read(r, 64) or b"0")
+    os.close(r)
+    try:
+        os.waitpid(pe1, 0)
+        assert child > 0
+        assert _until(lambda: 1 in lv0.failures, 3.0), "PE 1's end went unnoticed"
+        assert "ended without finalizing" in lv0.failures[1]
+    finally:
+        if child > 0:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child, signal.SIGKILL)
+        lv0.close(clean=False)

@@ -296,6 +296,16 @@ class Hub:
             self._lock.notify_all()
 
     # -- end --------------------------------------------------------------------------------
+    def forget(self) -> None:
+        """In a forked child (no hub thread there): close the child's copies of every socket
+        without a word to anyone."""
+        self._closed = True
+        for s in [*self._peers, self._listener, self._wake_r, self._wake_w]:
+            with contextlib.suppress(OSError):
+                s.close()
+        with contextlib.suppress(OSError):
+            self._sel.close()
+
     def close(self, wait: float, clean: bool) -> None:
         """Stop serving: first wait up to ``wait`` seconds for every PE's goodbye, then, if
         ``clean`` (PE 0 finalizes), tell those still connected that the hub closes cleanly

@@ -32,10 +32,12 @@ import errno
 import hashlib
 import hmac
 import json
+import os
 import secrets
 import socket
 import threading
 import time
+import weakref
 from collections.abc import Sequence
 
 from ._native import ffi
@@ -47,6 +49,18 @@ __all__ = ["Liveness", "open_liveness"]
 
 #: how long a transport error may wait for the hub's verdict on its peer
 _CONFIRM = 2.0
+#: the open channels of this process (a forked child drops its copies of their sockets)
+_OPEN: weakref.WeakSet[Liveness] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    """A child forked by a PE must not hold the PE's liveness sockets open: the PE's death
+    would then go unnoticed while the child lives."""
+    for lv in list(_OPEN):
+        lv._forget()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class Liveness:
@@ -130,6 +144,7 @@ class Liveness:
             host = "127.0.0.1" if one_host else boot.host_address()
             key = secrets.token_bytes(32)
             self._hub = Hub(self.size, host, key, self.mark, timeout)
+            _OPEN.add(self)
             h, port = self._hub.address
             blob = json.dumps({"host": h, "port": port, "key": key.hex()}).encode()
         try:
@@ -172,6 +187,7 @@ class Liveness:
             raise BootstrapError(f"PE {self.rank}: the liveness hub at {host}:{port} did not "
                                  f"accept this PE: {exc}") from None
         self._sock, self._frames = sock, frames
+        _OPEN.add(self)
         self._thread = threading.Thread(target=self._listen, name="vkshmem-liveness",
                                         daemon=True)
         self._thread.start()
@@ -238,6 +254,16 @@ class Liveness:
         return True
 
     # -- end ----------------------------------------------------------------------------------
+    def _forget(self) -> None:
+        """In a forked child: close this process's copies of the sockets, tell nobody."""
+        self._closing = True
+        hub, self._hub = self._hub, None
+        if hub is not None:
+            hub.forget()
+        sock, self._sock, self._frames = self._sock, None, None
+        if sock is not None:
+            sock.close()
+
     def close(self, clean: bool) -> None:
         """End the channel. ``clean`` (a finalize every PE makes): say goodbye; PE 0 waits
         briefly for the others' goodbyes before closing the hub. Safe to call twice."""
