@@ -28,8 +28,9 @@ Start N processing elements (PEs) of a Python program on this host and watch the
 
 Each PE is 'python SCRIPT ARGS...' (or 'python -m MODULE ARGS...') with the same interpreter
 as vkshmem itself. Output is forwarded line by line, prefixed with '[pe i] '. When one PE
-fails (non-zero exit, killed by a signal, an uncaught exception reported by the runtime, or
-global_exit), the others get SIGTERM at once and SIGKILL after --grace seconds, and the
+fails (non-zero exit, killed by a signal, an uncaught exception reported by the runtime), the
+others get 1 s to end on their own (their blocking calls raise PeerFailedError naming it),
+then SIGTERM, and SIGKILL after --grace seconds (after global_exit: SIGTERM at once), and the
 launcher says which PE failed and why. Ctrl-C ends every PE. The PEs' stdin is /dev/null.
 """
 

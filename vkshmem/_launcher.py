@@ -7,10 +7,13 @@ connections proving they know it, spawns N PEs (``python script.py args...`` or
 ``python -m module args...``) with the variables of :data:`PE_VARS`, forwards their output
 line by line with a ``[pe i] `` prefix, and watches them:
 
-* when a PE exits non-zero, dies from a signal, reports a failure through the store
-  (``Bootstrap.report_failure``) or calls ``global_exit`` (``Bootstrap.abort``), every other PE
-  gets SIGTERM at once (the one that reported gets a grace period to finish printing), and
-  SIGKILL after the grace period; the launcher prints which PE failed and why;
+* when a PE exits non-zero, dies from a signal, or reports a failure through the store
+  (``Bootstrap.report_failure``), every other PE gets a short *notice* period (1 s) to end on
+  its own: its blocking calls raise PeerFailedError through vkshmem's failure detection
+  (:mod:`vkshmem.core.liveness`), so it can name the failed PE; then SIGTERM, and SIGKILL after
+  the grace period (the PE that reported gets the grace period to finish printing); the
+  launcher prints which PE failed and why. ``global_exit`` (``Bootstrap.abort``) ends the
+  others with SIGTERM at once;
 * a PE whose process ends (even with status 0) is reported to the store, so that a runtime
   that the other PEs initialise again (OpenSHMEM 1.6) fails at once, naming it, instead of
   waiting for it until the bootstrap timeout;
@@ -61,6 +64,7 @@ TIMEOUT_EXIT = 124
 _PR_SET_PDEATHSIG = 1
 _MAX_LINE = 1 << 16  # forward a line without newline once it gets this long
 _DRAIN_AFTER_EXIT = 1.0  # how long to wait for output of a PE's leftover children
+_FAILED_PE_EXIT = 0.5  # how long a PE's report of another's failure waits for that one's exit
 
 
 @dataclass
@@ -73,6 +77,7 @@ class LaunchOptions:
     timeout: float | None = None
     grace: float = 3.0
     python: str = field(default_factory=lambda: sys.executable)
+    notice: float = 1.0  # after a PE failure, before the others get SIGTERM
     host: str = "127.0.0.1"
 
 
@@ -344,6 +349,7 @@ class _Job:
         self.ending = True
         now = time.monotonic()
         grace = self.opts.grace
+        notice = self.opts.notice if cause.kind in ("exit", "signal", "report") else 0.0
         ended = []
         for pe in self.pes:
             if pe.rank == spare and pe.alive:
@@ -351,6 +357,9 @@ class _Job:
                 continue
             if pe.alive:
                 ended.append(pe.rank)
+                if notice > 0:  # time to raise PeerFailedError and end on its own
+                    pe.term_at, pe.kill_at = now + notice, now + notice + grace
+                    continue
             # Also signal exited PEs' groups: ends what they left behind.
             self._signal_pe(pe, signal.SIGTERM)
             pe.sent_term = True
@@ -359,6 +368,8 @@ class _Job:
             what = f"ending all {len(ended)} running PEs" if ended else "no PE is running"
         elif ended:
             what = f"ending the other PEs ({', '.join(map(str, ended))})"
+            if notice > 0:
+                what += f" (SIGTERM in {format_seconds(notice)} unless they end first)"
         else:
             what = "no other PE is running"
         self.say(f"{cause.text}; {what}")
@@ -388,6 +399,13 @@ class _Job:
                 kind, rank, value = self.events.get_nowait()
             except queue.Empty:
                 break
+            if kind == "failure" and str(value).startswith("PeerFailedError"):
+                # A PE that noticed another's failure: the failed PE's own end (its process
+                # may still be exiting) is the cause to name.
+                end = time.monotonic() + _FAILED_PE_EXIT
+                while not self.ending and time.monotonic() < end:
+                    self._reap()
+                    time.sleep(0.02)
             if self.ending:
                 continue
             if kind == "failure":

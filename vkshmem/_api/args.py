@@ -158,9 +158,17 @@ def resolve(ctx: Any, pe: Any) -> tuple[int, Any]:
     """``(world PE, transport)`` for operation on ``pe`` in context ``ctx``.
 
     ``ctx=None`` is the default context (``pe`` is a world PE). A context made from a team
-    takes team-relative PE numbers and carries its own endpoints (``Ctx.target``).
+    takes team-relative PE numbers and carries its own endpoints (``Ctx.target``). A PE known
+    to have failed raises PeerFailedError (instead of reaching its stale memory).
     """
     if ctx is None:
         pe = check_pe(pe)
-        return pe, state.rt.route_transport[pe]
-    return ctx.target(pe)
+        rt = state.rt
+        if rt.liveness.any:
+            rt.liveness.check(pe, f"operation on PE {pe}")
+        return pe, rt.route_transport[pe]
+    pe, t = ctx.target(pe)
+    lv = state.rt.liveness
+    if lv.any:
+        lv.check(pe, f"operation on PE {pe}")
+    return pe, t

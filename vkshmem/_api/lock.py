@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from ..core._native import ffi, lib
-from ..core.errors import InvalidArgumentError, InvalidTypeError, WaitTimeoutError
+from ..core.errors import InvalidArgumentError, InvalidTypeError, TransportError, WaitTimeoutError
 from ..core.transport import AmoOp
 from . import state
 from .alloc import free, new_array
@@ -77,7 +77,10 @@ class _Where:
         self.owner, self.t = resolve(None, (off >> 6) % state.rt.n_pes)
 
     def amo(self, op: AmoOp, operand: int = 0, compare: int = 0, fetch: bool = True) -> int:
-        return self.t.amo(self.owner, self.seg, self.off, op, 8, operand, compare, fetch)
+        try:
+            return self.t.amo(self.owner, self.seg, self.off, op, 8, operand, compare, fetch)
+        except TransportError as exc:  # a PeerFailedError if the owner failed (as cause)
+            raise state.rt.waiter.translate(exc, self.owner)  # noqa: B904
 
     def direct_address(self) -> int:
         """Address of the owner's word when it can be loaded here, else 0."""
@@ -147,10 +150,13 @@ def _wait_turn(w: _Where, ticket: int) -> None:
             return
         timeout = waiter.timeout
         deadline = time.monotonic() + timeout if timeout else None
+        lv = state.rt.liveness
         while True:
             ahead = (ticket - w.amo(_FETCH)) & _LOW
             if ahead == 0:
                 return
+            if lv.any:
+                raise lv.error(what)
             if deadline is not None and time.monotonic() > deadline:
                 raise WaitTimeoutError(f"{what} did not happen within {timeout:g} s "
                                        "(VKSHMEM_WAIT_TIMEOUT; 0 waits for ever)")

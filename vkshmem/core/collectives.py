@@ -90,7 +90,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ._native import ffi, lib
-from .errors import InvalidArgumentError
+from .errors import InvalidArgumentError, TransportError
 from .fast import PHASE
 from .teams import _OFF_FLAGS, ALIGN, INTERNAL_SEG, RING_MIN_BYTES, TeamState
 from .transport import AmoOp, CollectiveArgs, Transport
@@ -224,7 +224,10 @@ class CollTeam:
         if self.direct[m]:
             _vk_shm_put(seg, self.pes[m], off, _from_buffer(buf), buf.nbytes)
         elif buf.nbytes:
-            self.routes[m].put(self.pes[m], seg, off, memoryview(buf).cast("B"))
+            try:
+                self.routes[m].put(self.pes[m], seg, off, memoryview(buf).cast("B"))
+            except TransportError as exc:  # PeerFailedError when a failed PE caused it
+                raise self.waiter.translate(exc, self.pes[m])  # noqa: B904 (keeps the cause)
 
     def signal(self, m: int, flag: int) -> None:
         """+1 on counter ``flag`` of member ``m``, ordered after earlier puts to it."""
@@ -240,7 +243,10 @@ class CollTeam:
             _vk_shm_get(seg, self.pes[m], off, _from_buffer(buf, require_writable=True),
                         buf.nbytes)
         elif buf.nbytes:
-            self.routes[m].get(self.pes[m], seg, off, memoryview(buf).cast("B"))
+            try:
+                self.routes[m].get(self.pes[m], seg, off, memoryview(buf).cast("B"))
+            except TransportError as exc:  # PeerFailedError when a failed PE caused it
+                raise self.waiter.translate(exc, self.pes[m])  # noqa: B904 (keeps the cause)
 
     def put_signal(self, m: int, seg: int, off: int, buf: np.ndarray, flag: int) -> None:
         """``put`` then ``signal`` (one call: this is the hot path of every algorithm)."""
@@ -250,7 +256,10 @@ class CollTeam:
             _vk_shm_amo(INTERNAL_SEG, pe, self.flag_off + 8 * flag, _ADD, 8, 1, 0)
         else:
             if buf.nbytes:
-                self.routes[m].put(self.pes[m], seg, off, memoryview(buf).cast("B"))
+                try:
+                    self.routes[m].put(self.pes[m], seg, off, memoryview(buf).cast("B"))
+                except TransportError as exc:  # PeerFailedError when a failed PE caused it
+                    raise self.waiter.translate(exc, self.pes[m])  # noqa: B904
             self.ts.signal(m, flag)
 
     def wait(self, flag: int, count: int = 1, what: str = "collective") -> None:

@@ -114,6 +114,12 @@ _var("VKSHMEM_PLUGINS_STRICT", "bool", "0",
 _var("VKSHMEM_WAIT_TIMEOUT", "seconds", "0",
      "Seconds after which wait_until, barriers and other waits raise WaitTimeoutError "
      "(0: wait for ever; Ctrl-C always interrupts).", _parse_seconds)
+_var("VKSHMEM_FAILURE_TIMEOUT", "seconds", "10",
+     "Failure detection: a PE that dies is noticed at once (its liveness connection closes); "
+     "one whose host goes silent is declared failed after this many seconds. Blocking calls "
+     "then raise PeerFailedError (0: failure detection off).", _parse_seconds)
+
+
 def _parse_teams(text: str) -> int:
     value = int(text)
     if not 2 <= value <= 64:
@@ -273,6 +279,7 @@ class Config:
     plugins_deny: tuple[str, ...]
     plugins_strict: bool
     wait_timeout: float
+    failure_timeout: float
     teams_max: int
     team_scratch: int
     log_level: str

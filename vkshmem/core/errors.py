@@ -14,6 +14,7 @@ __all__ = [
     "InvalidArgumentError",
     "InvalidTypeError",
     "NotAllocatedError",
+    "PeerFailedError",
     "PluginError",
     "TransportError",
     "VkshmemError",
@@ -90,3 +91,21 @@ class FeatureNotAvailableError(VkshmemError, NotImplementedError):
 
 class WaitTimeoutError(VkshmemError, TimeoutError):
     """A wait (wait_until, barrier, bootstrap exchange) ran past its time limit."""
+
+
+class PeerFailedError(VkshmemError):
+    """Another PE of the job failed (its process was killed or crashed, raised an uncaught
+    exception, or its host went silent for ``VKSHMEM_FAILURE_TIMEOUT`` seconds), so a blocking
+    call that needs it cannot complete. Carries the failed PE (``pe``) and why (``reason``).
+
+    Raised by every blocking call (barriers, waits, locks, collectives, and RMA or AMOs
+    addressed to the failed PE) once this PE has heard of the failure; see
+    :mod:`vkshmem.core.liveness`."""
+
+    def __init__(self, pe: int, reason: str, what: str = "") -> None:
+        self.pe = pe
+        self.reason = reason
+        lead = f"{what}: " if what else ""
+        super().__init__(f"{lead}PE {pe} failed: {reason} (vkshmem failure detection; "
+                         f"VKSHMEM_FAILURE_TIMEOUT bounds how long a silent peer takes to be "
+                         f"noticed)")

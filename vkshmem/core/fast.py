@@ -84,7 +84,7 @@ def configure(rt: Runtime) -> None:
                     ops=ops.tobytes(), transports=tuple(routes), quiet_fence=not rt.transports,
                     native_waits=not rt.waiter.progress,
                     crowded=len(rt.node_pes) > (os.cpu_count() or 1), waiter=rt.waiter,
-                    seg_heaps=rt.seg_heaps)
+                    seg_heaps=rt.seg_heaps, failed=rt.waiter.failed_address)
 
 
 def set_world(rt: Runtime) -> None:

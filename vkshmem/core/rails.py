@@ -82,7 +82,9 @@ class TransportRoutes:
         return TransportContext(
             my_pe=self.my_pe, n_pes=self.n_pes, rail=rail, options=options,
             node_id=self.node_ids[self.my_pe], host_address=self.bootstrap.host_address(),
-            amo_function=int(lib.vk_amo_address()), secret=self.bootstrap.secret,
+            amo_function=int(lib.vk_amo_address()),
+            secret=self.bootstrap.secret,
+            liveness_words=lv.address if (lv := getattr(self, "liveness", None)) else 0,
         )
 
     def _open(self, spec: TransportSpec, rail: int, options: dict[str, str],

@@ -3,7 +3,8 @@
 :func:`start` builds the process-wide :class:`Runtime` (collective over the job); the public
 API (:mod:`vkshmem.shmem`) reads :data:`current`. Start-up order:
 
-1. config and plugins; bootstrap; all-gather of node identity, heap size and pid;
+1. config and plugins; bootstrap; all-gather of node identity, heap size and pid; the
+   liveness channel (:mod:`vkshmem.core.liveness`: failure detection);
 2. host heap segment; shm mappings of same-node peers (fd passing);
 3. transports for the rails (only if some peer needs one), registration, all-gather of their
    addresses and remote keys, connect, and one route per peer;
@@ -46,6 +47,7 @@ from .fast import reset as reset_fast
 from .fast import set_world as set_fast_world
 from .fdshare import exchange_fds
 from .heap import Allocator, HostSegment
+from .liveness import open_liveness
 from .plugins import Registry, load_plugins
 from .rails import Rail, Route, TransportRoutes
 from .shm import ShmTransport
@@ -62,6 +64,9 @@ _CHECK = struct.Struct("<QQQQ")  # seq, kind+nbytes, align, offset
 _CHECK_OPS = ("?", "alloc", "free", "realloc")  # kind = segment * 4 + index
 
 current: Runtime | None = None
+#: seconds a failing PE whose failure report ends the job at once (mpi) first leaves the
+#: others to raise PeerFailedError themselves
+_NOTICE = 1.0
 _hook_installed = False
 
 
@@ -135,6 +140,8 @@ class Runtime(TransportRoutes, MemoryDomains):
         my_node = self.node_ids[self.my_pe]
         self.node_pes = [pe for pe, n in enumerate(self.node_ids) if n == my_node]
         self.local_rank = self.node_pes.index(self.my_pe)
+        self.liveness = open_liveness(self.bootstrap, self.node_ids, cfg.failure_timeout,
+                                      cfg.bootstrap_timeout)
 
         if lib.vk_table_init(self.n_pes, len(self.seg_heaps)) != 0:
             raise MemoryError("cannot allocate the peer table")
@@ -164,7 +171,7 @@ class Runtime(TransportRoutes, MemoryDomains):
 
         self._open_rails()
         self._route()
-        self.waiter = Waiter(cfg.wait_timeout, self.transports)
+        self.waiter = Waiter(cfg.wait_timeout, self.transports, self.liveness)
         configure_fast(self)  # before the teams: their native parts belong to it
         # TEAM_WORLD and TEAM_SHARED own slots 0 and 1 on every PE.
         self.free_slots = ((1 << self.teams_max) - 1) & ~0b11
@@ -299,11 +306,13 @@ class Runtime(TransportRoutes, MemoryDomains):
     # -- shutdown ---------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Collective (unless this PE failed): quiet, barrier, release everything."""
+        """Collective (unless this PE or another failed): quiet, barrier, release
+        everything."""
         if self.closed:
             return
         try:
-            if not self.failed:
+            lv = getattr(self, "liveness", None)
+            if not self.failed and not (lv is not None and lv.any):
                 self.quiet()
                 self.sync_all()
                 self.bootstrap.barrier()
@@ -317,6 +326,9 @@ class Runtime(TransportRoutes, MemoryDomains):
         device-initiated request, validation errors)."""
         self.closed = True
         reset_fast()  # every fast path takes its Python path, which sees no runtime
+        lv = getattr(self, "liveness", None)
+        if lv is not None:  # first: a clean goodbye, before this PE stops serving peers
+            lv.close(clean=not self.failed and not lv.any)
         error = None
         heaps = [h for h in getattr(self, "seg_heaps", []) if h is not None]
         for heap in heaps:  # no more serving; the proxies' endpoints go with the transports
@@ -379,10 +391,19 @@ def _install_failure_hook() -> None:
         previous(etype, value, tb)  # type: ignore[arg-type]  # first: mpi's report aborts
         if rt is None:
             return
+        # The other PEs' blocking calls raise PeerFailedError naming this PE; a launcher that
+        # watches the job hears first, so it names this PE (not the first to notice) as the
+        # cause; a report that ends the job at once (mpi) comes after a notice period.
+        lv = getattr(rt, "liveness", None)
+        text = f"{etype.__name__}: {value}"
+        if lv is not None and rt.bootstrap.ends_job_on_failure:
+            lv.report("raised " + text, linger=_NOTICE)
         try:
-            rt.bootstrap.report_failure(f"{etype.__name__}: {value}")
+            rt.bootstrap.report_failure(text)
         except Exception:
             pass
+        if lv is not None:
+            lv.report("raised " + text)
 
     sys.excepthook = hook
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import fast
 from ._native import lib
-from .errors import InvalidArgumentError, VkshmemError
+from .errors import InvalidArgumentError, TransportError, VkshmemError
 from .transport import AmoOp
 
 if TYPE_CHECKING:
@@ -116,11 +116,15 @@ class TeamState:
         operations to it by a fence, so data put before the signal is there first)."""
         pe = self.pes[member]
         t = self.routes[member]
-        if t.spec.native_fence:
-            t.fence()
-        else:
-            t.quiet()
-        t.amo(pe, INTERNAL_SEG, self.base + _OFF_FLAGS + 8 * flag, AmoOp.ADD, 8, 1, 0, False)
+        try:
+            if t.spec.native_fence:
+                t.fence()
+            else:
+                t.quiet()
+            t.amo(pe, INTERNAL_SEG, self.base + _OFF_FLAGS + 8 * flag, AmoOp.ADD, 8, 1, 0,
+                  False)
+        except TransportError as exc:  # PeerFailedError when a failed PE caused it
+            raise self.rt.waiter.translate(exc, pe)  # noqa: B904 (it keeps the cause)
 
     def wait(self, flag: int, count: int = 1, what: str = "collective") -> None:
         """Wait for ``count`` more signals on this PE's counter ``flag``."""

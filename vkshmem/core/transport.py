@@ -124,6 +124,12 @@ class TransportContext:
     secret: bytes = b""
     """The job's secret (:mod:`vkshmem.core.auth`): a transport that listens admits only
     connections that prove they know it (``b""``: the job has none)."""
+    liveness_words: int = 0
+    """Address of the job's liveness words (``uint64_t``; :mod:`vkshmem.core.liveness`):
+    ``[0]`` is non-zero once a PE of the job failed, ``[1 + pe]`` once ``pe`` did; 0 when
+    failure detection is off. A transport's blocking waits may read it when they wake and give
+    up (raising its TransportError, which the core turns into PeerFailedError) instead of
+    waiting for a dead peer until their own timeout."""
 
 
 @dataclass(frozen=True)

@@ -220,6 +220,7 @@ class UcxTransport(Transport):
                                  f"{settings or 'no rail settings'}")
         sh.ctx = ctx
         self._ctx_finalizer = weakref.finalize(self, _destroy_ctx, ctx)
+        lib.vku_set_liveness(ctx, getattr(context, "liveness_words", 0))
         try:
             self._selftest(opts.selftest)
             self._open_worker()
@@ -351,6 +352,9 @@ class UcxTransport(Transport):
                 NAME, f"{where}: no completion within {self._shared.options.timeout:g} s (the "
                 "peer may be dead or stuck; the rail option timeout= sets this limit)",
                 status=_status(rc))
+        if rc == lib.VKU_EFAILED:
+            return TransportError(NAME, f"{where}: abandoned, a PE of the job failed",
+                                  status=_status(rc))
         return TransportError(NAME, f"{where} failed", status=_status(rc))
 
     def _range_error(self, rc: int, pe: int, seg: int, offset: int,

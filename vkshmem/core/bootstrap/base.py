@@ -28,6 +28,9 @@ class Bootstrap(ABC):
     #: The job's secret (:mod:`vkshmem.core.auth`): every listener of the job admits only
     #: connections that prove they know it. ``b""``: none (loopback-only ``env`` jobs).
     secret: bytes = b""
+    #: whether :meth:`report_failure` ends every PE of the job at once (as ``MPI_Abort``
+    #: does): the runtime then first gives the others a moment to raise PeerFailedError
+    ends_job_on_failure: bool = False
 
     @abstractmethod
     def allgather(self, blob: bytes) -> list[bytes]:

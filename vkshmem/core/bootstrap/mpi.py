@@ -25,6 +25,8 @@ class MpiBootstrap(Bootstrap):
     secret is made by rank 0 and broadcast (collective), so MPI's own channel carries it.
     """
 
+    ends_job_on_failure = True
+
     def __init__(self, mpi: Any) -> None:
         self.name = "mpi"
         self._mpi = mpi

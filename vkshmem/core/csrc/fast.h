@@ -41,7 +41,9 @@ struct fast_global {
                                    while all are None, barrier_all = fence + world sync */
     int crowded;                /* more PEs on this node than CPUs: yield at once */
     struct native_team *world;  /* TEAM_WORLD (NULL: not a native team) */
-    PyObject *waiter;           /* the runtime's Waiter (its timeout, its error) */
+    PyObject *waiter;           /* the runtime's Waiter (its timeout, its errors) */
+    volatile uint64_t *failed;  /* the liveness words (liveness.py): [0] != 0 once a PE
+                                   failed, [1 + pe] != 0 once pe did; NULL: none */
     int struct_ok;              /* numpy's array layout checked: views read it directly */
 };
 extern struct fast_global G;
@@ -84,6 +86,13 @@ int fast_long(PyObject *o, long *v);
 int fast_pe(PyObject *o, long *pe);  /* a PE the shm path reaches */
 enum { ROUTE_NONE, ROUTE_DIRECT, ROUTE_NATIVE };
 int fast_route(PyObject *o, long *pe);  /* how the fast path reaches PE o */
+/* PE pe is known to have failed (the Python path then raises PeerFailedError) */
+static inline int fast_pe_failed(long pe) {
+    return G.failed != NULL && G.failed[0] && G.failed[1 + pe];
+}
+/* with an exception set: turn a transport's error into PeerFailedError when a failed PE
+ * caused it (Waiter.translate); pe: the PE addressed, or -1 */
+void fast_translate_error(long pe);
 /* sets the exception of status rc of a native transport operation; always NULL */
 PyObject *fast_native_error(long pe, int rc, const char *doing, uint64_t off, Py_ssize_t n,
                             PyObject *buffer);

@@ -28,6 +28,34 @@ static int param_index(FastCall *self, PyObject *name) {
     return -1;
 }
 
+/* The argument of `role` in a call (borrowed), or NULL when not given. */
+static PyObject *arg_of(FastCall *self, int role, PyObject *const *args, Py_ssize_t nargs,
+                        PyObject *kwnames) {
+    int s = self->slot[role];
+    if (s < 0) return NULL;
+    if (s < nargs) return args[s];
+    for (Py_ssize_t k = 0; kwnames != NULL && k < PyTuple_GET_SIZE(kwnames); k++)
+        if (PyUnicode_Compare(PyTuple_GET_ITEM(kwnames, k), PyTuple_GET_ITEM(self->names, s)) == 0)
+            return args[nargs + k];
+    return NULL;
+}
+
+/* The Python path raised: a transport's error on an operation addressed to a failed PE (the
+ * `pe` argument, when a world PE: no context) becomes PeerFailedError. */
+static void translate_fallback_error(FastCall *self, PyObject *const *args, Py_ssize_t nargs,
+                                     PyObject *kwnames) {
+    PyObject *type, *value, *tb, *ctx;
+    long pe = -1;
+    PyErr_Fetch(&type, &value, &tb);
+    ctx = arg_of(self, P_CTX, args, nargs, kwnames);
+    if ((ctx == NULL || ctx == Py_None) && !fast_long(arg_of(self, P_PE, args, nargs, kwnames),
+                                                      &pe))
+        pe = -1;
+    PyErr_Clear();
+    PyErr_Restore(type, value, tb);
+    fast_translate_error(pe);
+}
+
 static PyObject *fc_vectorcall(PyObject *o, PyObject *const *args, size_t nargsf,
                                PyObject *kwnames) {
     FastCall *self = (FastCall *)o;
@@ -53,7 +81,10 @@ static PyObject *fc_vectorcall(PyObject *o, PyObject *const *args, size_t nargsf
             if (self->impl(self, slots, &out)) return out;
         }
     }
-    return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+    PyObject *r = PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+    if (r == NULL && G.failed != NULL)  /* the error path only */
+        translate_fallback_error(self, args, nargs, kwnames);
+    return r;
 }
 
 static int fc_traverse(PyObject *o, visitproc visit, void *arg) {
@@ -223,6 +254,7 @@ static void clear_config(void) {
     Py_CLEAR(G.seg_heaps);
     clear_world();
     Py_CLEAR(G.waiter);
+    G.failed = NULL;
 }
 
 static PyObject *mod_reset(PyObject *mod, PyObject *noargs) {
@@ -233,15 +265,17 @@ static PyObject *mod_reset(PyObject *mod, PyObject *noargs) {
 
 static PyObject *mod_configure(PyObject *mod, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"my_pe", "direct", "ops", "transports", "quiet_fence",
-                             "native_waits", "crowded", "waiter", "seg_heaps", NULL};
+                             "native_waits", "crowded", "waiter", "seg_heaps", "failed", NULL};
     int my_pe, quiet_fence, native_waits, crowded, npes;
+    unsigned long long failed = 0;
     Py_buffer direct, ops;
     PyObject *waiter, *transports, *seg_heaps;
     if (G.table == NULL || G.ndarray == NULL)
         return PyErr_Format(PyExc_RuntimeError, "vkshmem.core._fast is not bound");
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "iy*y*O!pppOO!", kwlist, &my_pe, &direct, &ops,
-                                     &PyTuple_Type, &transports, &quiet_fence, &native_waits,
-                                     &crowded, &waiter, &PyList_Type, &seg_heaps))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "iy*y*O!pppOO!|K", kwlist, &my_pe, &direct,
+                                     &ops, &PyTuple_Type, &transports, &quiet_fence,
+                                     &native_waits, &crowded, &waiter, &PyList_Type, &seg_heaps,
+                                     &failed))
         return NULL;
     npes = G.table->npes;
     if (direct.len != npes || ops.len != npes * (Py_ssize_t)sizeof(void *) ||
@@ -272,6 +306,7 @@ static PyObject *mod_configure(PyObject *mod, PyObject *args, PyObject *kw) {
     G.crowded = crowded;
     G.seg_heaps = Py_NewRef(seg_heaps);
     G.waiter = Py_NewRef(waiter);
+    G.failed = (volatile uint64_t *)(uintptr_t)failed;
     G.enabled = 1;
     Py_RETURN_NONE;
 }
@@ -297,7 +332,7 @@ static PyMethodDef METHODS[] = {
      "type; read arrays directly when every probe array's fields agree with its buffer."},
     {"configure", (PyCFunction)(void (*)(void))mod_configure, METH_VARARGS | METH_KEYWORDS,
      "configure(my_pe, direct, ops, transports, quiet_fence, native_waits, crowded, "
-     "waiter, seg_heaps)\n--\n\n"
+     "waiter, seg_heaps, failed=0)\n--\n\n"
      "Enable the fast paths for a running runtime."},
     {"set_world", mod_set_world, METH_O,
      "set_world(team)\n--\n\nTEAM_WORLD's NativeTeam (or None)."},

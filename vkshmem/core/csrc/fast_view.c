@@ -18,7 +18,7 @@ int fast_pe(PyObject *o, long *pe) {
 }
 
 int fast_route(PyObject *o, long *pe) {
-    if (!fast_long(o, pe) || *pe < 0 || *pe >= G.npes) return ROUTE_NONE;
+    if (!fast_long(o, pe) || *pe < 0 || *pe >= G.npes || fast_pe_failed(*pe)) return ROUTE_NONE;
     if (G.direct[*pe]) return ROUTE_DIRECT;
     return G.ops != NULL && G.ops[*pe] != NULL ? ROUTE_NATIVE : ROUTE_NONE;
 }
@@ -32,8 +32,30 @@ PyObject *fast_native_error(long pe, int rc, const char *doing, uint64_t off, Py
     if (exc != NULL) {
         PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
         Py_DECREF(exc);
+        fast_translate_error(pe);
     }
     return NULL;
+}
+
+void fast_translate_error(long pe) {
+    if (G.waiter == NULL || G.failed == NULL) return;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (tb != NULL && value != NULL) PyException_SetTraceback(value, tb);
+    PyObject *got = value == NULL ? NULL
+                    : PyObject_CallMethod(G.waiter, "translate", "Ol", value, pe);
+    if (got == NULL || got == value) {  /* keep the original error */
+        PyErr_Clear();
+        Py_XDECREF(got);
+        PyErr_Restore(type, value, tb);
+        return;
+    }
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+    PyErr_SetObject((PyObject *)Py_TYPE(got), got);
+    Py_DECREF(got);
 }
 
 /* numpy's array object: its first fields (numpy's ABI since 1.x; checked by bind()) */

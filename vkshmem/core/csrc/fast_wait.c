@@ -87,14 +87,15 @@ static void adapt(int yielded) {
     else spin_ns = spin_ns / 2 > SPIN_MIN ? spin_ns / 2 : SPIN_MIN;
 }
 
-static void raise_timeout(fast_what what, const void *ctx) {
+/* Raise the Waiter's error `method` (timeout_error, failure_error) of the wait for `what`. */
+static void raise_timeout(fast_what what, const void *ctx, const char *method) {
     if (G.waiter == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "vkshmem was finalized during a wait");
         return;
     }
     PyObject *msg = what(ctx);
     if (msg == NULL) return;
-    PyObject *exc = PyObject_CallMethod(G.waiter, "timeout_error", "O", msg);
+    PyObject *exc = PyObject_CallMethod(G.waiter, method, "O", msg);
     Py_DECREF(msg);
     if (exc != NULL) {
         PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
@@ -103,7 +104,8 @@ static void raise_timeout(fast_what what, const void *ctx) {
 }
 
 /* 0 once the predicate holds; -1 with an exception: the runtime's Waiter timeout passed
- * (VKSHMEM_WAIT_TIMEOUT), or a signal handler raised (Ctrl-C). */
+ * (VKSHMEM_WAIT_TIMEOUT), a PE of the job failed (the liveness words, read once per slice:
+ * PeerFailedError), or a signal handler raised (Ctrl-C). */
 int fast_wait(struct fast_pred *p, fast_what what, const void *ctx) {
     if (fast_pred_true(p)) return 0;
     uint64_t start = now_ns(), budget = G.crowded ? 0 : spin_ns;
@@ -130,9 +132,14 @@ int fast_wait(struct fast_pred *p, fast_what what, const void *ctx) {
             return 0;
         }
         if (PyErr_CheckSignals() < 0) return -1;
+        if (G.failed != NULL && G.failed[0]) {
+            if (fast_pred_true(p)) return 0;
+            raise_timeout(what, ctx, "failure_error");
+            return -1;
+        }
         if (deadline && now_ns() > deadline) {
             if (fast_pred_true(p)) return 0;
-            raise_timeout(what, ctx);
+            raise_timeout(what, ctx, "timeout_error");
             return -1;
         }
     }

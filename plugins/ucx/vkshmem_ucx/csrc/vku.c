@@ -109,6 +109,7 @@ struct vku_ctx {
     int nlocal;
     uint64_t spin_ns, wait_spin_ns, timeout_ns;
     int err_peer;
+    volatile uint64_t *failed; /* the core's liveness words, or NULL */
     volatile uint32_t emulate;
     volatile uint64_t stat_wakeups, stat_idle, stat_busy, stat_sleeps, stat_sleep_timeouts;
 };
@@ -161,6 +162,7 @@ const char *vku_status_string(int status)
     case VKU_ENOMEM: return "out of memory";
     case VKU_ETOOBIG: return "blob too large";
     case VKU_ETIMEDOUT: return "timed out";
+    case VKU_EFAILED: return "a PE of the job failed";
     default: return ucs_status_string((ucs_status_t)status);
     }
 }
@@ -205,10 +207,10 @@ static int wait_req(vku_worker *w, void *req, uint64_t timeout_ns)
             start = now;
             continue;
         }
-        if (now - start > timeout_ns) {
+        if (now - start > timeout_ns || (w->ctx->failed && w->ctx->failed[0])) {
             ucp_request_free(req); /* released by UCX when it completes */
             settle(w);
-            return VKU_ETIMEDOUT;
+            return now - start > timeout_ns ? VKU_ETIMEDOUT : VKU_EFAILED;
         }
         if (now - start >= w->ctx->wait_spin_ns && ucp_worker_arm(w->worker) == UCS_OK) {
             /* Sleep until the worker has an event, or the progress thread (which may take
@@ -394,6 +396,11 @@ static void stop_thread(vku_ctx *c)
 }
 
 /* -- context ------------------------------------------------------------------------------ */
+
+void vku_set_liveness(vku_ctx *c, uintptr_t words)
+{
+    c->failed = (volatile uint64_t *)words;
+}
 
 vku_ctx *vku_ctx_create(const char *const *names, const char *const *values, int n,
                         uint32_t spin_us, uint32_t wait_spin_us, double timeout_s,

@@ -30,6 +30,7 @@
 #define VKU_ENOMEM (-1007)
 #define VKU_ETOOBIG (-1008)  /* a blob does not fit the caller's buffer */
 #define VKU_ETIMEDOUT (-1009) /* no completion within the transport's timeout */
+#define VKU_EFAILED (-1010)  /* a PE of the job failed while the operation waited */
 
 /* AMO op codes: the same as vkshmem.core.transport.AmoOp (checked at import). */
 #define VKU_FETCH 0
@@ -63,6 +64,9 @@ vku_ctx *vku_ctx_create(const char *const *names, const char *const *values, int
 /* Stop the thread, destroy every worker, unmap every segment, release the context. */
 void vku_ctx_destroy(vku_ctx *c);
 void vku_set_emulation(vku_ctx *c, uint32_t mask);
+/* The core's liveness words (TransportContext.liveness_words; 0: none): a wait gives up with
+ * VKU_EFAILED once words[0] says a PE of the job failed. */
+void vku_set_liveness(vku_ctx *c, uintptr_t words);
 uint32_t vku_get_emulation(vku_ctx *c);
 /* wakeups of the progress thread, of which by timeout, progress calls that did work. */
 void vku_stats(vku_ctx *c, uint64_t *out3);
