@@ -171,7 +171,7 @@ def test_a_raising_pe_ends_the_others() -> None:
     pids = ready_pids(proc.stdout)
     assert len(pids) == 3
     assert wait_dead(pids, 1) == []
-    assert elapsed < 10
+    assert elapsed < 30  # bounded: start-up of 4 PEs on a loaded 2-core machine takes seconds
 
 
 def test_a_pe_killed_by_a_signal() -> None:
