@@ -13,7 +13,7 @@ import numpy as np
 from ..core._native import ffi, lib
 from ..core.domain import DomainArray
 from ..core.domainheap import DomainHeap
-from ..core.errors import InvalidArgumentError, InvalidTypeError
+from ..core.errors import InvalidArgumentError, InvalidTypeError, NotAllocatedError
 from . import state
 
 __all__ = ["ND", "DomainArray", "check_pe", "contiguous", "count_of", "element_count",
@@ -75,6 +75,10 @@ def locate(a: np.ndarray, nbytes: int, what: str) -> tuple[int, int]:
     if r == -2:
         raise InvalidArgumentError(f"{what}: {nbytes} bytes from this array run past the end "
                                    "of the symmetric heap")
+    if r == -3:
+        raise NotAllocatedError(
+            f"{what}: no live symmetric allocation holds this memory: it was freed (shmem.free, "
+            "or moved by shmem.realloc); use the array the allocation routine returned since")
     raise InvalidArgumentError(
         f"{what} is not in the symmetric heap: allocate it with shmem.zeros/empty/array/"
         "new_array (or a view/slice of such an array)")
@@ -163,4 +167,9 @@ def resolve(ctx: Any, pe: Any) -> tuple[int, Any]:
     if ctx is None:
         pe = check_pe(pe)
         return pe, state.rt.route_transport[pe]
-    return ctx.target(pe)
+    try:
+        target = ctx.target
+    except AttributeError:
+        raise InvalidTypeError(f"ctx must be a shmem.Ctx (or None for the default context), "
+                               f"got {type(ctx).__name__}") from None
+    return target(pe)

@@ -41,7 +41,7 @@ def fence(ctx: Any = None) -> None:
     if ctx is None:
         state.rt.fence()
     else:
-        ctx.fence()
+        _ctx_method(ctx, "fence")()
 
 
 def quiet(ctx: Any = None) -> None:
@@ -49,7 +49,15 @@ def quiet(ctx: Any = None) -> None:
     if ctx is None:
         state.rt.quiet()
     else:
-        ctx.quiet()
+        _ctx_method(ctx, "quiet")()
+
+
+def _ctx_method(ctx: Any, name: str) -> Callable[[], None]:
+    try:
+        return getattr(ctx, name)
+    except AttributeError:
+        raise InvalidTypeError(f"{name}: ctx must be a shmem.Ctx (or None for the default "
+                               f"context), got {type(ctx).__name__}") from None
 
 
 def barrier_all() -> None:

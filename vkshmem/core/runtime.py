@@ -146,6 +146,9 @@ class Runtime(TransportRoutes, MemoryDomains):
         for seg in self.segments.values():
             lib.vk_set_local(seg.seg_id, seg.address, seg.size)
         self.heap = Allocator(self.host.size, "host", "VKSHMEM_SYMMETRIC_SIZE")
+        # RMA, AMOs and collectives refuse host-heap memory outside live allocations (freed)
+        if lib.vk_track(HOST_SEG) == 0:
+            self.heap.on_change = lambda off, n, live: lib.vk_mark_live(HOST_SEG, off, n, live)
 
         self.shm = ShmTransport(self.my_pe)
         for seg in self.segments.values():
