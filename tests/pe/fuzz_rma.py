@@ -102,7 +102,8 @@ NAMES = {"pe_range": ["does not exist"], "pe_type": ["PE must be an integer"],
          "size_range": ["larger than", ">= 0"], "size_type": ["size must be an integer"],
          "dtype": ["dtype mismatch"], "local": ["not in the symmetric heap"],
          "freed": ["freed", "no live symmetric allocation"], "noncontig": ["not contiguous"],
-         "readonly": ["read-only"], "not_array": ["numpy array", "expected numpy arrays", "uint64 array"],
+         "readonly": ["read-only"],
+         "not_array": ["numpy array", "expected numpy arrays", "uint64 array"],
          "stride": ["stride", "integer"], "signal": ["signal"],
          "sigop": ["signal operation"], "ctx": ["context", "Ctx"],
          "object": ["Python objects", "dtype mismatch"]}
@@ -141,18 +142,21 @@ def test_rma(case: tuple[str, str, dict[str, Any]]) -> None:
         fault = ""  # the argument does not exist for this call
     kw: dict[str, Any] = {"ctx": a.get("ctx")} if fault == "ctx" else {}
     target, source = (sym, local) if writes else (local, sym)
+    fn = getattr(shmem, op)
     if op in ("iput", "iget"):
-        stride = a.get("stride", 1)
-        call = (lambda: getattr(shmem, op)(target, source, pe, stride, 1, size, **kw))
+        args: tuple[Any, ...] = (target, source, pe, a.get("stride", 1), 1, size)
     elif op.startswith("put_signal"):
         sig = _bad_signal(a["signal"]) if fault == "signal" else signal
         sigop = a.get("sigop", shmem.SIGNAL_ADD) if fault == "sigop" else shmem.SIGNAL_ADD
-        call = (lambda: getattr(shmem, op)(target, source, pe, sig, 1, sigop, size, **kw))
+        args = (target, source, pe, sig, 1, sigop, size)
     else:
-        call = (lambda: getattr(shmem, op)(target, source, pe, size, **kw))
+        args = (target, source, pe, size)
+
+    def call() -> None:
+        fn(*args, **kw)
+
     if fault:
-        expect_error(call, NAMES[fault if fault != "readonly" else "readonly"],
-                     f"{op} with {fault}")
+        expect_error(call, NAMES[fault], f"{op} with {fault}")
     else:
         call()
         shmem.quiet()

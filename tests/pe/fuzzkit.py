@@ -26,10 +26,20 @@ FAULTS_AMO = ["pe_range", "pe_type", "width", "count", "misaligned", "local", "f
 CANARY = 0xC0DEC0DE5AFE5AFE
 
 
-def me() -> int:
+def me() -> int | str:
+    """This PE's number (from the launcher's variable while vkshmem is not initialised)."""
     from vkshmem import shmem
 
-    return shmem.my_pe()
+    try:
+        return shmem.my_pe()
+    except VkshmemError:
+        return os.environ.get("VKSHMEM_PE", "?")
+
+
+def check(cond: object, what: str) -> None:
+    """Assert with a message that names the PE (works before init and after finalize)."""
+    if not cond:
+        raise AssertionError(f"PE {me()}: {what}")
 
 
 def expect_error(call: Callable[[], Any], names: list[str], what: str) -> VkshmemError:
@@ -73,13 +83,23 @@ class Heap:
             self.scratch.append((start, start + arr.nbytes))
         return arr
 
-    def snapshot(self) -> None:
-        """Collective: remember the heap (after a barrier, so every PE's set-up is done)."""
+    def allow(self, arr: Any) -> None:
+        """Let ``arr``'s memory change from the next snapshot on (a freed array that a later
+        allocation may reuse)."""
+        start = arr.__array_interface__["data"][0] - self.base
+        self.scratch.append((start, start + arr.nbytes))
+
+    def snapshot(self, tail: bool = False) -> None:
+        """Collective: remember the heap (after a barrier, so every PE's set-up is done);
+        with ``tail``, the free space after the last guard may change (new allocations)."""
         self.shmem.barrier_all()
         self.snap = self.buf.copy()
         self.mask = np.ones(self.buf.size, bool)
         for lo, hi in self.scratch:
             self.mask[lo:hi] = False
+        if tail and self.guards:
+            last = self.guards[-1]
+            self.mask[last.__array_interface__["data"][0] - self.base + last.nbytes:] = False
 
     def verify(self, what: str, final: bool = False) -> None:
         """Every canary intact, no heap byte changed outside the scratch allocations."""

@@ -63,6 +63,7 @@ def locate(a: np.ndarray, nbytes: int, what: str) -> tuple[int, int]:
     try:
         r = lib.vk_locate(ffi.from_buffer(a), nbytes)
     except (TypeError, BufferError, ValueError):
+        state.require()
         if not isinstance(a, np.ndarray):
             raise InvalidTypeError(
                 f"{what} must be a numpy array from the symmetric heap, got "
@@ -72,6 +73,7 @@ def locate(a: np.ndarray, nbytes: int, what: str) -> tuple[int, int]:
             "slice (use iput/iget for strided access)") from None
     if r >= 0:
         return r >> 48, r & _MASK48
+    state.require()  # no heap at all: say why
     if r == -2:
         raise InvalidArgumentError(f"{what}: {nbytes} bytes from this array run past the end "
                                    "of the symmetric heap")

@@ -206,13 +206,13 @@ def iget(target: np.ndarray, source: np.ndarray, pe: int, tst: int = 1, sst: int
     ``i*tst`` of local ``target``, for ``size`` elements."""
     dt = same_dtype(target, source)
     n = _strided_count(target, source, tst, sst, size)
+    device_target = isinstance(target, DomainArray)
+    if not device_target and not target.flags.writeable:
+        raise InvalidArgumentError("iget target is read-only")
     if n == 0:
         resolve(ctx, pe)  # a bad PE is an error even when nothing moves
         _sym(source, 0, "iget source")
         return
-    device_target = isinstance(target, DomainArray)
-    if not device_target and not target.flags.writeable:
-        raise InvalidArgumentError("iget target is read-only")
     span = (n - 1) * sst + 1
     seg, off = _sym(source, span * dt.itemsize, "iget source")
     pe, t = resolve(ctx, pe)

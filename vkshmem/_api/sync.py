@@ -73,6 +73,7 @@ def sync_all() -> None:
 def _flat(ivars: Any, what: str) -> tuple[np.ndarray, int, int]:
     """``(flat values, address, nbytes)``; the address is -1 for GPU memory without a CPU
     view (the values are then a copy that :func:`_wait` refreshes), and for no values."""
+    state.require()
     if getattr(ivars, "size", None) == 0:  # an empty set: nothing to watch
         return np.empty(0, ivars.dtype), -1, 0
     if type(ivars) is not ND and isinstance(ivars, DomainArray):
