@@ -94,8 +94,8 @@ void vk_mark_live(int seg, uint64_t off, uint64_t n, int live) {
     uint8_t *bits = (seg >= 0 && seg < g.nsegs) ? g.live[seg] : NULL;
     if (!bits || off >= g.size[seg]) return;
     if (n > g.size[seg] - off) n = g.size[seg] - off;
-    for (uint64_t q = off >> VK_GRANULE_SHIFT, end = (off + n + (1u << VK_GRANULE_SHIFT) - 1) >> VK_GRANULE_SHIFT;
-         q < end; q++) {
+    uint64_t end = (off + n + (1u << VK_GRANULE_SHIFT) - 1) >> VK_GRANULE_SHIFT;
+    for (uint64_t q = off >> VK_GRANULE_SHIFT; q < end; q++) {
         if (live) bits[q >> 3] |= (uint8_t)(1u << (q & 7));
         else bits[q >> 3] &= (uint8_t)~(1u << (q & 7));
     }
