@@ -40,3 +40,15 @@ def test_fuzz_lifecycle(npes: int, mode: str) -> None:
     r = launch("fuzz_lifecycle", npes,
                {**MODES[mode], **SMALL, **examples(npes), "VKSHMEM_AUTO_INIT": "0"})
     check_run(r, "fuzz_lifecycle", npes, mode)
+
+
+@pytest.mark.parametrize(("npes", "mode"), [(1, "shm"), (2, "shm"), (4, "shm"),
+                                            (2, "hostproxy")])
+def test_collective_mismatch_check(npes: int, mode: str) -> None:
+    """VKSHMEM_CHECK_COLLECTIVES=1 turns arguments that differ across PEs into an error on
+    every PE (tests/pe/mismatch_coll.py); the fuzzers above then pass with it on too."""
+    env = {**MODES[mode], "VKSHMEM_CHECK_COLLECTIVES": "1"}
+    check_run(launch("mismatch_coll", npes, env), "mismatch_coll", npes, mode)
+    if npes == 2:
+        r = launch("fuzz_coll", npes, {**env, **SMALL, "FUZZ_EXAMPLES": "60"})
+        check_run(r, "fuzz_coll", npes, mode)

@@ -28,6 +28,7 @@ from ..core.transport import CollectiveArgs
 from . import device_collectives as _dev
 from . import state
 from .args import ND, contiguous, count_of, element_count, foreign, locate, same_dtype
+from .collcheck import agree
 from .enums import OP
 
 __all__ = [
@@ -175,6 +176,7 @@ def broadcast(target: np.ndarray, source: np.ndarray, root: int, size: int | Non
             raise InvalidTypeError(f"root must be an integer, got {root!r}") from None
     if not 0 <= root < ct.n:
         raise InvalidArgumentError(f"root {root} is not a PE of this team of {ct.n} PEs")
+    agree(ct, "broadcast", root=root, count=cnt, dtype=dt)
     nbytes = cnt * dt.itemsize
     if cnt == 0:
         return
@@ -204,6 +206,7 @@ def fcollect(target: np.ndarray, source: np.ndarray, size: int | None = None,
     ct = _team(team)
     dt, tgt, src, seg, off = _prep(ct, target, source, "fcollect")
     cnt = _count(size, src.size)
+    agree(ct, "fcollect", count=cnt, dtype=dt)
     total = cnt * ct.n
     if total > tgt.size:
         raise InvalidArgumentError(f"fcollect: {ct.n} PEs x {cnt} elements do not fit in a "
@@ -235,7 +238,8 @@ def collect(target: np.ndarray, source: np.ndarray, size: int | None = None,
         _dev.collect(_team(team), target, source, size, lambda t, s: collect(t, s, size, team))
         return
     ct = _team(team)
-    _dt, tgt, src, seg, off = _prep(ct, target, source, "collect")
+    dt, tgt, src, seg, off = _prep(ct, target, source, "collect")
+    agree(ct, "collect", dtype=dt)  # the counts may differ
     cnt = _count(size, src.size)
     if cnt > tgt.size:
         raise InvalidArgumentError(f"collect: {cnt} elements do not fit in a target of "
@@ -283,6 +287,7 @@ def alltoall(target: np.ndarray, source: np.ndarray, size: int | None = None,
     dt, tgt, src, seg, off = _prep(ct, target, source, "alltoall")
     n = ct.n
     cnt = _a2a_count(tgt, src, size, n, 1, 1)
+    agree(ct, "alltoall", count=cnt, dtype=dt)
     tbytes = n * cnt * dt.itemsize
     if cnt == 0:
         return
@@ -319,6 +324,7 @@ def alltoalls(target: np.ndarray, source: np.ndarray, tst: int = 1, sst: int = 1
         raise InvalidArgumentError(f"strides must be >= 1, got tst={tst}, sst={sst}")
     n = ct.n
     cnt = _a2a_count(tgt, src, size, n, tst, sst)
+    agree(ct, "alltoalls", count=cnt, tst=tst, sst=sst, dtype=dt)
     isz = dt.itemsize
     span = (n * cnt - 1) * tst + 1 if cnt else 0
     if cnt == 0:
@@ -387,6 +393,7 @@ def reduce(target: np.ndarray, source: np.ndarray, op: OP | str = OP.SUM,
     if entry is None or dt.kind not in entry[2]:
         entry = _op(op, dt)
     cnt = count_of(tgt, src, size)
+    agree(ct, "reduce", op=entry[0], count=cnt, dtype=dt)
     nbytes = cnt * dt.itemsize
     if cnt == 0:
         return
@@ -473,6 +480,7 @@ def _scan(target: np.ndarray, source: np.ndarray, size: Any, team: Any,
     if dt.kind not in "iufc":
         raise InvalidArgumentError(f"{what} is not defined for dtype {dt}")
     cnt = count_of(tgt, src, size)
+    agree(ct, what, count=cnt, dtype=dt)
     nbytes = cnt * dt.itemsize
     if cnt == 0:
         return

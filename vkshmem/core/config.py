@@ -114,6 +114,11 @@ _var("VKSHMEM_PLUGINS_STRICT", "bool", "0",
 _var("VKSHMEM_WAIT_TIMEOUT", "seconds", "0",
      "Seconds after which wait_until, barriers and other waits raise WaitTimeoutError "
      "(0: wait for ever; Ctrl-C always interrupts).", _parse_seconds)
+_var("VKSHMEM_CHECK_COLLECTIVES", "bool", "0",
+     "Debugging: every TEAM_WORLD collective first compares its arguments (which collective, "
+     "root, count, dtype, op) across PEs and raises InvalidArgumentError on a mismatch; costs "
+     "one bootstrap all-gather per collective and turns the compiled fast paths off.",
+     _parse_bool)
 def _parse_teams(text: str) -> int:
     value = int(text)
     if not 2 <= value <= 64:
@@ -270,6 +275,7 @@ class Config:
     plugins_deny: tuple[str, ...]
     plugins_strict: bool
     wait_timeout: float
+    check_collectives: bool
     teams_max: int
     team_scratch: int
     log_level: str

@@ -165,7 +165,8 @@ class Runtime(TransportRoutes, MemoryDomains):
         self._open_rails()
         self._route()
         self.waiter = Waiter(cfg.wait_timeout, self.transports)
-        configure_fast(self)  # before the teams: their native parts belong to it
+        if not cfg.check_collectives:  # the compiled collectives would skip the check
+            configure_fast(self)  # before the teams: their native parts belong to it
         # TEAM_WORLD and TEAM_SHARED own slots 0 and 1 on every PE.
         self.free_slots = ((1 << self.teams_max) - 1) & ~0b11
         self.world = TeamState(self, range(self.n_pes), 0, None)
