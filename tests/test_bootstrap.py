@@ -463,8 +463,11 @@ def test_local_bootstrap_configuration_errors(environ: dict[str, str], variable:
 
 def test_local_bootstrap_without_a_launcher_says_so() -> None:
     env = {"VKSHMEM_LAUNCHER": f"127.0.0.1:{free_port()}", "VKSHMEM_PE": "0",
-           "VKSHMEM_NPES": "2"}
+           "VKSHMEM_NPES": "2", "VKSHMEM_JOB_SECRET": "s" * 32}
     with pytest.raises(BootstrapError, match=r"VKSHMEM_LAUNCHER.*vkshmem run"):
+        builtin.LocalBootstrap.open(env, 0.3)
+    del env["VKSHMEM_JOB_SECRET"]
+    with pytest.raises(BootstrapError, match=r"VKSHMEM_JOB_SECRET_FD.*vkshmem run"):
         builtin.LocalBootstrap.open(env, 0.3)
 
 

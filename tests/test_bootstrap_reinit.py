@@ -345,5 +345,5 @@ def test_a_hello_of_the_previous_protocol_is_told_the_mismatch() -> None:
     """A version-1 client (whose hello is shorter) learns why, instead of a dropped line."""
     with StoreServer(1) as server, socket.create_connection(server.address, timeout=5) as s:
         send_frame(s, Msg.HELLO, struct.pack("!4sBII", b"VKS\x01", 0, 0, 1))
-        kind, payload = recv_frame(s, time.monotonic() + 5)
+        kind, payload = recv_frame(s, time.monotonic() + 5, 1 << 16)
         assert kind == Msg.ERROR and b"protocol mismatch" in payload

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 import pytest
-from test_multipe import MODES, check_run, launch
+from test_multipe import MODE_PARAMS, MODES, check_run, launch
 
 from vkshmem.core.collectives import find_offload
 from vkshmem.core.transport import CollectiveArgs, PeerInfo, SegmentInfo, Transport
@@ -18,13 +18,13 @@ def _run(npes: int, mode: str, extra: Mapping[str, str] | None = None) -> None:
               npes, mode)
 
 
-@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize("mode", MODE_PARAMS)
 @pytest.mark.parametrize("npes", [1, 2, 3, 4])
 def test_collectives(npes: int, mode: str) -> None:
     _run(npes, mode)
 
 
-@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize("mode", MODE_PARAMS)
 def test_collectives_small_scratch(mode: str) -> None:
     """64K of team scratch: reductions, scans and strided alltoalls run in many chunks."""
     _run(3, mode, {"VKSHMEM_TEAM_SCRATCH": "64K"})

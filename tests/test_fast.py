@@ -27,6 +27,7 @@ def shmem() -> Iterator[Any]:
         amo_nbi,
         collectives,
         lifecycle,
+        reductions,
         rma,
         signal,
         sync,
@@ -35,7 +36,8 @@ def shmem() -> Iterator[Any]:
 
     lifecycle.init()
     api = type("Api", (), {})()
-    for mod in (alloc, amo, amo_nbi, collectives, lifecycle, rma, signal, sync, team):
+    for mod in (alloc, amo, amo_nbi, collectives, lifecycle, reductions, rma, signal, sync,
+                team):
         for name in mod.__all__:
             setattr(api, name, getattr(mod, name))
     try:

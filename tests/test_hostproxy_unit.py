@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from vkshmem.core.auth import derive_key
 from vkshmem.core.errors import ConfigError, TransportError
 from vkshmem.core.transport import AmoOp, PeerInfo
 
@@ -28,6 +29,7 @@ import transport_contract as contract  # noqa: E402
 from transport_contract import context, fd_count, thread_count  # noqa: E402
 from vkshmem_hostproxy import HostProxyTransport  # noqa: E402
 from vkshmem_hostproxy._server import lib as hp  # noqa: E402
+from vkshmem_hostproxy._transport import hp_mac  # noqa: E402
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -143,12 +145,22 @@ def test_client_rejects_out_of_bounds_before_sending(job: Job) -> None:
     contract.range_errors_are_caught_before_sending(job)
 
 
-def raw_connect(tr: HostProxyTransport, hello: bool = True) -> socket.socket:
+def raw_connect(tr: HostProxyTransport, hello: bool = True,
+                secret: bytes = contract.SECRET) -> socket.socket:
+    """A raw connection to ``tr``'s server (PE 1), authenticated as PE 0 when ``hello``."""
     sock = socket.create_connection(tr.listen_address, timeout=10)
     if hello:
-        sock.sendall(REQ.pack(hp.HP_OP_HELLO, 0, 0, 0, hp.HP_MAGIC, hp.HP_VERSION, 0))
+        key = derive_key(secret, "hostproxy")
+        nc = bytes(range(16))
+        sock.sendall(REQ.pack(hp.HP_OP_HELLO, 0, 0, 0, hp.HP_MAGIC, hp.HP_VERSION, 0) + nc)
         status, _, value = REP.unpack(recv_exact(sock, REP.size))
         assert (status, value) == (0, 1)
+        challenge = recv_exact(sock, hp.HP_NONCE + hp.HP_MAC)
+        ns = challenge[:hp.HP_NONCE]
+        sock.sendall(REQ.pack(hp.HP_OP_AUTH, 0, 0, 0, 0, 0, 0)
+                     + hp_mac(key, b"vkshmem hostproxy client v2", nc, ns, 0, 1))
+        status, op, _ = REP.unpack(recv_exact(sock, REP.size))
+        assert (status, op) == (0, hp.HP_OP_AUTH)
     return sock
 
 
@@ -212,11 +224,13 @@ def test_server_rejects_requests_before_hello_and_bad_hello(job: Job) -> None:
     target = job.t[0][1]
     with contextlib.closing(raw_connect(target, hello=False)) as sock:
         sock.sendall(REQ.pack(hp.HP_OP_GET, 0, 0, 0, 0, 8, 0))
-        assert REP.unpack(recv_exact(sock, REP.size))[0] == hp.HP_EPROTO
+        assert REP.unpack(recv_exact(sock, REP.size))[0] == hp.HP_EAUTH
     with contextlib.closing(raw_connect(target, hello=False)) as sock:
         sock.sendall(REQ.pack(hp.HP_OP_HELLO, 0, 0, 0, 12345, hp.HP_VERSION, 0))
         assert REP.unpack(recv_exact(sock, REP.size))[0] == hp.HP_EHELLO
-    assert target.server_stats()["errors"] == 2
+    # Strangers are counted, not recorded as errors of the job.
+    stats = target.server_stats()
+    assert (stats["errors"], stats["refused"]) == (0, 2)
 
 
 def test_rejected_put_is_reported_at_the_next_quiet(job: Job) -> None:
@@ -254,7 +268,7 @@ probe = ctypes.c_char.from_buffer(m)
 address = ctypes.addressof(probe)
 del probe
 t = HostProxyTransport(TransportContext(1, 2, 0, {"addr": "127.0.0.1"}, "node0", "127.0.0.1",
-                                        lib.vk_amo_address()))
+                                        lib.vk_amo_address(), secret=SECRET))
 key = t.register(SegmentInfo(0, "host", address, 4096, fd, memoryview(m)))
 print(json.dumps({"address": t.address().decode(), "key": key.hex()}), flush=True)
 stop, deadline, spins = sys.argv[1], time.monotonic() + 60, 0
@@ -269,7 +283,8 @@ t.close()
 def test_serves_a_busy_target_process(tmp_path: Path) -> None:
     """The target PE spins in pure Python (holding its GIL); its server still answers."""
     stop = tmp_path / "stop"
-    child = subprocess.Popen([sys.executable, "-c", BUSY_TARGET, str(stop)],
+    child = subprocess.Popen([sys.executable, "-c", f"SECRET = {contract.SECRET!r}\n"
+                              + BUSY_TARGET, str(stop)],
                              stdout=subprocess.PIPE, text=True)
     tr = HostProxyTransport(context(0, 2, options={"addr": "127.0.0.1"}))
     try:

@@ -9,6 +9,7 @@ Needs root and iproute2; skipped otherwise."""
 from __future__ import annotations
 
 import os
+import secrets
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -55,7 +56,9 @@ def check_outputs(out: str, transport: str) -> None:
 def run_env(h: Hosts, transport: str, port: int) -> str:
     env = {**os.environ, **job_env(transport), "VKSHMEM_BOOTSTRAP": "env",
            "WORLD_SIZE": str(len(PLACEMENT)), "MASTER_ADDR": h.addrs[0],
-           "MASTER_PORT": str(port)}
+           "MASTER_PORT": str(port),
+           # beyond loopback the job needs a secret every PE knows (docs/security.md)
+           "VKSHMEM_JOB_SECRET": secrets.token_hex(32)}
     for var in ("VKSHMEM_LAUNCHER", "VKSHMEM_PE", "VKSHMEM_NPES"):
         env.pop(var, None)
     argv = [sys.executable, str(PE_DIR / "multihost.py"), *SCRIPTS]

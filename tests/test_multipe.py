@@ -1,8 +1,8 @@
 """Multi-PE tests: each script under tests/pe runs under ``vkshmem run`` at 1, 2, 3 and 4 PEs,
 once over the shm path and once with it off and every byte (even to this PE) crossing the
 hostproxy transport, or UCX (over its shared memory and over tcp), or libfabric (tcp;ofi_rxm and
-shm). ``--timeout`` and the
-subprocess timeout bound every run."""
+shm), or raw ibverbs (only where ``tests/rdma.py`` finds or creates an RDMA device; skipped
+elsewhere with its reason). ``--timeout`` and the subprocess timeout bound every run."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from rdma import rdma_device
 
 PE_DIR = Path(__file__).parent / "pe"
 MODES = {
@@ -24,7 +25,16 @@ MODES = {
     "ofi-tcp": {"VKSHMEM_SHM": "0", "VKSHMEM_TRANSPORTS": "ofi",
                 "VKSHMEM_OFI_PROVIDER": "tcp;ofi_rxm"},
     "ofi-shm": {"VKSHMEM_SHM": "0", "VKSHMEM_TRANSPORTS": "ofi", "VKSHMEM_OFI_PROVIDER": "shm"},
+    # raw ibverbs carries everything (this PE's own AMOs through the NIC too)
+    "verbs": {"VKSHMEM_SHM": "0", "VKSHMEM_TRANSPORTS": "verbs"},
 }
+#: modes that need something this machine may lack: mode -> why not here ("" where it can run)
+UNAVAILABLE = {"verbs": rdma_device()[1]}
+#: every mode, for ``parametrize("mode", MODE_PARAMS)``: those this machine lacks are skipped
+#: with the reason
+MODE_PARAMS = [pytest.param(m, marks=pytest.mark.skipif(bool(UNAVAILABLE.get(m)),
+                                                        reason=UNAVAILABLE.get(m, "")))
+               for m in MODES]
 
 
 def expected_route(mode: str) -> str:
@@ -57,7 +67,7 @@ def check_run(r: subprocess.CompletedProcess[str], script: str, npes: int, mode:
     assert all(f"routes: ['{want}']" in line for line in routes), routes
 
 
-@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize("mode", MODE_PARAMS)
 @pytest.mark.parametrize("npes", [1, 2, 3, 4])
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_script(script: str, npes: int, mode: str) -> None:

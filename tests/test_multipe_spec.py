@@ -7,12 +7,12 @@ with it off, over hostproxy, UCX and libfabric (the modes of test_multipe)."""
 from __future__ import annotations
 
 import pytest
-from test_multipe import MODES, check_run, launch
+from test_multipe import MODE_PARAMS, MODES, check_run, launch
 
 SCRIPTS = ["signals", "lock", "amo_nbi", "conform_mem", "conform_handles", "reinit"]
 
 
-@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize("mode", MODE_PARAMS)
 @pytest.mark.parametrize("npes", [1, 2, 3, 4])
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_spec_script(script: str, npes: int, mode: str) -> None:

@@ -8,6 +8,7 @@ and iproute2; skipped otherwise.
 from __future__ import annotations
 
 import os
+import secrets
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -39,6 +40,8 @@ def run_on_two_hosts(hosts: tuple[str, str], script: str, extra_env: dict[str, s
     env = {**os.environ, "WORLD_SIZE": "2", "MASTER_ADDR": f"{SUBNET}.1",
            "VKSHMEM_BOOTSTRAP": "env", "VKSHMEM_SYMMETRIC_SIZE": "64M",
            "VKSHMEM_WAIT_TIMEOUT": "60", "VKSHMEM_BOOTSTRAP_TIMEOUT": "30",
+           # beyond loopback the job needs a secret every PE knows
+           "VKSHMEM_JOB_SECRET": secrets.token_hex(32),
            "PYTHONPATH": str(PE_DIR), **extra_env}
     procs = [subprocess.Popen(["ip", "netns", "exec", ns, sys.executable,
                                str(PE_DIR / f"{script}.py")],

@@ -41,12 +41,16 @@ NON_FETCHING_OPS = pytest.mark.parametrize("op", [op for op in AmoOp if not op.f
 # -- the job ---------------------------------------------------------------------------------
 
 
+#: The job secret of the hand-made jobs of the unit tests.
+SECRET = b"transport-unit-test-job-secret"
+
+
 def context(pe: int, n: int, rail: int = 0, options: dict[str, str] | None = None,
-            ) -> TransportContext:
+            secret: bytes = SECRET) -> TransportContext:
     """The context the core would give PE ``pe`` of ``n`` on one node, for rail ``rail``."""
     return TransportContext(
         my_pe=pe, n_pes=n, rail=rail, options=dict(options or {}), node_id="node0",
-        host_address="127.0.0.1", amo_function=native.vk_amo_address(),
+        host_address="127.0.0.1", amo_function=native.vk_amo_address(), secret=secret,
     )
 
 

@@ -42,6 +42,9 @@ HINTS = {
            "to build it); UCX_TLS chooses UCX's own transports",
     "ofi": "apt-get install libfabric1 libfabric-dev, then pip install plugins/ofi "
            "(vkshmem-ofi); VKSHMEM_OFI_PROVIDER chooses the provider (default tcp;ofi_rxm)",
+    "verbs": "an RDMA device (or a soft one: rdma link add rxe0 type rxe netdev eth0), "
+             "apt-get install libibverbs1 ibverbs-providers, and pip install plugins/verbs "
+             "(vkshmem-verbs; libibverbs-dev to build it)",
     "vulkan": "apt-get install libvulkan1 and a Vulkan driver (a GPU's, or mesa-vulkan-drivers "
               "for lavapipe on the CPU), pip install 'vkshmem[gpu]' (the vulkan package); "
               "VKSHMEM_GPU_DEVICE chooses the device",
@@ -57,7 +60,7 @@ HINTS = {
            "openmpi (VKSHMEM_BOOTSTRAP=mpi)",
 }
 #: transports and domains the project ships, listed as missing when not installed
-KNOWN_TRANSPORTS = ("hostproxy", "ucx", "ofi")
+KNOWN_TRANSPORTS = ("hostproxy", "ucx", "ofi", "verbs")
 KNOWN_DOMAINS = ("vulkan", "cuda")
 #: variables of an enclosing job that would confuse the checks' own jobs
 _JOB_PREFIXES = ("VKSHMEM_RAIL", "OMPI_", "PMIX_", "SLURM_")
@@ -188,8 +191,12 @@ def plan(timeout: float) -> tuple[list[Check], list[Result]]:
         extra = ({"VKSHMEM_SHM": "1"} if name == "shm" else
                  {"VKSHMEM_SHM": "0", "VKSHMEM_TRANSPORTS": name})
 
+        probe = reg.transports[name].available if name in reg.transports else None
+
         def run(c: Check) -> tuple[str, str, dict[str, Any]]:
             status, detail, data = _launcher_job("host", timeout, **extra)
+            if status == "fail" and probe is not None and not probe():
+                status = "unavailable"  # the transport's own probe: this machine cannot have it
             if status == "ok":
                 if data["routes"] != [name]:
                     return "fail", f"routes were {data['routes']}, not [{name!r}]", data

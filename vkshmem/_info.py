@@ -45,8 +45,10 @@ def main(args: argparse.Namespace) -> int:
     for spec in sorted(reg.transports.values(), key=lambda s: -s.priority):
         reach = "+".join(sorted(spec.reach))
         kinds = "+".join(sorted(spec.memory_kinds))
+        absent = (" [not available here: left out of the automatic choice]"
+                  if spec.available is not None and not spec.available() else "")
         print(f"   {spec.name:12s} priority {spec.priority:<5d} {reg.origin[spec.name]:10s} "
-              f"reach {reach}, registers {kinds}; {spec.description}")
+              f"reach {reach}, registers {kinds}; {spec.description}{absent}")
     print("\nMemory domains (segment 0 host, 1 internal, then the plugins in name order):")
     print(f"   {'host':12s} segment 0     core       memfd host heap (VKSHMEM_SYMMETRIC_SIZE)")
     for seg, spec in enumerate(sorted(reg.domains.values(), key=lambda s: s.name), start=2):

@@ -1,8 +1,11 @@
 """The job launcher behind ``vkshmem run`` (single host; bootstrap ``local``).
 
-The launcher starts a store server (:mod:`vkshmem.core.bootstrap.store`) on 127.0.0.1, spawns N
-PEs (``python script.py args...`` or ``python -m module args...``) with the variables of
-:data:`PE_VARS`, forwards their output line by line with a ``[pe i] `` prefix, and watches them:
+The launcher makes the job's secret (:mod:`vkshmem.core.auth`: 256 random bits, handed to each PE
+as an inherited sealed memfd named by ``VKSHMEM_JOB_SECRET_FD``, never through the environment),
+starts a store server (:mod:`vkshmem.core.bootstrap.store`) on 127.0.0.1 that admits only
+connections proving they know it, spawns N PEs (``python script.py args...`` or
+``python -m module args...``) with the variables of :data:`PE_VARS`, forwards their output
+line by line with a ``[pe i] `` prefix, and watches them:
 
 * when a PE exits non-zero, dies from a signal, reports a failure through the store
   (``Bootstrap.report_failure``) or calls ``global_exit`` (``Bootstrap.abort``), every other PE
@@ -40,6 +43,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
+from .core.auth import FD_VAR, FILE_VAR, SECRET_VAR, new_secret, secret_fd
 from .core.bootstrap.store import StoreServer, format_seconds
 
 __all__ = ["PE_VARS", "LaunchOptions", "run_job"]
@@ -50,6 +54,8 @@ PE_VARS = {
     "VKSHMEM_PE": "this PE's rank, 0 .. N-1",
     "VKSHMEM_NPES": "the number of PEs, N",
     "VKSHMEM_JOB_ID": "an id unique to this job (the store rejects PEs of other jobs)",
+    FD_VAR: "an inherited fd (a sealed memfd) holding the job's random secret, which every "
+            "connection to the store and between PEs must prove it knows",
 }
 TIMEOUT_EXIT = 124
 _PR_SET_PDEATHSIG = 1
@@ -173,8 +179,15 @@ class _Job:
         os.set_blocking(self.wake_r, False)
         os.set_blocking(self.wake_w, False)
         self.sel.register(self.wake_r, selectors.EVENT_READ, None)
-        self.server = StoreServer(opts.npes, opts.host, 0, job_id=self.job_id,
-                                  on_failure=self._on_failure, on_abort=self._on_abort)
+        secret = new_secret()
+        self.secret_fd = secret_fd(secret)
+        try:
+            self.server = StoreServer(opts.npes, opts.host, 0, job_id=self.job_id,
+                                      on_failure=self._on_failure, on_abort=self._on_abort,
+                                      secret=secret)
+        except BaseException:
+            os.close(self.secret_fd)
+            raise
 
     @staticmethod
     def _binary(stream: object) -> BinaryIO | None:
@@ -288,9 +301,10 @@ class _Job:
     # -- process control ------------------------------------------------------------------
     def _spawn(self) -> bool:
         host, port = self.server.address
-        base = dict(os.environ)
+        base = {k: v for k, v in os.environ.items() if k not in (SECRET_VAR, FILE_VAR)}
         base.update(VKSHMEM_LAUNCHER=f"{host}:{port}", VKSHMEM_NPES=str(self.opts.npes),
                     VKSHMEM_JOB_ID=self.job_id, PYTHONUNBUFFERED="1")
+        base[FD_VAR] = str(self.secret_fd)
         preexec = _pdeathsig_setup()
         argv = [self.opts.python, *self.opts.command]
         for rank in range(self.opts.npes):
@@ -298,7 +312,7 @@ class _Job:
             try:
                 proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                         stderr=subprocess.PIPE, env=env, close_fds=True,
-                                        preexec_fn=preexec)
+                                        pass_fds=(self.secret_fd,), preexec_fn=preexec)
             except OSError as exc:
                 self._begin_end(_Cause("spawn", f"cannot start PE {rank} ({argv[0]}): {exc}",
                                        rank, 127))
@@ -441,6 +455,8 @@ class _Job:
                 for stream in pe.streams:
                     self._close_stream(stream)
             self.server.close()
+            with contextlib.suppress(OSError):
+                os.close(self.secret_fd)
             self.sel.close()
             for fd in (self.wake_r, self.wake_w):
                 with contextlib.suppress(OSError):

@@ -64,23 +64,7 @@ from ._api.amo_nbi import (
     atomic_fetch_xor_nbi,
     atomic_swap_nbi,
 )
-from ._api.collectives import (
-    alltoall,
-    alltoalls,
-    and_reduce,
-    broadcast,
-    collect,
-    fcollect,
-    max_reduce,
-    min_reduce,
-    or_reduce,
-    prod_reduce,
-    reduce,
-    sum_exscan,
-    sum_inscan,
-    sum_reduce,
-    xor_reduce,
-)
+from ._api.collectives import alltoall, alltoalls, broadcast, collect, fcollect
 from ._api.compat import ffi, lib
 from ._api.ctx import CTX_DEFAULT, CTX_INVALID, Ctx, ctx_session_start, ctx_session_stop
 from ._api.enums import AMO, CMP, CTX, CTX_SESSION, MALLOC, OP, THREAD
@@ -103,6 +87,18 @@ from ._api.lifecycle import (
 )
 from ._api.lock import Lock, clear_lock, del_lock, new_lock, set_lock, test_lock
 from ._api.ptr import addr_accessible, ptr
+from ._api.reductions import (
+    and_reduce,
+    max_reduce,
+    min_reduce,
+    or_reduce,
+    prod_reduce,
+    reduce,
+    sum_exscan,
+    sum_inscan,
+    sum_reduce,
+    xor_reduce,
+)
 from ._api.rma import get, get_nbi, iget, iput, put, put_nbi
 from ._api.rma16 import ibget, ibput, pe_quiet
 from ._api.signal import (

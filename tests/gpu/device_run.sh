@@ -25,6 +25,8 @@
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 #       --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
 #       --platform manylinux2014_x86_64 -d .devcarry/whl vulkan==1.3.275.1 cffi pycparser
+#   (optional, for benchmarks/multi_gpu.py) the same download with --platform manylinux_2_34_x86_64
+#       into .devcarry/nvshmem: nvshmem4py-cu12 nvshmem4py-cu13 cuda-core cuda-pathfinder
 #
 # Variables: VKSHMEM_DEVRUN_AFTER (a command run after pytest, same environment), PYTHON (default python3), VKSHMEM_DEVCARRY (default .devcarry),
 # VKSHMEM_TEST_TIMEOUT (per-test seconds, default 180), VKSHMEM_GPU_TESTS (default `require`:
@@ -82,6 +84,23 @@ if ! $PY -m pip install -q --no-deps --no-build-isolation --no-index --no-cache-
             || die "could not build $d"
     done
     export PYTHONPATH="$PWD:$PWD/plugins/hostproxy:$PYTHONPATH"
+fi
+
+# 3b. On an NVIDIA machine, the cuda domain plugin (editable; builds its cffi helper), and
+# nvshmem4py from $CARRY/nvshmem/*.whl (with cuda-core, cuda-pathfinder) when the machine's
+# Python lacks it (benchmarks/multi_gpu.py compares with it; NVSHMEM's library is the
+# machine's nvidia-nvshmem wheel).
+if command -v nvidia-smi >/dev/null 2>&1; then
+    $PY -m pip install -q --no-deps --no-build-isolation --no-index --no-cache-dir \
+        -e plugins/cuda >>/tmp/device_run_pip.log 2>&1 || say "the cuda plugin did not install"
+    if ! $PY -c "import nvshmem.core" >/dev/null 2>&1 && ls "$CARRY"/nvshmem/*.whl >/dev/null 2>&1; then
+        cuda_major=$($PY -c "import cuda.bindings; print(cuda.bindings.__version__.split('.')[0])" 2>/dev/null)
+        wheels=$(ls "$CARRY"/nvshmem/*.whl | grep -v 'nvshmem4py_cu' ; ls "$CARRY"/nvshmem/nvshmem4py_cu"${cuda_major:-13}"*.whl 2>/dev/null)
+        # cuda-core/cuda-pathfinder only where the machine has none
+        $PY -c "import cuda.core" >/dev/null 2>&1 && wheels=$(echo "$wheels" | grep -v -e cuda_core -e cuda_pathfinder)
+        $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+            --target "$SITE" $wheels || say "nvshmem4py did not install"
+    fi
 fi
 
 # 4. A headless NVIDIA ICD: the driver's JSON with library_path = libEGL_nvidia.so.0.

@@ -6,6 +6,7 @@ Prints ``OK rank=R size=N name=NAME addr=ADDR`` on success; raises on any mismat
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import os
 import sys
@@ -27,6 +28,12 @@ def main() -> None:
 
     got = boot.allgather(f"pe{r}".encode())
     assert got == [f"pe{i}".encode() for i in range(n)], got
+
+    # Every PE holds the same job secret (a digest of it is compared, not the secret); the
+    # launchers that make one make a long random one.
+    digests = boot.allgather(hashlib.sha256(boot.secret).digest())
+    assert len(set(digests)) == 1, "the PEs hold different job secrets"
+    assert boot.name == "env" or len(boot.secret) >= 32, (boot.name, len(boot.secret))
 
     # Different sizes per rank, every byte value, and an empty blob on rank 0.
     got = boot.allgather(bytes(range(256)) * r)

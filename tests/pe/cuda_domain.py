@@ -1,6 +1,7 @@
 """The ``cuda`` memory domain (plugins/cuda) under the launcher, on a machine with NVIDIA GPUs:
-CudaArrays take puts, gets and AMOs from every kind of source, waits, signals and a reduction
-work on them, and CuPy (when importable) views them without a copy."""
+CudaArrays take puts, gets and AMOs from every kind of source, waits, signals and reductions
+work on them, and CuPy and torch (when importable) view them without a copy (CUDA array
+interface and DLPack)."""
 
 from __future__ import annotations
 
@@ -55,11 +56,31 @@ shmem.put_signal(data, np.full(4, me + 0.5), right, sig, me + 1, shmem.SIGNAL_SE
 seen = shmem.signal_wait_until(sig, shmem.CMP.EQ, left + 1)
 check(seen == left + 1 and np.all(data.to_numpy() == left + 0.5), "put_signal on CUDA memory")
 
-# a reduction into CUDA memory (host reduction after the gather)
+# reductions into CUDA memory: from mapped peers by one kernel (routes direct), through the
+# gather otherwise; in place (target is source) and a dtype the kernel lacks take the gather
 src = shmem.full(5, me + 1, np.int64, domain="cuda")
 dst = shmem.zeros(5, np.int64, domain="cuda")
 shmem.sum_reduce(dst, src)
 check(np.all(dst.to_numpy() == n * (n + 1) // 2), f"sum_reduce: {dst.to_numpy()}")
+big = 300_000  # more than the gather's scratch per team, and not a multiple of a block
+fsrc = shmem.zeros(big, np.float32, domain="cuda")
+fsrc.copy_from(np.arange(big, dtype=np.float32) % 7 + me)
+fdst = shmem.zeros(big, np.float32, domain="cuda")
+for op, fn, ref in (("sum", shmem.sum_reduce, np.add), ("max", shmem.max_reduce, np.maximum),
+                    ("min", shmem.min_reduce, np.minimum), ("prod", shmem.prod_reduce,
+                                                            np.multiply)):
+    fn(fdst, fsrc)
+    want = np.arange(big, dtype=np.float32) % 7
+    want = ref.reduce([want + p for p in range(n)], axis=0).astype(np.float32)
+    check(np.array_equal(fdst.to_numpy(), want), f"{op}_reduce of {big} float32")
+fn_in_place = shmem.zeros(5, np.uint32, domain="cuda")
+fn_in_place.copy_from(np.full(5, 1 << me, np.uint32))
+shmem.or_reduce(fn_in_place, fn_in_place)
+check(np.all(fn_in_place.to_numpy() == (1 << n) - 1), "or_reduce in place")
+half = shmem.full(3, me + 1, np.float16, domain="cuda")
+hdst = shmem.zeros(3, np.float16, domain="cuda")
+shmem.sum_reduce(hdst, half)
+check(np.all(hdst.to_numpy() == n * (n + 1) // 2), "float16 sum_reduce (gathered)")
 
 try:
     import cupy as cp
@@ -70,8 +91,23 @@ check(iface["data"][0] == a.device_pointer and iface["shape"] == (1024,), "CUDA 
 if cp is not None:
     view = cp.asarray(a)
     check(int(view[:8].sum()) == int((np.arange(8) + 100 * left).sum()), "CuPy sees the data")
-    view[16] = 42
+    with cp.cuda.Device(a.domain.device.ordinal):
+        view[16] = 42
+        cp.cuda.get_current_stream().synchronize()  # CUDA work ends before vkshmem reads
     check(int(a.to_numpy()[16]) == 42, "CuPy writes land in the symmetric heap")
+    with cp.cuda.Device(a.domain.device.ordinal):
+        dl = cp.from_dlpack(a)  # DLPack: the same memory again
+        check(dl.data.ptr == a.device_pointer and int(dl[16]) == 42, "cupy.from_dlpack")
+        del dl
+try:
+    import torch
+except Exception:  # no torch: DLPack is still checked through CuPy
+    torch = None
+if torch is not None:
+    t = torch.from_dlpack(a)
+    check(t.data_ptr() == a.device_pointer and t.device.index == a.domain.device.ordinal
+          and int(t[:8].sum()) == int((np.arange(8) + 100 * left).sum()), "torch.from_dlpack")
+    del t
 pv = shmem.ptr(a, right)  # the right neighbour's array as mapped on this GPU
 if heap.route_names[right] == "direct":
     check(pv is not None and pv.__cuda_array_interface__["shape"] == (1024,),
@@ -79,10 +115,13 @@ if heap.route_names[right] == "direct":
     if cp is not None:
         check(int(cp.asarray(pv)[:8].sum()) == int((np.arange(8) + 100 * me).sum()),
               "the ptr view reads the peer's memory")
+        with cp.cuda.Device(a.domain.device.ordinal):
+            check(int(cp.from_dlpack(pv)[:8].sum()) == int((np.arange(8) + 100 * me).sum()),
+                  "the ptr view through DLPack")
 else:
     check(pv is None, "no view of a peer reached through the proxy")
 shmem.barrier_all()
-for x in (a, b, c, ctr, data, src, dst):
+for x in (a, b, c, ctr, data, src, dst, fsrc, fdst, fn_in_place, half, hdst):
     shmem.free(x)
 shmem.del_signal(sig)
 print(f"routes: {sorted({r.name for r in rt.routes})}")

@@ -209,8 +209,28 @@ def reduce(ct: CollTeam, target: Any, source: Any, entry: tuple[str, np.ufunc, s
         return
     _check(target, source, "reduce")
     cnt = count_of(target, source, size)
-    if cnt:
+    if cnt and not _reduce_in_place(ct, target, source, cnt, entry[0]):
         _gather_reduce(ct, target, source, cnt, entry[0], entry[1], lambda me: range(ct.n))
+
+
+def _reduce_in_place(ct: CollTeam, target: DomainArray, source: Any, cnt: int, op: str) -> bool:
+    """Where every member's source is mapped on every member's device (same domain, routes
+    ``direct``) and the domain can, each PE reduces the members' sources straight into its
+    target: one kernel between two barriers, no gather. Not for a target overlapping the
+    source (a member may still read what another overwrites). The decision is the same on
+    every PE. False when not taken (the gather path runs)."""
+    heap = heap_of(target, "collective target")
+    dt = np.dtype(target.dtype)
+    if not (isinstance(source, DomainArray) and source.domain is heap.domain
+            and heap.domain.can_reduce_from(op, dt) and heap.maps_all(ct.pes)):
+        return False
+    nbytes = cnt * dt.itemsize
+    if target.offset < source.offset + nbytes and source.offset < target.offset + nbytes:
+        return False
+    ct.ts.sync()  # every member's source is ready
+    heap.reduce_from(target.offset, ct.pes, source.offset, cnt, op, dt)
+    ct.ts.sync()  # nobody changes a source another member still reads
+    return True
 
 
 def scan(ct: CollTeam, target: Any, source: Any, size: Any, inclusive: bool,

@@ -1,4 +1,10 @@
-"""cffi (API mode) build of the core's native helper ``vkshmem.core._native``."""
+"""cffi (API mode) build of the core's native helper ``vkshmem.core._native``.
+
+Every entry point checks its own arguments (segment id, PE index, offset and size against the
+segment, AMO width and alignment) before it touches memory: a bad call returns an error code
+(or records one for ``vk_last_error``) instead of reading or writing outside a mapping, even
+when the Python layer that normally checks first is bypassed.
+"""
 
 from pathlib import Path
 
@@ -10,8 +16,8 @@ CDEF = """
 uint64_t vk_amo(uintptr_t addr, int op, int width, uint64_t operand, uint64_t compare);
 void vk_fence(void);
 int vk_table_init(int npes, int nsegs);
-void vk_set_local(int seg, uintptr_t base, uint64_t size);
-void vk_set_peer(int seg, int pe, uintptr_t base);
+int vk_set_local(int seg, uintptr_t base, uint64_t size);
+int vk_set_peer(int seg, int pe, uintptr_t base);
 int64_t vk_locate(const void *p, uint64_t nbytes);
 int vk_track(int seg);
 void vk_mark_live(int seg, uint64_t off, uint64_t n, int live);
@@ -42,6 +48,23 @@ static struct vk_table g;
 #define g_npes g.npes
 #define g_peer g.peer
 
+static __thread int g_err;
+
+/* Error codes: -1 outside every segment (vk_locate), -2 runs past a segment's end, -3 pe not
+ * mapped, -4 misaligned AMO, -5 segment id or PE index out of range, -6 bad AMO width/op. */
+static inline int seg_pe_ok(int seg, int pe) {
+    return seg >= 0 && seg < g.nsegs && pe >= 0 && pe < g_npes && g_peer != NULL;
+}
+
+/* pe's mapping of [off, off + n) of segment seg, or 0 with the error in *err. */
+static inline uintptr_t shm_addr(int seg, int pe, uint64_t off, uint64_t n, int *err) {
+    if (!seg_pe_ok(seg, pe)) { *err = -5; return 0; }
+    uintptr_t base = g_peer[seg * g_npes + pe];
+    if (!base) { *err = -3; return 0; }
+    if (off > g.size[seg] || n > g.size[seg] - off) { *err = -2; return 0; }
+    return base + off;
+}
+
 uint64_t vk_amo(uintptr_t addr, int op, int width, uint64_t a, uint64_t b) {
     return vk_amo_impl(addr, op, width, a, b);
 }
@@ -70,14 +93,22 @@ int vk_table_init(int npes, int nsegs) {
     return 0;
 }
 
-void vk_set_local(int seg, uintptr_t base, uint64_t size) {
+int vk_set_local(int seg, uintptr_t base, uint64_t size) {
+    if (seg < 0 || seg >= g.nsegs) return -5;
     g.base[seg] = base;
     g.size[seg] = size;
+    return 0;
 }
 
-void vk_set_peer(int seg, int pe, uintptr_t base) { g_peer[seg * g_npes + pe] = base; }
+int vk_set_peer(int seg, int pe, uintptr_t base) {
+    if (!seg_pe_ok(seg, pe)) return -5;
+    g_peer[seg * g_npes + pe] = base;
+    return 0;
+}
 
-uintptr_t vk_peer_base(int seg, int pe) { return g_peer[seg * g_npes + pe]; }
+uintptr_t vk_peer_base(int seg, int pe) {
+    return seg_pe_ok(seg, pe) ? g_peer[seg * g_npes + pe] : 0;
+}
 
 /* Track the live allocations of segment seg (set with vk_set_local): from now on vk_locate
  * refuses memory outside them (-3). Nothing is live until vk_mark_live says so. */
@@ -103,27 +134,40 @@ void vk_mark_live(int seg, uint64_t off, uint64_t n, int live) {
 
 int64_t vk_locate(const void *p, uint64_t nbytes) { return vk_locate_in(&g, p, nbytes); }
 
+/* 0, or an error code (see above). */
 int vk_shm_put(int seg, int pe, uint64_t off, const void *src, uint64_t n) {
-    uintptr_t base = g_peer[seg * g_npes + pe];
-    if (!base) return -1;
-    memcpy((void *)(base + off), src, n);
+    int err = 0;
+    uintptr_t p = shm_addr(seg, pe, off, n, &err);
+    if (!p) return err;
+    memcpy((void *)p, src, n);
     return 0;
 }
 
 int vk_shm_get(int seg, int pe, uint64_t off, void *dst, uint64_t n) {
-    uintptr_t base = g_peer[seg * g_npes + pe];
-    if (!base) return -1;
-    memcpy(dst, (const void *)(base + off), n);
+    int err = 0;
+    uintptr_t p = shm_addr(seg, pe, off, n, &err);
+    if (!p) return err;
+    memcpy(dst, (const void *)p, n);
     return 0;
 }
 
+static inline int amo_ok(int op, int width) {
+    return (width == 4 || width == 8) && op >= VK_FETCH && op <= VK_XOR;
+}
+
+/* The old value; on error VK_SENTINEL, with the error for vk_last_error(). */
 uint64_t vk_shm_amo(int seg, int pe, uint64_t off, int op, int width, uint64_t a, uint64_t b) {
-    return vk_amo_impl(g_peer[seg * g_npes + pe] + off, op, width, a, b);
+    if (!amo_ok(op, width)) { g_err = -6; return VK_SENTINEL; }
+    uintptr_t p = shm_addr(seg, pe, off, (uint64_t)width, &g_err);
+    if (!p) return VK_SENTINEL;
+    if (p & (uintptr_t)(width - 1)) { g_err = -4; return VK_SENTINEL; }
+    return vk_amo_impl(p, op, width, a, b);
 }
 
 /* Fused shm fast paths: resolve the symmetric address, find the peer mapping, move the data,
  * all in one call. Return 0, or the vk_locate error (-1, -2), or -3 when pe is not mapped. */
 int vk_direct_put(const void *target, const void *src, uint64_t n, int pe) {
+    if (pe < 0 || pe >= g_npes) return -5;
     int64_t r = vk_locate(target, n);
     if (r < 0) return (int)r;
     uintptr_t base = g_peer[(r >> 48) * g_npes + pe];
@@ -133,6 +177,7 @@ int vk_direct_put(const void *target, const void *src, uint64_t n, int pe) {
 }
 
 int vk_direct_get(void *dst, const void *source, uint64_t n, int pe) {
+    if (pe < 0 || pe >= g_npes) return -5;
     int64_t r = vk_locate(source, n);
     if (r < 0) return (int)r;
     uintptr_t base = g_peer[(r >> 48) * g_npes + pe];
@@ -141,13 +186,13 @@ int vk_direct_get(void *dst, const void *source, uint64_t n, int pe) {
     return 0;
 }
 
-static __thread int g_err;
-
 int vk_last_error(void) { int e = g_err; g_err = 0; return e; }
 
 /* Returns the old value; on error returns VK_SENTINEL and records the error for
  * vk_last_error() (a genuine VK_SENTINEL value reads a 0 error). */
 uint64_t vk_direct_amo(const void *target, int pe, int op, int width, uint64_t a, uint64_t b) {
+    if (pe < 0 || pe >= g_npes) { g_err = -5; return VK_SENTINEL; }
+    if (!amo_ok(op, width)) { g_err = -6; return VK_SENTINEL; }
     int64_t r = vk_locate(target, (uint64_t)width);
     if (r < 0) { g_err = (int)r; return VK_SENTINEL; }
     uintptr_t base = g_peer[(r >> 48) * g_npes + pe];

@@ -3,8 +3,9 @@
 Everything here is built from the transport contract (put, AMO) and the team's signal
 counters (:class:`~vkshmem.core.teams.TeamState`); a transport may replace any of these
 algorithms through :meth:`Transport.collective <vkshmem.core.transport.Transport.collective>`
-(:func:`find_offload`). The public, validating layer is :mod:`vkshmem._api.collectives`; the
-functions here take already checked, flat, contiguous numpy arrays.
+(:func:`find_offload`). The public, validating layer is :mod:`vkshmem._api.collectives` and
+:mod:`vkshmem._api.reductions`; the functions here take already checked, flat, contiguous numpy
+arrays.
 
 Algorithms (``n`` = team size, all of them correct for any ``n``):
 

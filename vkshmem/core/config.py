@@ -157,6 +157,8 @@ def _parse_device(text: str) -> int | None:
 
 
 def _parse_chunk(text: str) -> int:
+    if text.strip().lower() == "auto":
+        return 0  # sized by the domain proxy from the heap and the number of PEs
     value = parse_size(text)
     if value < 4096:
         raise ValueError("must be at least 4K")
@@ -217,10 +219,11 @@ _var("VKSHMEM_GPU_MAPPED", "bool", "1",
      "Where GPU memory is host-visible (lavapipe, resizable-BAR GPUs), copy, wait and zero "
      "through its CPU mapping (and, on CPU drivers, apply AMOs with CPU atomics). 0 takes the "
      "discrete-GPU paths everywhere: staged copies, shader atomics, polled waits.", _parse_bool)
-_var("VKSHMEM_GPU_PROXY_CHUNK", "size", "256K",
+_var("VKSHMEM_GPU_PROXY_CHUNK", "size", "auto",
      "GPU memory of peers that cannot import each other's memory (another device or node, or "
      "VKSHMEM_SHM=0) is reached through their GPU proxy thread, in pieces of this size; each "
-     "PE reserves 2 x this x PEs of its host heap for it.", _parse_chunk)
+     "PE reserves 2 x this x PEs of its host heap for it. auto: 4M, less where that would take "
+     "more than an eighth of VKSHMEM_SYMMETRIC_SIZE (never below 256K).", _parse_chunk)
 
 
 for _name, _doc in (("VKSHMEM_LAUNCHER", "Set by vkshmem run: host:port of its rendezvous."),

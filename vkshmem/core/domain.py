@@ -70,7 +70,7 @@ class DomainSpec:
     accelerator for this domain (not an emulation such as a CPU Vulkan driver)?
     ``available(config)``: could the domain open here at all (its library and a device are
     present; None: always)? ``domain='gpu'`` takes the first gpu-family domain available on
-    every PE.
+    every PE. ``size_variable``: the variable users raise when the heap is full.
     """
 
     name: str
@@ -81,6 +81,8 @@ class DomainSpec:
     accelerator: Callable[[Config], bool] | None = None
     available: Callable[[Config], bool] | None = None
     description: str = ""
+    #: the environment variable that sets the heap's size (named in HeapExhaustedError)
+    size_variable: str = ""
 
 
 @dataclass
@@ -210,6 +212,20 @@ class MemoryDomain(ABC):
         """``dst[i] = dst[i] op src[i]`` for ``count`` elements of this PE's segment on the
         device; return False when the device cannot (the core then reduces on the host)."""
         return False
+
+    def can_reduce_from(self, op: str, dtype: np.dtype) -> bool:
+        """Whether :meth:`reduce_from` does ``op`` on ``dtype`` (the answer must depend on
+        nothing else: every PE of a collective decides alike). Default: no."""
+        return False
+
+    def reduce_from(self, dst_offset: int, sources: list[tuple[Any, int]], count: int, op: str,
+                    dtype: np.dtype) -> None:
+        """``dst[i] = op over sources[j][i]`` for ``count`` elements into this PE's segment,
+        on the device, where each source is (memory handle this PE maps: its own ``local`` or
+        a peer's imported one, offset), folded in the order given; called only where
+        :meth:`can_reduce_from`. Otherwise the core gathers through its scratch and uses
+        :meth:`reduce`."""
+        raise NotImplementedError
 
     # -- arrays -------------------------------------------------------------------------------
 

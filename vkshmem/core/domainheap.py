@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -59,6 +60,7 @@ class DomainHeap:
         self.my_pe = rt.my_pe
         self.closed = False
         self.proxy: DomainProxy | None = None
+        self._staging = threading.local()  # _pieces' host buffer, per thread
         self.peers: dict[int, Any] = {}
         self.info: SegmentInfo | None = None
         cfg = rt.config
@@ -84,7 +86,8 @@ class DomainHeap:
         rt, dom = self.rt, self.domain
         self.size = size = dom.size
         self.local = dom.local
-        self.heap = Allocator(size, self.name, f"the {self.name} domain's heap size")
+        self.heap = Allocator(size, self.name,
+                              self.spec.size_variable or f"the {self.name} domain's heap size")
         # Collective scratch, one slot per team slot: the first allocation of a fresh
         # allocator, so the same offset on every PE.
         self.scratch_bytes = SCRATCH_BYTES
@@ -106,8 +109,10 @@ class DomainHeap:
         self.info = dom.describe()
         self._carry_by_transports()
         self.route_names = [self._route_name(pe) for pe in range(rt.n_pes)]
-        needs_proxy = [b"1" if "proxy" in self.route_names else b"0"]
-        if any(v == b"1" for v in rt.bootstrap.allgather(needs_proxy[0])):
+        #: every PE's routes (row: that PE's view), so decisions that must agree can
+        views = rt.bootstrap.allgather(",".join(self.route_names).encode())
+        self.all_routes = [v.decode().split(",") for v in views]
+        if any("proxy" in r for r in self.all_routes):
             from .domainproxy import DomainProxy
             self.proxy = DomainProxy(self)
         rt.bootstrap.barrier()
@@ -123,8 +128,9 @@ class DomainHeap:
         mine = groups[self.my_pe]
         direct = [pe for pe in range(rt.n_pes)
                   if pe != self.my_pe and mine is not None and groups[pe] == mine]
-        got = exchange_fds(f"{rt.token}.{self.seg_id}", self.my_pe, direct, fds,
-                           rt.bootstrap.barrier, rt.config.bootstrap_timeout)
+        got = exchange_fds(f"{rt.token}.{self.seg_id}", self.my_pe,
+                           {pe: rt.pids[pe] for pe in direct}, fds, rt.bootstrap.barrier,
+                           rt.config.bootstrap_timeout)
         for pe in sorted(got):
             try:
                 self.peers[pe] = self.domain.import_peer(pe, got[pe],
@@ -142,7 +148,9 @@ class DomainHeap:
         rt = self.rt
         assert self.info is not None
         kind = self.info.kind
-        able = [t for t in rt.transports if kind in t.spec.memory_kinds]
+        dmabuf = self.info.dmabuf_fd >= 0
+        able = [t for t in rt.transports
+                if kind in t.spec.memory_kinds or (dmabuf and "dmabuf" in t.spec.memory_kinds)]
         keys = {}
         for t in able:
             keys[f"{t.spec.name}@{rt.rail_of(t)}"] = t.register(self.info).hex()
@@ -233,8 +241,13 @@ class DomainHeap:
             self.domain.write(self.local, dst_off + lo, piece)
 
     def _pieces(self, nbytes: int) -> Any:
-        chunk = self.rt.config.gpu_proxy_chunk
-        tmp = memoryview(bytearray(min(nbytes, chunk)))
+        """Host staging pieces of a device transfer to or from a peer not mapped here (the
+        proxy's piece size; a per-thread buffer, reused)."""
+        chunk = self.proxy.chunk if self.proxy is not None else \
+            (self.rt.config.gpu_proxy_chunk or 4 << 20)
+        tmp = getattr(self._staging, "buf", None)
+        if tmp is None or tmp.nbytes < min(nbytes, chunk):
+            tmp = self._staging.buf = memoryview(np.empty(min(nbytes, chunk), np.uint8))
         for lo in range(0, nbytes, chunk):
             yield lo, tmp[:min(chunk, nbytes - lo)]
 
@@ -298,6 +311,18 @@ class DomainHeap:
     def reduce(self, dst_off: int, src_off: int, count: int, op: str, dtype: np.dtype) -> bool:
         """See :meth:`MemoryDomain.reduce`."""
         return self.domain.reduce(dst_off, src_off, count, op, dtype)
+
+    def maps_all(self, pes: Any) -> bool:
+        """Whether every PE of ``pes`` maps the segments of all of them (routes ``direct``):
+        the same answer on each of them."""
+        return all(self.all_routes[p][q] == "direct" for p in pes for q in pes)
+
+    def reduce_from(self, dst_off: int, pes: Any, src_off: int, count: int, op: str,
+                    dtype: np.dtype) -> None:
+        """``dst[i] = op over pes' src[i]`` read where they are (see
+        :meth:`MemoryDomain.reduce_from`); every PE of ``pes`` must be mapped here."""
+        sources = [(self.local if pe == self.my_pe else self.direct[pe], src_off) for pe in pes]
+        self.domain.reduce_from(dst_off, sources, count, op, dtype)
 
     # -- collective allocation -------------------------------------------------------------------
 

@@ -41,7 +41,7 @@ from .wait import Waiter
 if TYPE_CHECKING:
     from .domainheap import DomainHeap
 
-__all__ = ["DomainProxy"]
+__all__ = ["DomainProxy", "proxy_chunk"]
 
 log = logging.getLogger("vkshmem")
 
@@ -50,6 +50,17 @@ _HDR = struct.Struct("<IIQQQQ")  # op, width, offset, nbytes, operand, compare (
 _RESP = struct.Struct("<QQ")  # value, status (at +72)
 _U64 = struct.Struct("<Q")
 _MAX_SLEEP = 1e-3
+
+
+def proxy_chunk(configured: int, heap_size: int, n_pes: int) -> int:
+    """The proxy's piece size: ``configured`` (VKSHMEM_GPU_PROXY_CHUNK), or for ``auto`` (0)
+    4 MiB, less where the mailbox (2 pieces per PE) would take more than an eighth of the host
+    heap, never below 256 KiB. Every piece costs a request/response round trip and a device
+    submission on each side, so larger pieces move more per round trip."""
+    if configured:
+        return configured
+    fit = heap_size // (8 * 2 * max(n_pes, 1)) // 4096 * 4096
+    return max(256 << 10, min(4 << 20, fit))
 
 
 class DomainProxy:
@@ -62,7 +73,7 @@ class DomainProxy:
         self.rt = rt
         self.me = rt.my_pe
         self.n = rt.n_pes
-        self.chunk = rt.config.gpu_proxy_chunk
+        self.chunk = proxy_chunk(rt.config.gpu_proxy_chunk, rt.config.symmetric_size, self.n)
         self.block = 128 + 2 * self.chunk
         self.timeout = rt.config.gpu_timeout
         #: what a failure raises: the domain's own error type (GpuError for the GPU)

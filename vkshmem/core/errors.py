@@ -60,9 +60,10 @@ class HeapExhaustedError(VkshmemError, MemoryError):
         self.requested = requested
         self.available = available
         self.variable = variable
+        how = f"{variable} (e.g. {variable}=2G)" if variable.isupper() else variable
         super().__init__(
             f"symmetric {domain} heap exhausted: asked for {requested} bytes, the largest free "
-            f"block is {available} bytes; raise {variable} (e.g. {variable}=2G)"
+            f"block is {available} bytes; raise {how}"
         )
 
 

@@ -82,7 +82,7 @@ class TransportRoutes:
         return TransportContext(
             my_pe=self.my_pe, n_pes=self.n_pes, rail=rail, options=options,
             node_id=self.node_ids[self.my_pe], host_address=self.bootstrap.host_address(),
-            amo_function=int(lib.vk_amo_address()),
+            amo_function=int(lib.vk_amo_address()), secret=self.bootstrap.secret,
         )
 
     def _open(self, spec: TransportSpec, rail: int, options: dict[str, str],
@@ -124,6 +124,8 @@ class TransportRoutes:
             rail = Rail(0, None)
             named = bool(cfg.transports)
             for spec in candidates:
+                if not named and spec.available is not None and not spec.available():
+                    continue  # e.g. no RDMA device here: not a candidate, and no warning
                 t = self._open(spec, 0, {}, named)
                 if t is not None:
                     rail.transports.append(t)

@@ -129,6 +129,8 @@ class Runtime(TransportRoutes, MemoryDomains):
                                   "plugins for every PE (or filter them alike with "
                                   "VKSHMEM_PLUGINS_ALLOW/VKSHMEM_PLUGINS_DENY)")
         self.token = infos[0]["token"]
+        #: each PE's process id (fd passing admits only these processes)
+        self.pids: list[int] = [int(i["pid"]) for i in infos]
         self.node_ids = [i["node"] for i in infos]
         my_node = self.node_ids[self.my_pe]
         self.node_pes = [pe for pe, n in enumerate(self.node_ids) if n == my_node]
@@ -156,8 +158,9 @@ class Runtime(TransportRoutes, MemoryDomains):
         if cfg.shm:
             peers = [pe for pe in self.node_pes if pe != self.my_pe]
             segs = list(self.segments.values())
-            got = exchange_fds(self.token, self.my_pe, peers, [s.fd for s in segs],
-                               self.bootstrap.barrier, cfg.bootstrap_timeout)
+            got = exchange_fds(self.token, self.my_pe, {pe: self.pids[pe] for pe in peers},
+                               [s.fd for s in segs], self.bootstrap.barrier,
+                               cfg.bootstrap_timeout)
             for pe, fds in got.items():
                 for seg, fd in zip(segs, fds, strict=True):
                     self.shm.attach(pe, seg.seg_id, fd, seg.size)

@@ -12,10 +12,23 @@ import os
 from collections.abc import Mapping
 
 from ._native import ffi, lib
-from .errors import TransportError
+from .errors import InvalidArgumentError, TransportError
 from .transport import AmoOp, PeerInfo, SegmentInfo, Transport, TransportSpec
 
 __all__ = ["SHM_SPEC", "ShmTransport"]
+
+#: What the native calls' error codes mean (see _native_build.py).
+_NATIVE_ERRORS = {
+    -1: "outside every segment", -2: "outside the segment", -3: "that PE's segment is not "
+    "mapped here", -4: "misaligned AMO", -5: "segment id or PE out of range",
+    -6: "unsupported AMO op or width",
+}
+
+
+def _check(rc: int, what: str, pe: int, seg: int, offset: int, n: int) -> None:
+    if rc:
+        raise InvalidArgumentError(f"shm: {what} {n} bytes at offset {offset} of segment {seg} "
+                                   f"of PE {pe}: {_NATIVE_ERRORS.get(rc, f'error {rc}')}")
 
 
 class ShmTransport(Transport):
@@ -55,15 +68,25 @@ class ShmTransport(Transport):
     def reaches(self, peer: PeerInfo) -> bool:
         return peer.same_node
 
+    # The native calls check their own arguments; a bad one raises here (nothing is touched).
     def put(self, pe: int, seg: int, offset: int, src: memoryview) -> None:
-        lib.vk_shm_put(seg, pe, offset, ffi.from_buffer(src), src.nbytes)
+        rc = -2 if offset < 0 else lib.vk_shm_put(seg, pe, offset, ffi.from_buffer(src),
+                                                  src.nbytes)
+        _check(rc, "put of", pe, seg, offset, src.nbytes)
 
     def get(self, pe: int, seg: int, offset: int, dst: memoryview) -> None:
-        lib.vk_shm_get(seg, pe, offset, ffi.from_buffer(dst, require_writable=True), dst.nbytes)
+        rc = -2 if offset < 0 else lib.vk_shm_get(
+            seg, pe, offset, ffi.from_buffer(dst, require_writable=True), dst.nbytes)
+        _check(rc, "get of", pe, seg, offset, dst.nbytes)
 
     def amo(self, pe: int, seg: int, offset: int, op: AmoOp, width: int,
             operand: int, compare: int, fetch: bool) -> int:
-        return lib.vk_shm_amo(seg, pe, offset, op, width, operand, compare)
+        if offset < 0:
+            _check(-2, "AMO on", pe, seg, offset, width)
+        old = int(lib.vk_shm_amo(seg, pe, offset, op, width, operand, compare))
+        if old == lib.VK_SENTINEL:
+            _check(lib.vk_last_error(), "AMO on", pe, seg, offset, width)
+        return old
 
     def fence(self) -> None:
         lib.vk_fence()

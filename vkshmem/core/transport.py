@@ -81,7 +81,10 @@ class SegmentInfo:
     """A local symmetric segment as a transport sees it when registering it.
 
     ``kind`` is the memory kind: ``"host"`` (a memfd-backed mapping at ``address``, with
-    ``fd`` open), later ``"opaque_fd"``/``"dmabuf"`` for GPU memory.
+    ``fd`` open), later ``"opaque_fd"``/``"dmabuf"`` for GPU memory. ``dmabuf_fd`` is a
+    dma-buf fd of the same memory where its domain exports one (else -1), owned by the
+    segment: a transport whose ``memory_kinds`` holds ``"dmabuf"`` may register any segment
+    with one (an RDMA NIC through ``ibv_reg_dmabuf_mr``), whatever its ``kind``.
     """
 
     seg_id: int
@@ -90,6 +93,7 @@ class SegmentInfo:
     size: int
     fd: int
     buffer: memoryview = field(repr=False)
+    dmabuf_fd: int = -1
 
 
 @dataclass(frozen=True)
@@ -117,6 +121,9 @@ class TransportContext:
     amo_function: int
     """Address of the core's native ``vk_amo`` function (see ``_native.h``), so native
     transport code can apply AMOs with the same hardware atomics as every other path."""
+    secret: bytes = b""
+    """The job's secret (:mod:`vkshmem.core.auth`): a transport that listens admits only
+    connections that prove they know it (``b""``: the job has none)."""
 
 
 @dataclass(frozen=True)
@@ -126,6 +133,11 @@ class TransportSpec:
     ``memory_kinds`` lists what it can register (``host``, ``opaque_fd``, ``dmabuf``);
     ``reach`` is ``{"intra"}``, ``{"inter"}`` or both; ``amo_ops``/``amo_widths`` what it does
     natively (the core never asks for more); ``native_fence`` is False when fence = quiet.
+    ``available()``, where set, is a cheap local probe (no library loaded, nothing opened):
+    does this machine have what the transport needs at all (e.g. an RDMA device)? The
+    automatic choice (neither ``VKSHMEM_TRANSPORTS`` nor ``VKSHMEM_RAIL<n>`` set) passes
+    silently over a transport whose probe says False; a transport named by those variables is
+    opened regardless, so that its factory's error says what is missing.
     """
 
     name: str
@@ -138,6 +150,7 @@ class TransportSpec:
     amo_widths: frozenset[int] = frozenset({4, 8})
     native_fence: bool = True
     put_signal: bool = False
+    available: Callable[[], bool] | None = None
     description: str = ""
 
 

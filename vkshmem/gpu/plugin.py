@@ -51,6 +51,7 @@ SPEC = DomainSpec(
     name="vulkan", factory=_open, family="gpu", priority=10, accelerator=_has_gpu,
     available=_has_device,
     description="exportable Vulkan device memory (any vendor; lavapipe on the CPU)",
+    size_variable="VKSHMEM_GPU_SYMMETRIC_SIZE",
 )
 
 

@@ -51,7 +51,8 @@ class GpuSegment:
     def info(self) -> SegmentInfo:
         view = self.memory.map()
         return SegmentInfo(self.seg_id, self.kind, self.memory.host_address or 0, self.size,
-                           self.fd, view if view is not None else memoryview(b""))
+                           self.fd, view if view is not None else memoryview(b""),
+                           dmabuf_fd=self.dmabuf_fd)
 
     def close(self) -> None:
         """Close the exported fds and free the memory (raises BufferError while arrays still

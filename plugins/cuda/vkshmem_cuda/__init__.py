@@ -40,6 +40,7 @@ SPEC = DomainSpec(
     name="cuda", factory=_open, family="gpu", priority=20, accelerator=_available,
     available=_available,
     description="a CUDA VMM allocation (NVIDIA; peers on every GPU of the node map it)",
+    size_variable="VKSHMEM_CUDA_SYMMETRIC_SIZE",
 )
 
 

@@ -14,6 +14,8 @@ import numpy as np
 
 from vkshmem.core.domainarray import DomainArray
 
+from .dlpack import KDL_CUDA, dlpack_capsule
+
 if TYPE_CHECKING:
     from .domain import CudaDomain
 
@@ -35,6 +37,15 @@ class CudaArray(DomainArray):
     def __cuda_array_interface__(self) -> dict[str, Any]:
         return _interface(self.device_pointer, self.shape, self.dtype)
 
+    def __dlpack__(self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None,
+                   copy: Any = None) -> Any:
+        """A DLPack capsule of this array's memory (no copy; see :mod:`.dlpack`)."""
+        return dlpack_capsule(self.device_pointer, self.shape, self.dtype,
+                              self.domain.device.ordinal, self, dl_device, copy)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (KDL_CUDA, self.domain.device.ordinal)
+
 
 def _interface(pointer: int, shape: tuple[int, ...], dtype: np.dtype) -> dict[str, Any]:
     return {"shape": shape, "typestr": dtype.str, "descr": [("", dtype.str)],
@@ -45,13 +56,23 @@ class PeerView:
     """``shmem.ptr(a, pe)`` for a CudaArray: another PE's array as mapped on this PE's GPU
     (loads and stores by kernels and CUDA libraries go straight to that PE's memory)."""
 
-    __slots__ = ("dtype", "pointer", "shape")
+    __slots__ = ("device_id", "dtype", "pointer", "shape")
 
-    def __init__(self, pointer: int, shape: tuple[int, ...], dtype: np.dtype) -> None:
+    def __init__(self, pointer: int, shape: tuple[int, ...], dtype: np.dtype,
+                 device_id: int) -> None:
         self.pointer = pointer
         self.shape = shape
         self.dtype = dtype
+        self.device_id = device_id
 
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]:
         return _interface(self.pointer, self.shape, self.dtype)
+
+    def __dlpack__(self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None,
+                   copy: Any = None) -> Any:
+        return dlpack_capsule(self.pointer, self.shape, self.dtype, self.device_id, self,
+                              dl_device, copy)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (KDL_CUDA, self.device_id)

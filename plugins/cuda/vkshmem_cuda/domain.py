@@ -6,8 +6,11 @@ allocation granularity on this PE's GPU (``VKSHMEM_CUDA_DEVICE``, else local ran
 GPUs), exported as a POSIX fd. Every PE of the node imports it (``group`` is the node: a VMM
 allocation maps onto any GPU that can reach the owner's, over NVLink or PCIe peer access); an
 import the driver refuses (no peer access) makes the core route that pair through the domain
-proxy. Copies are synchronous ``cuMemcpy``; AMOs a one-thread kernel; reductions run on the
-host (``reduce`` says no); there is no CPU mapping.
+proxy. Copies are ``cuMemcpy*Async`` plus a wait, one native call each; AMOs a one-thread kernel;
+reductions of mapped peers one kernel reading every member's source where it lives
+(``reduce_from``; otherwise the core gathers and reduces on the host); there is no CPU
+mapping. Where the driver exports one, the heap's dma-buf fd is offered to transports
+(``SegmentInfo.dmabuf_fd``) for RDMA NICs.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from vkshmem.core.transport import AmoOp, SegmentInfo
 
 from .array import CudaArray, PeerView
 from .driver import CudaError, Device, Mapping, device_count
+from .kernels import reduce_source
 
 __all__ = ["CudaDomain"]
 
@@ -68,6 +72,12 @@ class CudaDomain(MemoryDomain):
         except BaseException:
             self.device.close()
             raise
+        #: a dma-buf fd of the heap (RDMA NICs register it: SegmentInfo.dmabuf_fd), or -1
+        self.dmabuf_fd = -1
+        try:
+            self.dmabuf_fd = self.device.export_dmabuf(self.local)
+        except Exception as exc:  # older driver, no kernel support: NICs cannot register it
+            log.info("PE %d: the CUDA heap has no dma-buf fd: %s", self.my_pe, exc)
         #: the core's host heap pinned for DMA (VKSHMEM_GPU_HOST_IMPORT): CPU<->GPU copies
         #: between symmetric arrays go at the PCIe rate
         self.host_pinned = 0
@@ -93,7 +103,7 @@ class CudaDomain(MemoryDomain):
 
     def describe(self) -> SegmentInfo:
         return SegmentInfo(self.seg_id, "cuda_va", self.local.va, self.size, self.fd,
-                           memoryview(b""))
+                           memoryview(b""), dmabuf_fd=self.dmabuf_fd)
 
     # -- local operations ----------------------------------------------------------------------
 
@@ -129,10 +139,23 @@ class CudaDomain(MemoryDomain):
         if nbytes:
             self.device.zero(self.local.va + offset, nbytes)
 
+    def can_reduce_from(self, op: str, dtype: np.dtype) -> bool:
+        return reduce_source(op, dtype) is not None
+
+    def reduce_from(self, dst_offset: int, sources: list[tuple[Any, int]], count: int, op: str,
+                    dtype: np.dtype) -> None:
+        """One kernel reads every source where it lives (over NVLink for peers' heaps)."""
+        isz = np.dtype(dtype).itemsize
+        self.check_range(dst_offset, count * isz, "CUDA reduce")
+        for _mem, off in sources:
+            self.check_range(off, count * isz, "CUDA reduce")
+        self.device.reduce(self.local.va + dst_offset, [mem.va + off for mem, off in sources],
+                           count, op, dtype)
+
     def device_view(self, mem: Mapping, offset: int, shape: tuple[int, ...],
                     dtype: np.dtype) -> PeerView:
         """A view of ``mem`` (a peer's heap mapped on this GPU) that CUDA libraries take."""
-        return PeerView(mem.va + offset, shape, dtype)
+        return PeerView(mem.va + offset, shape, dtype, self.device.ordinal)
 
     def no_view_reason(self) -> str:
         return "CUDA device memory has no CPU mapping (use cupy.asarray(a) on the GPU)"
@@ -152,4 +175,6 @@ class CudaDomain(MemoryDomain):
             self.device.release(self.local)
         finally:
             os.close(self.fd)
+            if self.dmabuf_fd >= 0:
+                os.close(self.dmabuf_fd)
             self.device.close()

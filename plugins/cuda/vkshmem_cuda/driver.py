@@ -1,14 +1,15 @@
-"""The CUDA driver API through ``cuda-bindings`` (``cuda.bindings.driver``), as this plugin uses
-it: results checked into :class:`CudaError`, VMM allocations exported and imported as POSIX
-fds, synchronous copies, and a one-thread kernel for AMOs (compiled by NVRTC at first use).
+"""The CUDA driver API as this plugin uses it: set-up through ``cuda-bindings``
+(``cuda.bindings.driver``; results checked into :class:`CudaError`, VMM allocations exported and
+imported as POSIX fds), and the per-call operations (copies, the AMO and reduction kernels of
+:mod:`.kernels`) through the native helper ``_ops``, one C call each.
 
 Every function makes the domain's context current first: the core's proxy thread and the
-application's thread both call into the domain.
+application's thread both call into the domain. ``VKSHMEM_CUDA_SPIN_US`` (default 100) is how
+long an operation spins on its stream before blocking.
 """
 
 from __future__ import annotations
 
-import ctypes
 import os
 import threading
 from dataclasses import dataclass
@@ -16,9 +17,17 @@ from typing import Any
 
 import numpy as np
 
-from vkshmem.core.errors import FeatureNotAvailableError, VkshmemError
+from vkshmem.core.errors import ConfigError, FeatureNotAvailableError, VkshmemError
+
+from ._ops import ffi as _ffi
+from ._ops import lib as _lib
+from .kernels import AMO_NAME, AMO_SOURCE, MAX_SOURCES, REDUCE_NAME, compile_kernel, reduce_source
 
 __all__ = ["CudaError", "Device", "Mapping", "check", "device_count", "host_address"]
+
+
+#: pageable host buffers up to this size are copied through a pinned bounce buffer
+STAGE_MAX = 256 << 10
 
 
 class CudaError(VkshmemError):
@@ -76,49 +85,20 @@ class Mapping:
     own: bool
 
 
-_AMO_SOURCE = r"""
-typedef unsigned long long u64;
-extern "C" __global__ void vkshmem_amo(u64 addr, int op, int width, u64 operand, u64 compare,
-                                       u64 *out) {
-    u64 old = 0;
-    if (width == 8) {
-        u64 *p = (u64 *)addr;
-        switch (op) {
-        case 0: old = atomicAdd(p, 0ull); break;                 /* FETCH */
-        case 1: case 2: old = atomicExch(p, operand); break;    /* SET, SWAP */
-        case 3: old = atomicCAS(p, compare, operand); break;    /* CSWAP */
-        case 4: old = atomicAdd(p, operand); break;
-        case 5: old = atomicAnd(p, operand); break;
-        case 6: old = atomicOr(p, operand); break;
-        case 7: old = atomicXor(p, operand); break;
-        }
-    } else {
-        unsigned *p = (unsigned *)addr;
-        unsigned v = (unsigned)operand, c = (unsigned)compare;
-        switch (op) {
-        case 0: old = atomicAdd(p, 0u); break;
-        case 1: case 2: old = atomicExch(p, v); break;
-        case 3: old = atomicCAS(p, c, v); break;
-        case 4: old = atomicAdd(p, v); break;
-        case 5: old = atomicAnd(p, v); break;
-        case 6: old = atomicOr(p, v); break;
-        case 7: old = atomicXor(p, v); break;
-        }
-    }
-    *out = old;
-}
-"""
-
-
 class Device:
     """One GPU's primary context, its VMM allocations and the AMO kernel."""
 
     def __init__(self, ordinal: int) -> None:
         cu = self.cu = _cu()
+        self.spin_ns = int(_spin_us() * 1000)
         if device_count() == 0:
             raise FeatureNotAvailableError(
                 "the cuda domain found no CUDA GPU (no NVIDIA driver, libcuda.so, or GPU on "
                 "this machine); use domain='vulkan', or VKSHMEM_GPU_PROVIDER=vulkan")
+        if _lib.vkc_load() != 0:
+            raise FeatureNotAvailableError(
+                f"the cuda domain could not load {_ffi.string(_lib.vkc_missing()).decode()} "
+                "from the NVIDIA driver (libcuda.so.1)")
         check(cu.cuInit(0), "cuInit")
         n = check(cu.cuDeviceGetCount(), "cuDeviceGetCount")
         if not 0 <= ordinal < n:
@@ -140,13 +120,27 @@ class Device:
         self.granularity = int(check(cu.cuMemGetAllocationGranularity(
             prop, cu.CUmemAllocationGranularity_flags.CU_MEM_ALLOC_GRANULARITY_RECOMMENDED),
             "cuMemGetAllocationGranularity"))
-        self._amo_fn: Any = None
-        self._amo_out = 0
+        self.sms = int(check(cu.cuDeviceGetAttribute(
+            cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, self.dev),
+            "multiprocessor count"))
+        self.ctx_ptr = int(self.ctx)
+        self._amo_fn = 0
+        self._seq = 0  # the AMO kernel's completion flag (see _ops_build.vkc_amo)
+        self._reduce_fns: dict[tuple[str, str], int] = {}
+        self._amo_lock = threading.Lock()  # the result word: the proxy thread also calls
+        self._amo_out = _ffi.new("uint64_t *")
+        #: host memory ranges pinned for DMA (no bounce buffer needed), as (address, size)
+        self.pinned: list[tuple[int, int]] = []
         #: this domain's stream (not the legacy default stream, which every thread shares)
         self.stream = check(cu.cuStreamCreate(cu.CUstream_flags.CU_STREAM_NON_BLOCKING),
                             "cuStreamCreate")
-        self._amo_result = np.zeros(1, np.uint64)
-        self._amo_lock = threading.Lock()  # the result buffer: the proxy thread also calls
+        self.stream_ptr = int(self.stream)
+        # Pinned, device-mapped host memory: the bounce buffer, then the AMO's result word.
+        self._host = int(check(cu.cuMemHostAlloc(STAGE_MAX + 64, 2), "cuMemHostAlloc"))
+        self.bounce = self._host
+        self._result_host = self._host + STAGE_MAX
+        self._result_dev = int(check(cu.cuMemHostGetDevicePointer(self._result_host, 0),
+                                     "cuMemHostGetDevicePointer"))
 
     def current(self) -> None:
         """Make this device's primary context current on the calling thread."""
@@ -212,112 +206,139 @@ class Device:
             cu.cuMemRelease(handle)
             raise
 
+    def export_dmabuf(self, m: Mapping) -> int:
+        """A dma-buf fd of allocation ``m`` (owned by the caller), for RDMA NICs
+        (``ibv_reg_dmabuf_mr``); CudaError where the driver or GPU cannot export one."""
+        self.current()
+        cu = self.cu
+        supported = check(cu.cuDeviceGetAttribute(
+            cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED, self.dev),
+            "cuDeviceGetAttribute(DMA_BUF_SUPPORTED)")
+        if not supported:
+            raise CudaError(f"GPU {self.ordinal} cannot export dma-buf fds (driver or kernel)")
+        kind = cu.CUmemRangeHandleType.CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD
+        return int(check(cu.cuMemGetHandleForAddressRange(m.va, m.size, kind, 0),
+                         "cuMemGetHandleForAddressRange(DMA_BUF_FD)"))
+
     def release(self, m: Mapping) -> None:
         self.current()
         self.cu.cuMemUnmap(m.va, m.size)
         self.cu.cuMemAddressFree(m.va, m.size)
         self.cu.cuMemRelease(m.handle)
 
-    # -- copies and atomics ----------------------------------------------------------------------
+    # -- copies, atomics, reductions -----------------------------------------------------------
 
-    # Every copy is an asynchronous copy on the device's own stream and a synchronize of that
-    # stream (vkshmem's GPU operations are complete when they return): two calls, where the
-    # synchronous cuMemcpy* forms cost about twice as much (and cuMemcpyHtoD/DtoD may return
-    # before their data landed).
+    # Every operation is one call into the native helper (``_ops``): the async copy (or kernel
+    # launch) on the device's own stream, then a spin-then-block wait for the stream (vkshmem's
+    # GPU operations are complete when they return). Pageable host buffers up to
+    # ``STAGE_MAX`` bytes go through a pinned bounce buffer.
+
+    def _done(self, res: int, what: str) -> None:
+        if res:
+            _e, name = self.cu.cuGetErrorName(self.cu.CUresult(res))
+            raise CudaError(f"{what} failed: {name.decode() if isinstance(name, bytes) else res}",
+                            res)
+
+    def _host_pinned(self, address: int, nbytes: int) -> bool:
+        return any(lo <= address and address + nbytes <= lo + n for lo, n in self.pinned)
 
     def htod(self, dst: int, src: Any, nbytes: int) -> None:
-        self.current()
-        s = self.stream
-        check(self.cu.cuMemcpyHtoDAsync(dst, host_address(src), nbytes, s), "cuMemcpyHtoD")
-        check(self.cu.cuStreamSynchronize(s), "cuStreamSynchronize")
+        self._host_copy(True, dst, host_address(src), nbytes)
 
     def dtoh(self, dst: Any, src: int, nbytes: int) -> None:
-        self.current()
-        s = self.stream
-        check(self.cu.cuMemcpyDtoHAsync(host_address(dst), src, nbytes, s), "cuMemcpyDtoH")
-        check(self.cu.cuStreamSynchronize(s), "cuStreamSynchronize")
+        self._host_copy(False, src, host_address(dst), nbytes)
+
+    def _host_copy(self, to_device: bool, dev: int, host: int, nbytes: int) -> None:
+        dst, src = (dev, host) if to_device else (host, dev)
+        if nbytes <= STAGE_MAX and not self._host_pinned(host, nbytes):
+            res = _lib.vkc_copy_staged(int(to_device), self.ctx_ptr, self.stream_ptr, dst, src,
+                                       nbytes, self.bounce, STAGE_MAX, self.spin_ns)
+        else:
+            res = _lib.vkc_copy(1 if to_device else 2, self.ctx_ptr, self.stream_ptr, dst, src,
+                                nbytes, self.spin_ns)
+        self._done(res, "cuMemcpyHtoD" if to_device else "cuMemcpyDtoH")
 
     def dtod(self, dst: int, src: int, nbytes: int) -> None:
-        self.current()
-        s = self.stream
-        check(self.cu.cuMemcpyDtoDAsync(dst, src, nbytes, s), "cuMemcpyDtoD")
-        check(self.cu.cuStreamSynchronize(s), "cuStreamSynchronize")
+        self._done(_lib.vkc_copy(0, self.ctx_ptr, self.stream_ptr, dst, src, nbytes,
+                                 self.spin_ns), "cuMemcpyDtoD")
 
     def zero(self, dst: int, nbytes: int) -> None:
-        self.current()
-        s = self.stream
-        check(self.cu.cuMemsetD8Async(dst, 0, nbytes, s), "cuMemsetD8")
-        check(self.cu.cuStreamSynchronize(s), "cuStreamSynchronize")
+        self._done(_lib.vkc_memset(self.ctx_ptr, self.stream_ptr, dst, nbytes, self.spin_ns),
+                   "cuMemsetD8")
 
     def register_host(self, address: int, size: int) -> None:
         """Pin host memory for DMA (copies between it and the GPU need no staging)."""
         self.current()
         check(self.cu.cuMemHostRegister(address, size, 0), "cuMemHostRegister")
+        self.pinned.append((address, size))
 
     def unregister_host(self, address: int) -> None:
         self.current()
         self.cu.cuMemHostUnregister(address)
+        self.pinned = [p for p in self.pinned if p[0] != address]
 
     def amo(self, addr: int, op: int, width: int, operand: int, compare: int) -> int:
-        """One AMO by a one-thread kernel (atomic with every GPU atomic on the word)."""
-        with self._amo_lock:
-            return self._amo(addr, op, width, operand, compare)
+        """One AMO by a one-thread kernel (atomic with every GPU atomic on the word); the old
+        value comes back through mapped pinned memory (no copy to wait for)."""
+        with self._amo_lock:  # the result word: the proxy thread also calls
+            if not self._amo_fn:
+                self.current()
+                self._amo_fn = int(compile_kernel(self.cu, check, self.dev, AMO_SOURCE,
+                                                  AMO_NAME, CudaError))
+            self._seq += 1
+            self._done(_lib.vkc_amo(self.ctx_ptr, self.stream_ptr, self._amo_fn, addr, op,
+                                    width, operand, compare, self._result_dev,
+                                    self._result_host, self._seq, self._amo_out,
+                                    self.spin_ns), "AMO")
+            return int(self._amo_out[0])
 
-    def _amo(self, addr: int, op: int, width: int, operand: int, compare: int) -> int:
-        self.current()
-        cu = self.cu
-        if self._amo_fn is None:
-            self._amo_fn = self._compile_amo()
-            self._amo_out = int(check(cu.cuMemAlloc(8), "cuMemAlloc"))
-        args = ((addr, op, width, operand, compare, self._amo_out),
-                (ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_ulonglong,
-                 ctypes.c_ulonglong, ctypes.c_void_p))
-        s = self.stream
-        check(cu.cuLaunchKernel(self._amo_fn, 1, 1, 1, 1, 1, 1, 0, s, args, 0), "AMO launch")
-        out = self._amo_result
-        check(cu.cuMemcpyDtoHAsync(out.ctypes.data, self._amo_out, 8, s), "AMO result")
-        check(cu.cuStreamSynchronize(s), "cuStreamSynchronize")
-        return int(out[0])
-
-    def _compile_amo(self) -> Any:
-        cu = self.cu
-        try:
-            from cuda.bindings import nvrtc
-        except ImportError as exc:
-            raise FeatureNotAvailableError(f"AMOs on CUDA memory need NVRTC: {exc}") from None
-        attr = cu.CUdevice_attribute
-        major = check(cu.cuDeviceGetAttribute(
-            attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, self.dev), "compute capability")
-        minor = check(cu.cuDeviceGetAttribute(
-            attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, self.dev), "compute capability")
-        err, prog = nvrtc.nvrtcCreateProgram(_AMO_SOURCE.encode(), b"vkshmem_amo.cu", 0, [], [])
-        if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
-            raise FeatureNotAvailableError(f"NVRTC could not start ({err}): install "
-                                           "nvidia-cuda-nvrtc for AMOs on CUDA memory")
-        opts = [f"--gpu-architecture=compute_{major}{minor}".encode()]
-        (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
-        if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
-            _e, n = nvrtc.nvrtcGetProgramLogSize(prog)
-            log = b" " * n
-            nvrtc.nvrtcGetProgramLog(prog, log)
-            raise CudaError(f"NVRTC could not compile the AMO kernel: {log.decode()}", err)
-        _e, n = nvrtc.nvrtcGetPTXSize(prog)
-        ptx = b" " * n
-        nvrtc.nvrtcGetPTX(prog, ptx)
-        nvrtc.nvrtcDestroyProgram(prog)
-        module = check(cu.cuModuleLoadData(ptx), "cuModuleLoadData (AMO kernel)")
-        return check(cu.cuModuleGetFunction(module, b"vkshmem_amo"), "cuModuleGetFunction")
+    def reduce(self, dst: int, sources: list[int], count: int, op: str,
+               dtype: np.dtype) -> None:
+        """``dst[i] = op over sources[j][i]`` (device addresses this GPU maps) by a kernel
+        (for the pairs :func:`~.kernels.reduce_source` covers)."""
+        key = (op, np.dtype(dtype).name)
+        fn = self._reduce_fns.get(key)
+        if fn is None:
+            source = reduce_source(op, dtype)
+            if source is None:
+                raise CudaError(f"no reduce kernel for {op} on {np.dtype(dtype)}")
+            self.current()
+            fn = self._reduce_fns[key] = int(compile_kernel(self.cu, check, self.dev, source,
+                                                            REDUCE_NAME, CudaError))
+        block = 512
+        grid = max(1, min(self.sms * 4, -(-count * np.dtype(dtype).itemsize // (16 * block))))
+        first = sources[:MAX_SOURCES]
+        rest = sources[MAX_SOURCES:]
+        srcs = _ffi.new("uint64_t[]", first)
+        self._done(_lib.vkc_reduce(self.ctx_ptr, self.stream_ptr, fn, dst, srcs, len(first),
+                                   count, grid, block, self.spin_ns), "reduce kernel")
+        while rest:  # more sources than one launch takes: fold them into dst
+            part, rest = [dst, *rest[:MAX_SOURCES - 1]], rest[MAX_SOURCES - 1:]
+            srcs = _ffi.new("uint64_t[]", part)
+            self._done(_lib.vkc_reduce(self.ctx_ptr, self.stream_ptr, fn, dst, srcs, len(part),
+                                       count, grid, block, self.spin_ns), "reduce kernel")
 
     def close(self) -> None:
         """Release the AMO scratch and the primary context (allocations are released by their
         owner first)."""
         cu = self.cu
         self.current()
-        if self._amo_out:
-            cu.cuMemFree(self._amo_out)
-            self._amo_out = 0
+        if self._host:
+            cu.cuMemFreeHost(self._host)
+            self._host = 0
         cu.cuStreamDestroy(self.stream)
         cu.cuDevicePrimaryCtxRelease(self.dev)
+
+
+def _spin_us() -> float:
+    text = os.environ.get("VKSHMEM_CUDA_SPIN_US", "").strip()
+    try:
+        value = float(text) if text else 100.0
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        raise ConfigError("VKSHMEM_CUDA_SPIN_US", f"bad value {text!r}: microseconds >= 0")
+    return value
 
 
 def _FD(cu: Any) -> Any:

@@ -1,6 +1,7 @@
 """cffi (API mode) build of the hostproxy server thread, ``vkshmem_hostproxy._server``.
 
-The C source lives in ``csrc/hp_server.c``. It needs the core's ``_native.h`` (the
+The C sources live in ``csrc/``: ``hp_server.c`` (the server) and ``hp_auth.c`` (HMAC-SHA256
+for the handshake that admits peers). It needs the core's ``_native.h`` (the
 ``vk_amo_fn`` type and AMO op codes): found next to an importable ``vkshmem`` package, or in the
 vkshmem source tree this plugin sits in (``plugins/hostproxy`` of the vkshmem repository), which
 is what an isolated ``pip install`` of the in-tree plugin sees.
@@ -37,10 +38,21 @@ CDEF = """
 #define HP_EALIGN ...
 #define HP_EAMO ...
 #define HP_EHELLO ...
+#define HP_EAUTH ...
+#define HP_OP_AUTH ...
+#define HP_NONCE ...
+#define HP_MAC ...
+#define HP_KEY ...
+#define HP_AUTH_MS ...
+#define HP_MAX_PENDING ...
 
 typedef struct hp_server hp_server;
-hp_server *hp_create(int listen_fd, int32_t my_pe, uintptr_t amo_fn, uint32_t spin_us, char *err,
-                     size_t errlen);
+hp_server *hp_create(int listen_fd, int32_t my_pe, int32_t n_pes, const unsigned char *key,
+                     uintptr_t amo_fn, uint32_t spin_us, uint32_t request_ms, uint32_t max_conns,
+                     char *err, size_t errlen);
+void hp_mac(const unsigned char *key, const unsigned char *label, size_t label_len,
+            const unsigned char *nc, const unsigned char *ns, uint32_t client_pe,
+            uint32_t server_pe, unsigned char *out);
 int hp_register(hp_server *s, uint32_t seg, uintptr_t base, uint64_t size);
 void hp_stats(hp_server *s, uint64_t *out);
 uint64_t hp_last_error(hp_server *s, char *buf, size_t buflen);
@@ -69,7 +81,7 @@ ffibuilder = FFI()
 ffibuilder.cdef(CDEF)
 ffibuilder.set_source(
     "vkshmem_hostproxy._server",
-    (CSRC / "hp_server.c").read_text(),
+    (CSRC / "hp_server.c").read_text() + (CSRC / "hp_auth.c").read_text(),
     include_dirs=[str(CSRC), core_include_dir()],
     extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter"],
     libraries=["pthread"],

@@ -18,11 +18,22 @@ Ordering and completion, as the core's contract asks:
 
 Every wait is bounded by the rail option ``timeout`` (seconds without progress, default 60); a
 peer that dies or closes its connection raises :class:`TransportError` naming it.
+
+Admission: a server serves a connection only after it proved that it knows the job's secret
+(``TransportContext.secret``, see :mod:`vkshmem.core.auth`) and proves the same back, by a
+challenge-response with HMAC-SHA256 (``csrc/hp_server.h`` describes the exchange); the client
+checks the server's proof before sending anything else. The server drops a connection that
+does not authenticate within 10 s (or ``timeout``, if shorter), keeps at most 64 authenticating
+at a time and at most ``1024 + 8 * n_pes`` open, and drops a connection whose begun request
+makes no progress within ``timeout``.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
+import secrets
 import socket
 import struct
 import threading
@@ -30,6 +41,7 @@ import weakref
 from collections.abc import Mapping
 from typing import Any
 
+from vkshmem.core.auth import derive_key, verify
 from vkshmem.core.errors import ConfigError, InvalidArgumentError, TransportError
 from vkshmem.core.transport import (
     AmoOp,
@@ -67,10 +79,15 @@ _NOSIGNAL = socket.MSG_NOSIGNAL  # a dead peer must raise EPIPE, never kill us w
 _MASKS = {4: 0xFFFF_FFFF, 8: 0xFFFF_FFFF_FFFF_FFFF}
 _FLUSH = _REQ.pack(lib.HP_OP_FLUSH, 0, 0, 0, 0, 0, 0)
 _CLOSE = _REQ.pack(lib.HP_OP_CLOSE, 0, 0, 0, 0, 0, 0)
+_AUTH = _REQ.pack(lib.HP_OP_AUTH, 0, 0, 0, 0, 0, 0)
+_NONCE = lib.HP_NONCE
+_MAC = lib.HP_MAC
+_SERVER_LABEL = b"vkshmem hostproxy server v2"
+_CLIENT_LABEL = b"vkshmem hostproxy client v2"
 _OP_NAMES = {
     lib.HP_OP_HELLO: "HELLO", lib.HP_OP_PUT: "PUT", lib.HP_OP_GET: "GET",
     lib.HP_OP_AMO: "AMO", lib.HP_OP_AMO_FETCH: "AMO_FETCH", lib.HP_OP_FLUSH: "FLUSH",
-    lib.HP_OP_CLOSE: "CLOSE",
+    lib.HP_OP_CLOSE: "CLOSE", lib.HP_OP_AUTH: "AUTH",
 }
 _STATUS = {
     lib.HP_EPROTO: "protocol error",
@@ -79,7 +96,17 @@ _STATUS = {
     lib.HP_EALIGN: "misaligned AMO",
     lib.HP_EAMO: "unsupported AMO op or width",
     lib.HP_EHELLO: "bad HELLO (protocol version mismatch?)",
+    lib.HP_EAUTH: "authentication failed: this PE and that one were given different job "
+                  "secrets, or that server belongs to another job",
 }
+
+
+def hp_mac(key: bytes, label: bytes, nc: bytes, ns: bytes, client_pe: int,
+           server_pe: int) -> bytes:
+    """The MAC of the hostproxy handshake (the C server computes the same, see
+    ``csrc/hp_server.h``)."""
+    return hmac.new(key, label + nc + ns + struct.pack("<II", client_pe, server_pe),
+                    hashlib.sha256).digest()
 
 
 class _Conn:
@@ -193,8 +220,12 @@ class HostProxyTransport(Transport):
         wildcard = bound[0] in ("0.0.0.0", "::", "")
         self._host: str = (context.host_address or socket.gethostname()) if wildcard \
             else bound[0]
+        self._key = derive_key(context.secret, "hostproxy")
         err = ffi.new("char[]", 256)
-        srv = lib.hp_create(sock.fileno(), context.my_pe, context.amo_function, spin_us, err, 256)
+        request_ms = max(1, min(int(self._timeout * 1000), 2**32 - 1))
+        srv = lib.hp_create(sock.fileno(), context.my_pe, context.n_pes, self._key,
+                            context.amo_function, spin_us, request_ms,
+                            1024 + 8 * context.n_pes, err, 256)
         if srv == ffi.NULL:
             sock.close()
             raise TransportError(NAME, ffi.string(err).decode(errors="replace"))
@@ -284,22 +315,39 @@ class HostProxyTransport(Transport):
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, self._timeval)
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, self._timeval)
-                hello = _REQ.pack(lib.HP_OP_HELLO, 0, 0, self.context.my_pe, lib.HP_MAGIC,
-                                  lib.HP_VERSION, 0)
-                try:
-                    conn.sendall(hello, _NOSIGNAL)
-                except OSError as exc:
-                    raise self._broken(conn, "saying hello", exc, True) from None
-                value = self._read_reply(conn, "saying hello")
-                if value != pe:
-                    raise TransportError(NAME, f"{where} answered as PE {value}: addresses "
-                                         "were mixed up")
+                self._authenticate(conn, pe)
             except BaseException:
                 conn.drop("connection set-up failed")
                 raise
             self._conns[pe] = conn
             self._opened.append(conn)
             return conn
+
+    def _authenticate(self, conn: _Conn, pe: int) -> None:
+        """The handshake: HELLO with our nonce; check the server's proof; prove ours."""
+        me = self.context.my_pe
+        nc = secrets.token_bytes(_NONCE)
+        hello = _REQ.pack(lib.HP_OP_HELLO, 0, 0, me, lib.HP_MAGIC, lib.HP_VERSION, 0)
+        try:
+            conn.sendall(hello + nc, _NOSIGNAL)
+        except OSError as exc:
+            raise self._broken(conn, "saying hello", exc, True) from None
+        value = self._read_reply(conn, "saying hello")
+        if value != pe:
+            raise TransportError(NAME, f"{conn.where} answered as PE {value}: addresses were "
+                                 "mixed up")
+        challenge = bytearray(_NONCE + _MAC)
+        self._recv_rest(conn, memoryview(challenge), 0, "saying hello")
+        ns, proof = bytes(challenge[:_NONCE]), bytes(challenge[_NONCE:])
+        if not verify(hp_mac(self._key, _SERVER_LABEL, nc, ns, me, pe), proof):
+            raise TransportError(NAME, f"{conn.where} could not prove that it knows this job's "
+                                 "secret (another job's server at that address, or the PEs "
+                                 "were given different secrets)")
+        try:
+            conn.sendall(_AUTH + hp_mac(self._key, _CLIENT_LABEL, nc, ns, me, pe), _NOSIGNAL)
+        except OSError as exc:
+            raise self._broken(conn, "authenticating", exc, True) from None
+        self._read_reply(conn, "authenticating")
 
     # -- errors ---------------------------------------------------------------------------
 
@@ -553,11 +601,12 @@ class HostProxyTransport(Transport):
         """The server's counters and its last recorded error (for diagnostics and tests)."""
         if self._closed:
             return {"closed": True}
-        out = ffi.new("uint64_t[4]")
+        out = ffi.new("uint64_t[6]")
         lib.hp_stats(self._srv, out)
         buf = ffi.new("char[]", lib.HP_ERRLEN)
         lib.hp_last_error(self._srv, buf, lib.HP_ERRLEN)
         return {"accepted": out[0], "open": out[1], "requests": out[2], "errors": out[3],
+                "refused": out[4], "stalled": out[5],
                 "last_error": ffi.string(buf).decode(errors="replace")}
 
     def close(self) -> None:

@@ -25,6 +25,9 @@ class Bootstrap(ABC):
     name: str
     rank: int
     size: int
+    #: The job's secret (:mod:`vkshmem.core.auth`): every listener of the job admits only
+    #: connections that prove they know it. ``b""``: none (loopback-only ``env`` jobs).
+    secret: bytes = b""
 
     @abstractmethod
     def allgather(self, blob: bytes) -> list[bytes]:

@@ -12,7 +12,13 @@ env       100       torchrun style ``RANK``/``WORLD_SIZE``/``MASTER_ADDR``/``MAS
 single    0         always: a job of one PE (``python script.py``)
 ========  ========  ==========================================================================
 
-The ``env`` bootstrap's store listens on every interface of rank 0's host, on port
+The job's secret (:mod:`vkshmem.core.auth`): ``local`` reads the one ``vkshmem run`` passes
+(``VKSHMEM_JOB_SECRET_FD``); ``mpi`` has rank 0 make one and broadcasts it; ``env`` reads
+``VKSHMEM_JOB_SECRET_FD``, ``VKSHMEM_JOB_SECRET_FILE`` or ``VKSHMEM_JOB_SECRET`` and refuses to
+start without one when its store listens beyond loopback; ``single`` makes its own.
+
+The ``env`` bootstrap's store listens on the address ``MASTER_ADDR`` resolves to (on rank 0's
+host; ``VKSHMEM_BOOTSTRAP_BIND`` names another, ``0.0.0.0`` for every interface), on port
 ``VKSHMEM_BOOTSTRAP_PORT`` if set, else ``MASTER_PORT`` (``MASTER_PORT + 1`` under torchrun,
 whose agent already serves its own store on ``MASTER_PORT``). Under Slurm without
 ``MASTER_ADDR``, the address is the first host of ``SLURM_STEP_NODELIST`` (or
@@ -40,9 +46,11 @@ import socket
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ..auth import FD_VAR, FILE_VAR, SECRET_VAR, load_secret, new_secret
 from ..errors import BootstrapError, ConfigError
 from ..hookspecs import hookimpl
 from .base import Bootstrap, BootstrapSpec, flush_stdio, guess_host_address
+from .exposure import BIND_VAR, env_bind, env_secret
 from .mpi import MpiBootstrap, check_mpi_usable
 from .store import StoreClient, StoreServer
 
@@ -152,11 +160,12 @@ def _slurm_port(environ: Mapping[str, str]) -> int | None:
 class StoreBootstrap(Bootstrap):
     """A bootstrap that exchanges blobs through a :class:`StoreClient`."""
 
-    def __init__(self, name: str, client: StoreClient) -> None:
+    def __init__(self, name: str, client: StoreClient, secret: bytes = b"") -> None:
         self.name = name
         self.client = client
         self.rank = client.rank
         self.size = client.size
+        self.secret = secret
 
     def allgather(self, blob: bytes) -> list[bytes]:
         """Collective: every PE contributes ``blob``; all get the list indexed by rank."""
@@ -206,12 +215,16 @@ class LocalBootstrap(StoreBootstrap):
         size = _int_var(environ, "VKSHMEM_NPES", minimum=1)
         if rank >= size:
             raise ConfigError("VKSHMEM_PE", f"{rank} is not below VKSHMEM_NPES={size}")
+        found = load_secret(environ)
+        if found is None:
+            raise BootstrapError(f"bootstrap 'local' needs the job's secret: {FD_VAR} (which "
+                                 f"'vkshmem run' passes), {FILE_VAR} or {SECRET_VAR}")
         client = StoreClient(host, port, rank, size, timeout=timeout,
                              job_id=environ.get("VKSHMEM_JOB_ID", ""),
                              source="VKSHMEM_LAUNCHER",
                              hint="Is the launcher (vkshmem run) that started this PE "
-                                  "still running?")
-        return cls("local", client)
+                                  "still running?", secret=found[0])
+        return cls("local", client, found[0])
 
 
 class EnvBootstrap(StoreBootstrap):
@@ -223,8 +236,8 @@ class EnvBootstrap(StoreBootstrap):
     """
 
     def __init__(self, client: StoreClient, server: StoreServer | None,
-                 timeout: float) -> None:
-        super().__init__("env", client)
+                 timeout: float, secret: bytes = b"") -> None:
+        super().__init__("env", client, secret)
         self.server = server
         self.timeout = timeout
 
@@ -246,7 +259,9 @@ class EnvBootstrap(StoreBootstrap):
         host, host_source = _env_master_addr(environ, slurm)
         port, port_source = _env_master_port(environ, slurm)
         job_id = _env_job_id(environ)
-        server = _env_store(port, size, job_id, host, host_source, port_source) \
+        bind, bind_source = env_bind(environ, host, host_source, port)
+        secret = env_secret(environ, bind if rank == 0 else host)
+        server = _env_store(port, size, job_id, bind, bind_source, port_source, secret) \
             if rank == 0 else None
         hint = "Rank 0 hosts the store (bootstrap 'env'): is it running, and can this host " \
                "reach that address?"
@@ -255,12 +270,12 @@ class EnvBootstrap(StoreBootstrap):
         try:
             client = StoreClient(host, port, rank, size, timeout=timeout, job_id=job_id,
                                  source=f"{host_source} and {port_source}, with {rank_vars}",
-                                 hint=hint)
+                                 hint=hint, secret=secret)
         except BaseException:
             if server is not None:
                 _close_env_stores()
             raise
-        return cls(client, server, timeout)
+        return cls(client, server, timeout, secret)
 
 
 def _env_rank_size(environ: Mapping[str, str]) -> tuple[int, int, str, bool]:
@@ -339,7 +354,7 @@ _env_stores: dict[tuple[int, int, str], StoreServer] = {}
 
 
 def _env_store(port: int, size: int, job_id: str, host: str, host_source: str,
-               port_source: str) -> StoreServer:
+               port_source: str, secret: bytes) -> StoreServer:
     """Rank 0's store of this job: the one a previous init of this process opened, or a new
     one (after closing one of another job on the same port)."""
     key = (port, size, job_id)
@@ -348,7 +363,7 @@ def _env_store(port: int, size: int, job_id: str, host: str, host_source: str,
         return server
     for old in [k for k in _env_stores if k[0] == port]:
         _env_stores.pop(old).close()
-    server = _start_env_store(host, port, size, job_id, host_source, port_source)
+    server = _start_env_store(host, port, size, job_id, host_source, port_source, secret)
     if not _env_stores:
         atexit.unregister(_close_env_stores)  # registered once, however often reopened
         atexit.register(_close_env_stores)
@@ -363,18 +378,23 @@ def _close_env_stores() -> None:
 
 
 def _start_env_store(host: str, port: int, size: int, job_id: str, host_source: str,
-                     port_source: str) -> StoreServer:
+                     port_source: str, secret: bytes) -> StoreServer:
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except socket.gaierror as exc:
         raise BootstrapError(f"bootstrap 'env': cannot resolve {host!r} ({host_source}): "
                              f"{exc}") from None
     family = infos[0][0] if infos else socket.AF_INET
-    wildcard = "::" if family == socket.AF_INET6 else "0.0.0.0"
+    address = str(infos[0][4][0]) if infos else host
     try:
-        server = StoreServer(size, wildcard, port, job_id=job_id, fail_fast=True,
-                             family=family)
+        server = StoreServer(size, address, port, job_id=job_id, fail_fast=True,
+                             family=family, secret=secret)
     except OSError as exc:
+        if exc.errno == errno.EADDRNOTAVAIL:
+            raise BootstrapError(
+                f"bootstrap 'env': rank 0 cannot listen on {address} ({host_source}): it is "
+                f"not an address of this host. Start rank 0 on that host, or set {BIND_VAR} "
+                f"to an address of this host (0.0.0.0: every interface)") from None
         busy = " (the port is in use on this host)" if exc.errno == errno.EADDRINUSE else ""
         raise BootstrapError(
             f"bootstrap 'env': rank 0 cannot start the store on port {port} ({port_source})"
@@ -394,6 +414,7 @@ class SingleBootstrap(Bootstrap):
         self.name = "single"
         self.rank = 0
         self.size = 1
+        self.secret = new_secret()
 
     def allgather(self, blob: bytes) -> list[bytes]:
         """Collective (of one): returns ``[blob]``."""

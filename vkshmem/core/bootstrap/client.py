@@ -17,6 +17,7 @@ import struct
 import threading
 import time
 
+from ..auth import FD_VAR, FILE_VAR, MAC_SIZE, NONCE_SIZE, SECRET_VAR, derive_key, new_nonce, verify
 from ..errors import BootstrapError
 from .wire import (
     CONTROL_TIMEOUT,
@@ -25,16 +26,21 @@ from .wire import (
     HELLO_TIMEOUT,
     I32,
     MAGIC,
+    MAX_ANSWER,
+    MAX_BLOB,
+    MAX_HELLO,
     ROUND,
     TIMEOUT_VAR,
     U32,
     Msg,
     Role,
+    client_proof,
     deadline_in,
     format_seconds,
     recv_frame,
     send_frame,
     sentence,
+    server_proof,
     time_limit,
     unpack_blobs,
 )
@@ -64,6 +70,8 @@ class StoreClient:
     (``VKSHMEM_BOOTSTRAP_TIMEOUT``; 0 = no limit). Connecting retries while the connection is
     refused (the server may not be up yet) until the timeout. ``generation`` is the one the
     store gave this member connection: 0, then 1, 2, ... for each re-initialisation.
+    ``secret`` is the job's secret (:mod:`vkshmem.core.auth`): the client proves it knows it,
+    and connects only to a store that proves the same.
     """
 
     def __init__(
@@ -78,6 +86,7 @@ class StoreClient:
         source: str = "VKSHMEM_LAUNCHER",
         hint: str = "",
         role: Role = Role.MEMBER,
+        secret: bytes = b"",
     ) -> None:
         self.host = host
         self.port = port
@@ -88,6 +97,7 @@ class StoreClient:
         self.source = source
         self.hint = hint
         self._limit = time_limit(timeout)
+        self._key = derive_key(secret, "store")
         self._lock = threading.Lock()
         self._round = 0
         self.generation = 0
@@ -129,11 +139,8 @@ class StoreClient:
                     f"{TIMEOUT_VAR} sets how long to wait.") from None
             try:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                hello = HELLO.pack(MAGIC, int(role), self.rank, self.size,
-                                   os.getpid() & 0xFFFFFFFF, _token)
-                send_frame(sock, Msg.HELLO, hello + self.job_id.encode())
                 hello_limit = HELLO_TIMEOUT if limit is None else max(limit, 1.0)
-                kind, payload = self._recv_on(sock, deadline_in(hello_limit), "its hello")
+                kind, payload = self._handshake(sock, role, deadline_in(hello_limit))
             except BaseException:
                 sock.close()
                 raise
@@ -146,10 +153,31 @@ class StoreClient:
                                  f"{self.source}) refused it: "
                                  f"{payload.decode('utf-8', 'replace')}")
 
+    def _handshake(self, sock: socket.socket, role: Role,
+                   deadline: float | None) -> tuple[int, bytes]:
+        """Say hello, check the store's proof that it knows the secret, prove it back; the
+        store's answer to the hello."""
+        hello = HELLO.pack(MAGIC, int(role), self.rank, self.size, os.getpid() & 0xFFFFFFFF,
+                           _token, new_nonce()) + self.job_id.encode()[:MAX_HELLO - HELLO.size]
+        send_frame(sock, Msg.HELLO, hello)
+        kind, payload = self._recv_on(sock, deadline, "its hello", MAX_ANSWER)
+        if kind != Msg.CHALLENGE or len(payload) != NONCE_SIZE + MAC_SIZE:
+            raise BootstrapError(f"PE {self.rank}: unexpected answer {kind} from the bootstrap "
+                                 f"store at {self.where} (set by {self.source}) to its hello")
+        nonce, proof = payload[:NONCE_SIZE], payload[NONCE_SIZE:]
+        if not verify(server_proof(self._key, hello, nonce), proof):
+            raise BootstrapError(
+                f"PE {self.rank}: the bootstrap store at {self.where} (set by {self.source}) "
+                f"could not prove that it knows this job's secret: it serves another job, or "
+                f"the PEs were given different secrets ({SECRET_VAR}, {FILE_VAR}; under "
+                f"'vkshmem run', {FD_VAR})")
+        send_frame(sock, Msg.AUTH, client_proof(self._key, hello, nonce))
+        return self._recv_on(sock, deadline, "its hello", MAX_ANSWER)
+
     def _recv_on(self, sock: socket.socket, deadline: float | None,
-                 what: str) -> tuple[int, bytes]:
+                 what: str, limit: int) -> tuple[int, bytes]:
         try:
-            kind, payload = recv_frame(sock, deadline)
+            kind, payload = recv_frame(sock, deadline, limit)
         except TimeoutError:
             raise BootstrapError(
                 f"PE {self.rank}: no answer from the bootstrap store at {self.where} (set by "
@@ -178,6 +206,9 @@ class StoreClient:
     # -- collectives ----------------------------------------------------------------------
     def allgather(self, blob: bytes) -> list[bytes]:
         """Collective: contribute ``blob``; get every PE's blob, indexed by rank."""
+        if len(blob) > MAX_BLOB:
+            raise BootstrapError(f"PE {self.rank}: a bootstrap allgather blob of {len(blob)} "
+                                 f"bytes is larger than the store's limit of {MAX_BLOB}")
         with self._lock:
             sock = self._require()
             round_no = self._round
@@ -192,7 +223,8 @@ class StoreClient:
                     f"PE {self.rank}: lost the connection to the bootstrap store at "
                     f"{self.where}: {exc}") from None
             deadline = None if self._limit is None else time.monotonic() + self._limit + GRACE
-            kind, payload = self._recv_on(sock, deadline, f"allgather round {round_no}")
+            kind, payload = self._recv_on(sock, deadline, f"allgather round {round_no}",
+                                          U32.size + self.size * (8 + MAX_BLOB))
             if kind != Msg.RESULT:
                 raise BootstrapError(f"PE {self.rank}: unexpected answer {kind} from the "
                                      f"bootstrap store at {self.where}")
@@ -213,7 +245,7 @@ class StoreClient:
         try:
             sock.settimeout(limit)
             send_frame(sock, kind, payload)
-            self._recv_on(sock, deadline_in(limit), kind.name.lower())
+            self._recv_on(sock, deadline_in(limit), kind.name.lower(), MAX_ANSWER)
             with contextlib.suppress(OSError):
                 send_frame(sock, Msg.BYE)
         finally:

@@ -10,6 +10,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from ..auth import new_secret
 from ..errors import BootstrapError, FeatureNotAvailableError
 from .base import Bootstrap, flush_stdio, guess_host_address
 
@@ -20,7 +21,8 @@ __all__ = ["MpiBootstrap", "check_mpi_usable"]
 class MpiBootstrap(Bootstrap):
     """mpi4py: exchanges go through a duplicate of ``MPI.COMM_WORLD``.
 
-    MPI has no time limit on collectives; the MPI launcher owns the job's lifetime.
+    MPI has no time limit on collectives; the MPI launcher owns the job's lifetime. The job's
+    secret is made by rank 0 and broadcast (collective), so MPI's own channel carries it.
     """
 
     def __init__(self, mpi: Any) -> None:
@@ -29,6 +31,7 @@ class MpiBootstrap(Bootstrap):
         self._comm: Any = mpi.COMM_WORLD.Dup()
         self.rank = int(self._comm.Get_rank())
         self.size = int(self._comm.Get_size())
+        self.secret = bytes(self._comm.bcast(new_secret() if self.rank == 0 else None, root=0))
 
     def allgather(self, blob: bytes) -> list[bytes]:
         """Collective: ``comm.allgather``."""

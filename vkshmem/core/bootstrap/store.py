@@ -31,24 +31,33 @@ import threading
 import time
 from collections.abc import Callable
 
+from ..auth import derive_key, new_nonce, verify
 from .client import StoreClient
 from .members import Members, generation_name
 from .wire import (
+    AUTH_FAILED,
+    CONTROL_TIMEOUT,
+    FRAME_TIMEOUT,
     HELLO,
     HELLO_TIMEOUT,
     I32,
     MAGIC,
+    MAX_HELLO,
+    MAX_JOB_ID,
+    MAX_REQUEST,
     ROUND,
     TIMEOUT_VAR,
     U32,
     Msg,
     Role,
+    client_proof,
     deadline_in,
     format_seconds,
     pack_blobs,
     rank_list,
     recv_frame,
     send_frame,
+    server_proof,
     unpack_blobs,
 )
 
@@ -60,6 +69,9 @@ __all__ = [
     "pack_blobs",
     "unpack_blobs",
 ]
+
+#: Connections that have not proved the secret yet; beyond this many, the oldest is dropped.
+MAX_PENDING = 32
 
 _MISMATCH = ("protocol mismatch: this store speaks another vkshmem store protocol version "
              "(the launcher and the PEs must run the same vkshmem)")
@@ -95,6 +107,12 @@ class StoreServer:
     Re-initialisation (OpenSHMEM 1.6): a PE that said goodbye (finalized) may connect again
     from the same process, as the next *generation*; rounds are numbered per generation (see
     :mod:`vkshmem.core.bootstrap.members` for who may join and who is refused).
+
+    ``secret``: the job's secret (:mod:`vkshmem.core.auth`); a connection is served only once it
+    proved it knows it (``b""``: no secret, anyone who can connect is served). At most
+    :data:`MAX_PENDING` connections may be proving it at a time (the oldest is dropped for a
+    new one), and at most ``2 * size + MAX_PENDING + 16`` connections are open at a time (one
+    thread each): a flood of idle connections cannot exhaust the server.
     """
 
     def __init__(
@@ -108,11 +126,16 @@ class StoreServer:
         on_failure: Callable[[int, str], None] | None = None,
         on_abort: Callable[[int, int], None] | None = None,
         family: socket.AddressFamily | None = None,
+        secret: bytes = b"",
     ) -> None:
         if size < 1:
             raise ValueError(f"job size must be >= 1, got {size}")
         self.size = size
         self.job_id = job_id
+        self._key = derive_key(secret, "store")
+        self.max_conns = 2 * size + MAX_PENDING + 16
+        #: connections dropped: for too many pending, too many open, failed authentication
+        self.dropped = {"pending": 0, "open": 0, "auth": 0}
         self.fail_fast = fail_fast
         self.on_failure = on_failure
         self.on_abort = on_abort
@@ -137,6 +160,7 @@ class StoreServer:
         self._poison: str | None = None
         self._closed = False
         self._conns: set[socket.socket] = set()
+        self._pending: dict[socket.socket, None] = {}  # in arrival order
         self._threads: list[threading.Thread] = []
         self._acceptor: threading.Thread | None = None
 
@@ -241,10 +265,21 @@ class StoreServer:
                     if self._closed:
                         conn.close()
                         return
+                    self._threads = [x for x in self._threads if x.is_alive()]
+                    if len(self._threads) >= self.max_conns:
+                        self.dropped["open"] += 1
+                        conn.close()
+                        continue
                     self._conns.add(conn)
+                    self._pending[conn] = None
+                    if len(self._pending) > MAX_PENDING:
+                        oldest = next(iter(self._pending))
+                        del self._pending[oldest]
+                        self.dropped["pending"] += 1
+                        with contextlib.suppress(OSError):
+                            oldest.shutdown(socket.SHUT_RDWR)  # its thread then ends
                     t = threading.Thread(target=self._serve, args=(conn,),
                                          name="vkshmem-store-conn", daemon=True)
-                    self._threads = [x for x in self._threads if x.is_alive()]
                     self._threads.append(t)
                 t.start()
 
@@ -257,14 +292,12 @@ class StoreServer:
         said_bye = False
         try:
             try:
-                kind, payload = recv_frame(conn, deadline_in(HELLO_TIMEOUT))
+                payload = self._authenticate(conn)
             except (OSError, EOFError, TimeoutError, ValueError, struct.error):
                 return
-            if kind != Msg.HELLO or len(payload) < HELLO.size:
-                if kind == Msg.HELLO and payload[:3] == MAGIC[:3]:  # another version's hello
-                    send_frame(conn, Msg.ERROR, _MISMATCH.encode())
-                return  # not one of ours: drop it silently
-            magic, role, rank, size, pid, token = HELLO.unpack_from(payload)
+            if payload is None:
+                return
+            magic, role, rank, size, pid, token, _nonce = HELLO.unpack_from(payload)
             job_id = payload[HELLO.size:].decode("utf-8", "replace")
             got = self._hello(magic, role, rank, size, job_id, token, pid)
             if isinstance(got, str):
@@ -272,10 +305,12 @@ class StoreServer:
                 return
             generation = got
             send_frame(conn, Msg.OK, U32.pack(max(generation, 0)))
+            # A control connection makes one request; a member's may idle between collectives.
+            deadline = deadline_in(2 * CONTROL_TIMEOUT) if generation < 0 else None
             while True:
                 try:
-                    kind, payload = recv_frame(conn, None)
-                except (OSError, EOFError, ValueError, struct.error):
+                    kind, payload = recv_frame(conn, deadline, MAX_REQUEST, FRAME_TIMEOUT)
+                except (OSError, EOFError, TimeoutError, ValueError, struct.error):
                     return
                 if kind == Msg.BYE:
                     said_bye = True
@@ -287,6 +322,7 @@ class StoreServer:
         finally:
             with self._cond:
                 self._conns.discard(conn)
+                self._pending.pop(conn, None)
                 if generation >= 0:
                     why = self._members.leave(rank, said_bye)
                     if not said_bye and self.fail_fast and self._poison is None:
@@ -294,6 +330,28 @@ class StoreServer:
                     self._cond.notify_all()
             with contextlib.suppress(OSError):
                 conn.close()
+
+    def _authenticate(self, conn: socket.socket) -> bytes | None:
+        """The hello of a connection that proved it knows the job's secret (challenge-response,
+        see :mod:`vkshmem.core.bootstrap.wire`), or None when it did not (it was told so, or,
+        when it does not speak this protocol at all, dropped silently)."""
+        deadline = deadline_in(HELLO_TIMEOUT)
+        kind, hello = recv_frame(conn, deadline, MAX_HELLO, FRAME_TIMEOUT)
+        if kind != Msg.HELLO or len(hello) < HELLO.size or hello[:4] != MAGIC:
+            if kind == Msg.HELLO and hello[:3] == MAGIC[:3]:  # another version's hello
+                send_frame(conn, Msg.ERROR, _MISMATCH.encode())
+            return None  # not one of ours
+        nonce = new_nonce()
+        send_frame(conn, Msg.CHALLENGE, nonce + server_proof(self._key, hello, nonce))
+        kind, answer = recv_frame(conn, deadline, MAX_HELLO, FRAME_TIMEOUT)
+        if kind != Msg.AUTH or not verify(client_proof(self._key, hello, nonce), answer):
+            with self._cond:
+                self.dropped["auth"] += 1
+            send_frame(conn, Msg.ERROR, AUTH_FAILED.encode())
+            return None
+        with self._cond:
+            self._pending.pop(conn, None)
+        return hello
 
     def _hello(self, magic: bytes, role: int, rank: int, size: int, job_id: str,
                token: bytes, pid: int) -> int | str:
@@ -303,14 +361,15 @@ class StoreServer:
             return _MISMATCH
         if role not in (Role.MEMBER, Role.CONTROL):
             return f"unknown connection role {role}"
+        # Refusals say what the hello claimed, never what the store expected.
         if size != self.size:
-            return (f"PE {rank} thinks the job has {size} PEs, the store was started for "
-                    f"{self.size}")
-        if not 0 <= rank < self.size:
-            return f"rank {rank} is out of range for a job of {self.size} PEs"
-        if job_id != self.job_id:
-            return (f"job id mismatch: PE {rank} belongs to job {job_id!r}, this store serves "
-                    f"job {self.job_id!r} (a stale environment from another job?)")
+            return (f"PE {rank} thinks the job has {size} PEs, which is not the size of the "
+                    f"job this store serves (do all PEs see the same job size?)")
+        if not 0 <= rank < size:
+            return f"rank {rank} is out of range for a job of {size} PEs"
+        if len(job_id) > MAX_JOB_ID or job_id != self.job_id:
+            return (f"job id mismatch: PE {rank} belongs to job {job_id[:64]!r}, which is not "
+                    f"the job this store serves (a stale environment from another job?)")
         if role != Role.MEMBER:
             return -1
         with self._cond:

@@ -2,16 +2,21 @@
 
 Every message is a frame: a header ``!BQ`` (message kind, payload length) and the payload. No
 pickle: payloads are raw bytes, UTF-8 text or ``struct``-packed integers. A connection starts
-with ``HELLO`` (magic, role, rank, size, the process's pid and random token, job id); the
-server answers ``OK`` (with the connection's generation, see
-:mod:`vkshmem.core.bootstrap.members`) or ``ERROR``. A member connection ends with ``BYE``,
-after which the server closes it once it has recorded the goodbye. Each request gets exactly
-one answer: ``OK``, ``RESULT`` (a list of blobs: count, then length + bytes for each) or
+with ``HELLO`` (magic, role, rank, size, the process's pid and random token, a random nonce,
+job id); the server answers ``CHALLENGE`` (its nonce and its MAC over the hello and that nonce,
+proving it knows the job's secret), the client ``AUTH`` (its MAC over the same, see
+:mod:`vkshmem.core.auth`), and only then does the server look at what the hello claims and
+answer ``OK`` (with the connection's generation, see :mod:`vkshmem.core.bootstrap.members`) or
+``ERROR``. A refusal never quotes what the store expected. A member connection ends with
+``BYE``, after which the server closes it once it has recorded the goodbye. Each request gets
+exactly one answer: ``OK``, ``RESULT`` (a list of blobs: count, then length + bytes for each) or
 ``ERROR`` (UTF-8 text, raised as :class:`BootstrapError` by the client).
 
-Every blocking wait has a time limit (the bootstrap timeout, ``VKSHMEM_BOOTSTRAP_TIMEOUT``;
-``0`` means no limit). The server enforces the limit of an allgather itself, so the error can
-say which PEs are missing.
+Frames are limited to what the protocol needs (:data:`MAX_HELLO` before authentication,
+:data:`MAX_BLOB` per allgather contribution), and once a frame has begun, the rest of it must
+arrive within :data:`FRAME_TIMEOUT`. Every blocking wait has a time limit (the bootstrap
+timeout, ``VKSHMEM_BOOTSTRAP_TIMEOUT``; ``0`` means no limit). The server enforces the limit
+of an allgather itself, so the error can say which PEs are missing.
 """
 
 from __future__ import annotations
@@ -23,26 +28,40 @@ import time
 from collections.abc import Iterable
 from enum import IntEnum
 
+from ..auth import FD_VAR, FILE_VAR, SECRET_VAR, mac
+
 __all__ = [
-    "CONTROL_TIMEOUT", "GRACE", "HEADER", "HELLO", "HELLO_TIMEOUT", "I32", "MAGIC", "MAX_FRAME",
-    "ROUND", "TIMEOUT_VAR", "U32", "Msg", "Role", "deadline_in", "format_seconds",
-    "pack_blobs", "rank_list", "recv_frame", "send_frame", "sentence", "time_limit",
-    "unpack_blobs",
+    "AUTH_FAILED", "CONTROL_TIMEOUT", "FRAME_TIMEOUT", "GRACE", "HEADER", "HELLO",
+    "HELLO_TIMEOUT", "I32", "MAGIC", "MAX_ANSWER", "MAX_BLOB", "MAX_HELLO", "MAX_JOB_ID",
+    "MAX_REQUEST",
+    "ROUND", "TIMEOUT_VAR", "U32", "Msg", "Role", "client_proof", "deadline_in",
+    "format_seconds", "pack_blobs", "rank_list", "recv_frame", "send_frame", "sentence",
+    "server_proof", "time_limit", "unpack_blobs",
 ]
 
 TIMEOUT_VAR = "VKSHMEM_BOOTSTRAP_TIMEOUT"
-#: Version 2: the hello names its process (pid, token) and the answer its generation.
-MAGIC = b"VKS\x02"
+#: Version 3: a challenge-response over the job's secret follows the hello.
+MAGIC = b"VKS\x03"
 HEADER = struct.Struct("!BQ")
-#: magic, role, rank, size, pid, process token; the job id follows
-HELLO = struct.Struct("!4sBIII8s")
+#: magic, role, rank, size, pid, process token, nonce; the job id follows
+HELLO = struct.Struct("!4sBIII8s16s")
 ROUND = struct.Struct("!QI")  # round number, time limit in ms (0: none); the blob follows
 U32 = struct.Struct("!I")
 I32 = struct.Struct("!i")
-#: Largest frame a peer may send (guards against a stray client speaking another protocol).
-MAX_FRAME = 1 << 36
-#: How long a new connection may take to say hello.
+#: Longest job id in a hello (bytes).
+MAX_JOB_ID = 256
+#: Largest frame before a connection is authenticated (a hello, a challenge, an answer).
+MAX_HELLO = HELLO.size + MAX_JOB_ID
+#: Largest answer a client accepts to its hello or a control request (the store's text).
+MAX_ANSWER = 1 << 16
+#: Largest blob one PE contributes to an allgather (start-up blobs are JSON of a few KiB).
+MAX_BLOB = 1 << 20
+#: Largest request frame of an authenticated connection.
+MAX_REQUEST = ROUND.size + MAX_BLOB
+#: How long a new connection may take to say hello and prove it knows the job's secret.
 HELLO_TIMEOUT = 10.0
+#: Once a frame has begun, how long the rest of it may take to arrive.
+FRAME_TIMEOUT = 30.0
 #: Extra time a client waits for the server's answer beyond the limit the server enforces.
 GRACE = 5.0
 #: Time limit of a failure report or abort request (best effort, must not hang a dying PE).
@@ -57,9 +76,28 @@ class Msg(IntEnum):
     FAILURE = 3
     ABORT = 4
     BYE = 5
+    CHALLENGE = 6
+    AUTH = 7
     OK = 16
     RESULT = 17
     ERROR = 18
+
+
+#: What a connection that failed to prove the secret is told (nothing of what was expected).
+AUTH_FAILED = (f"authentication failed: this connection did not prove that it knows the job's "
+               f"secret (every PE of a job needs the same {SECRET_VAR} or {FILE_VAR}; under "
+               f"'vkshmem run' the launcher passes it as {FD_VAR})")
+
+
+def server_proof(key: bytes, hello: bytes, nonce: bytes) -> bytes:
+    """The store's answer to a hello: its MAC over the hello (with the client's nonce) and the
+    store's own ``nonce``."""
+    return mac(key, b"vkshmem store server v3", hello, nonce)
+
+
+def client_proof(key: bytes, hello: bytes, nonce: bytes) -> bytes:
+    """The client's answer to the store's ``nonce`` (another label: no reflection)."""
+    return mac(key, b"vkshmem store client v3", hello, nonce)
 
 
 class Role(IntEnum):
@@ -112,7 +150,8 @@ def send_frame(sock: socket.socket, kind: Msg, payload: bytes = b"") -> None:
         sock.sendall(payload)
 
 
-def _recv_exact(sock: socket.socket, n: int, deadline: float | None) -> bytes:
+def _recv_exact(sock: socket.socket, n: int, deadline: float | None,
+                partial: float | None = None) -> bytes:
     buf = bytearray()
     while len(buf) < n:
         if deadline is not None:
@@ -125,15 +164,26 @@ def _recv_exact(sock: socket.socket, n: int, deadline: float | None) -> bytes:
         chunk = sock.recv(min(n - len(buf), 1 << 20))
         if not chunk:
             raise EOFError("connection closed" + (" mid-message" if buf else ""))
+        if not buf and partial is not None:  # the rest must follow soon
+            rest = time.monotonic() + partial
+            deadline = rest if deadline is None else min(deadline, rest)
         buf += chunk
     return bytes(buf)
 
 
-def recv_frame(sock: socket.socket, deadline: float | None) -> tuple[int, bytes]:
-    """Receive one frame by ``deadline`` (``time.monotonic``; None: no limit): (kind, payload)."""
-    kind, length = HEADER.unpack(_recv_exact(sock, HEADER.size, deadline))
-    if length > MAX_FRAME:
-        raise ValueError(f"frame of {length} bytes is too large (not a vkshmem store peer?)")
+def recv_frame(sock: socket.socket, deadline: float | None, limit: int,
+               partial: float | None = FRAME_TIMEOUT) -> tuple[int, bytes]:
+    """Receive one frame by ``deadline`` (``time.monotonic``; None: no limit): (kind, payload).
+
+    A frame longer than ``limit`` bytes is refused (``ValueError``) before it is read; once a
+    frame has begun, the rest must arrive within ``partial`` seconds (``TimeoutError``)."""
+    kind, length = HEADER.unpack(_recv_exact(sock, HEADER.size, deadline, partial))
+    if length > limit:
+        raise ValueError(f"frame of {length} bytes is larger than the {limit} this protocol "
+                         f"step allows (not a vkshmem store peer?)")
+    if partial is not None:
+        rest = time.monotonic() + partial
+        deadline = rest if deadline is None else min(deadline, rest)
     return kind, _recv_exact(sock, length, deadline) if length else b""
 
 

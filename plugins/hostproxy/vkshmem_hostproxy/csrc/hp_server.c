@@ -9,8 +9,12 @@
  * straight into the segment and GET data is sent straight from it. While a reply is pending the
  * connection's later requests wait, which keeps the per-connection order strict.
  *
- * Every access to a segment is bounds-checked against the registered size first; a bad request
- * is answered with an error reply, recorded (hp_last_error) and the connection dropped.
+ * A connection is served only once it proved that it knows the job's key (challenge-response,
+ * see hp_server.h); until then it has HP_AUTH_MS (at most) to do so and counts against HP_MAX_PENDING.
+ * A sweep (every HP_SWEEP_MS) drops connections that outlive those limits or whose begun request
+ * stopped making progress. Every access to a segment is bounds-checked against the registered
+ * size first; a bad request is answered with an error reply, recorded (hp_last_error) and the
+ * connection dropped.
  * AMOs go through the core's vk_amo (passed in as a function pointer) so they are the same
  * hardware atomics as every other path. All state lives in struct hp_server: several servers
  * (rails) coexist in one process.
@@ -32,12 +36,14 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "_native.h"
+#include "hp_auth.h"
 #include "hp_server.h"
 
 #define HP_RXBUF (64 * 1024)          /* per-connection request buffer */
@@ -45,8 +51,14 @@
 #define HP_IO_MAX ((size_t)1 << 30)   /* largest single recv/send */
 #define HP_READ_BUDGET 32             /* recv calls per connection per wake-up (fairness) */
 #define HP_EVENTS 64
+#define HP_SWEEP_MS 250
 
 enum { ST_HDR, ST_PAYLOAD, ST_TX };
+/* Admission: no HELLO yet; reading the client's nonce; challenge sent; reading its MAC; done. */
+enum { AU_NONE, AU_NONCE, AU_WAIT, AU_MAC, AU_OK };
+
+static const char SERVER_LABEL[] = "vkshmem hostproxy server v2";
+static const char CLIENT_LABEL[] = "vkshmem hostproxy client v2";
 
 typedef struct hp_seg {
     uintptr_t base;
@@ -58,6 +70,11 @@ typedef struct hp_conn {
     int fd;
     int state;
     int32_t peer_pe; /* -1 until HELLO */
+    int auth;        /* AU_* */
+    uint64_t since;  /* accept time until authenticated, then the time of the last progress */
+    unsigned char nc[HP_NONCE];            /* the client's nonce */
+    unsigned char chal[HP_NONCE + HP_MAC]; /* our nonce and MAC (sent after the HELLO reply) */
+    unsigned char mac[HP_MAC];             /* the client's MAC */
     unsigned char *rx;
     size_t rx_pos, rx_len; /* unconsumed bytes are rx[rx_pos, rx_len) */
     unsigned char *pay_dst;
@@ -71,8 +88,14 @@ typedef struct hp_conn {
 
 struct hp_server {
     int listen_fd, wake_fd, ep_fd;
-    int32_t my_pe;
-    uint64_t spin_ns; /* poll this long after the last request before sleeping */
+    int32_t my_pe, n_pes;
+    unsigned char key[HP_KEY];
+    uint64_t spin_ns;    /* poll this long after the last request before sleeping */
+    uint64_t request_ns; /* a begun request must progress within this */
+    uint64_t auth_ns;    /* a new connection must authenticate within this */
+    uint64_t now;        /* monotonic time of the latest wake-up */
+    uint64_t last_sweep;
+    uint32_t max_conns, n_pending;
     vk_amo_fn amo;
     pthread_t thread;
     char listen_tag, wake_tag; /* addresses used as epoll tags */
@@ -80,7 +103,7 @@ struct hp_server {
     hp_conn *conns;
     pthread_mutex_t err_lock;
     char last_error[HP_ERRLEN];
-    uint64_t n_accepted, n_open, n_requests, n_errors;
+    uint64_t n_accepted, n_open, n_requests, n_errors, n_refused, n_stalled;
 };
 
 /* Counters have one writer (the server thread); Python reads them while it runs. */
@@ -119,6 +142,12 @@ static void hp_error(hp_server *s, const char *fmt, ...) {
     __atomic_add_fetch(&s->n_errors, 1, __ATOMIC_RELAXED);
 }
 
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 static const char *errstr(int e, char *buf, size_t n) {
     return strerror_r(e, buf, n); /* GNU variant: returns the message */
 }
@@ -132,6 +161,7 @@ static int set_events(hp_server *s, hp_conn *c, uint32_t events) {
 }
 
 static void conn_close(hp_server *s, hp_conn *c) {
+    if (c->auth != AU_OK) s->n_pending--;
     epoll_ctl(s->ep_fd, EPOLL_CTL_DEL, c->fd, NULL);
     close(c->fd);
     if (c->prev)
@@ -181,6 +211,7 @@ static int conn_flush_tx(hp_server *s, hp_conn *c) {
             return -1;
         }
         size_t done = (size_t)r;
+        c->since = s->now;
         if (c->tx_hdr_off < HP_REP_SIZE) {
             size_t h = HP_REP_SIZE - c->tx_hdr_off;
             if (done < h) {
@@ -215,9 +246,12 @@ static int conn_reply(hp_server *s, hp_conn *c, int32_t status, uint32_t op, uin
 /* Reject a request: record why, tell the client (best effort), and drop the connection. */
 static int conn_fail(hp_server *s, hp_conn *c, int32_t status, const unsigned char *h,
                      const char *why) {
-    hp_error(s, "rejected a request from PE %d: %s (op %u, seg %u, offset %llu, arg %llu)",
-             c->peer_pe, why, (unsigned)h[0], rd32(h + 4), (unsigned long long)rd64(h + 8),
-             (unsigned long long)rd64(h + 16));
+    if (c->auth == AU_OK)
+        hp_error(s, "rejected a request from PE %d: %s (op %u, seg %u, offset %llu, arg %llu)",
+                 c->peer_pe, why, (unsigned)h[0], rd32(h + 4), (unsigned long long)rd64(h + 8),
+                 (unsigned long long)rd64(h + 16));
+    else /* not a peer (yet): counted, not recorded, so a flood cannot bury real errors */
+        COUNT(s->n_refused, 1);
     unsigned char rep[HP_REP_SIZE];
     wr32(rep, (uint32_t)status);
     wr32(rep + 4, h[0]);
@@ -249,6 +283,42 @@ static const char *seg_why(int32_t st) {
     return st == HP_ESEG ? "segment not registered" : "outside the registered segment";
 }
 
+void hp_mac(const unsigned char *key, const unsigned char *label, size_t label_len,
+            const unsigned char *nc, const unsigned char *ns, uint32_t client_pe,
+            uint32_t server_pe, unsigned char *out) {
+    unsigned char pes[8];
+    wr32(pes, client_pe);
+    wr32(pes + 4, server_pe);
+    const void *parts[] = {label, nc, ns, pes};
+    const size_t lens[] = {label_len, HP_NONCE, HP_NONCE, sizeof pes};
+    hp_hmac_sha256(key, HP_KEY, parts, lens, 4, out);
+}
+
+/* The client's nonce has arrived: answer the HELLO with our nonce and our proof. */
+static int conn_challenge(hp_server *s, hp_conn *c) {
+    unsigned char h[HP_REQ_SIZE] = {HP_OP_HELLO};
+    if (getrandom(c->chal, HP_NONCE, 0) != HP_NONCE)
+        return conn_fail(s, c, HP_EAUTH, h, "no random bytes for a challenge");
+    hp_mac(s->key, (const unsigned char *)SERVER_LABEL, sizeof SERVER_LABEL - 1, c->nc, c->chal,
+           (uint32_t)c->peer_pe, (uint32_t)s->my_pe, c->chal + HP_NONCE);
+    c->auth = AU_WAIT;
+    return conn_reply(s, c, HP_OK, HP_OP_HELLO, (uint64_t)(uint32_t)s->my_pe, c->chal,
+                      sizeof c->chal);
+}
+
+/* The client's MAC has arrived: admit the connection, or refuse it (saying nothing more). */
+static int conn_admit(hp_server *s, hp_conn *c) {
+    unsigned char want[HP_MAC], h[HP_REQ_SIZE] = {HP_OP_AUTH};
+    hp_mac(s->key, (const unsigned char *)CLIENT_LABEL, sizeof CLIENT_LABEL - 1, c->nc, c->chal,
+           (uint32_t)c->peer_pe, (uint32_t)s->my_pe, want);
+    if (!hp_equal_ct(want, c->mac, HP_MAC))
+        return conn_fail(s, c, HP_EAUTH, h, "authentication failed");
+    c->auth = AU_OK;
+    s->n_pending--;
+    c->since = s->now;
+    return conn_reply(s, c, HP_OK, HP_OP_AUTH, 0, NULL, 0);
+}
+
 /* Apply one request. 0: go on; -1: drop the connection. */
 static int conn_request(hp_server *s, hp_conn *c, const unsigned char *h) {
     unsigned op = h[0], aop = h[1], width = h[2];
@@ -257,16 +327,28 @@ static int conn_request(hp_server *s, hp_conn *c, const unsigned char *h) {
     unsigned char *p;
     int32_t st = HP_OK;
 
-    if (c->peer_pe < 0 && op != HP_OP_HELLO)
-        return conn_fail(s, c, HP_EPROTO, h, "request before HELLO");
+    if (c->auth != AU_OK && op != HP_OP_HELLO && op != HP_OP_AUTH)
+        return conn_fail(s, c, HP_EAUTH, h, "request before authentication");
     switch (op) {
     case HP_OP_HELLO:
-        if (c->peer_pe >= 0 || off != HP_MAGIC || arg != HP_VERSION || seg > INT32_MAX)
+        if (c->auth != AU_NONE || off != HP_MAGIC || arg != HP_VERSION)
             return conn_fail(s, c, HP_EHELLO, h,
-                             "bad HELLO (not a vkshmem-hostproxy client of protocol version 1)");
+                             "bad HELLO (not a vkshmem-hostproxy client of protocol version 2)");
+        if (seg >= (uint32_t)s->n_pes)
+            return conn_fail(s, c, HP_EHELLO, h, "HELLO from a PE outside the job");
         c->peer_pe = (int32_t)seg;
-        COUNT(s->n_requests, 1);
-        return conn_reply(s, c, HP_OK, op, (uint64_t)(uint32_t)s->my_pe, NULL, 0);
+        c->auth = AU_NONCE;
+        c->pay_dst = c->nc;
+        c->pay_left = HP_NONCE;
+        c->state = ST_PAYLOAD;
+        return 0;
+    case HP_OP_AUTH:
+        if (c->auth != AU_WAIT) return conn_fail(s, c, HP_EAUTH, h, "AUTH out of turn");
+        c->auth = AU_MAC;
+        c->pay_dst = c->mac;
+        c->pay_left = HP_MAC;
+        c->state = ST_PAYLOAD;
+        return 0;
     case HP_OP_PUT:
         if (!(p = seg_addr(s, seg, off, arg, &st))) return conn_fail(s, c, st, h, seg_why(st));
         if (arg == 0) {
@@ -338,7 +420,13 @@ static int conn_service(hp_server *s, hp_conn *c) {
             }
             if (c->pay_left == 0) {
                 c->state = ST_HDR;
-                COUNT(s->n_requests, 1);
+                if (c->auth == AU_NONCE) {
+                    if (conn_challenge(s, c) < 0) return -1;
+                } else if (c->auth == AU_MAC) {
+                    if (conn_admit(s, c) < 0) return -1;
+                } else {
+                    COUNT(s->n_requests, 1);
+                }
                 continue;
             }
             c->rx_pos = c->rx_len = 0; /* the buffer is empty here */
@@ -347,6 +435,7 @@ static int conn_service(hp_server *s, hp_conn *c) {
                 size_t want = c->pay_left < HP_IO_MAX ? (size_t)c->pay_left : HP_IO_MAX;
                 ssize_t r = recv(c->fd, c->pay_dst, want, 0);
                 if (r > 0) {
+                    c->since = s->now;
                     c->pay_dst += r;
                     c->pay_left -= (uint64_t)r;
                     continue;
@@ -371,6 +460,7 @@ static int conn_service(hp_server *s, hp_conn *c) {
         }
         ssize_t r = recv(c->fd, c->rx + c->rx_len, HP_RXBUF - c->rx_len, 0);
         if (r > 0) {
+            c->since = s->now;
             c->rx_len += (size_t)r;
             continue;
         }
@@ -379,6 +469,15 @@ static int conn_service(hp_server *s, hp_conn *c) {
     }
 }
 
+/* The connection that has been authenticating longest, or NULL. */
+static hp_conn *oldest_pending(hp_server *s) {
+    hp_conn *found = NULL;
+    for (hp_conn *c = s->conns; c; c = c->next) /* newest first */
+        if (c->auth != AU_OK) found = c;
+    return found;
+}
+
+/* Called outside an event batch (it may close connections). */
 static void server_accept(hp_server *s) {
     for (;;) {
         int fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -389,6 +488,15 @@ static void server_accept(hp_server *s) {
             hp_error(s, "accept failed: %s", errstr(errno, eb, sizeof eb));
             usleep(10000); /* out of fds or memory: do not spin on the listening socket */
             return;
+        }
+        if (s->n_pending >= HP_MAX_PENDING || s->n_open >= s->max_conns) {
+            hp_conn *old = oldest_pending(s);
+            COUNT(s->n_refused, 1);
+            if (!old) { /* every slot holds an authenticated peer: refuse the newcomer */
+                close(fd);
+                continue;
+            }
+            conn_close(s, old);
         }
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -408,19 +516,40 @@ static void server_accept(hp_server *s) {
         c->fd = fd;
         c->rx = rx;
         c->peer_pe = -1;
+        c->auth = AU_NONE;
+        c->since = now_ns();
         c->state = ST_HDR;
         c->next = s->conns;
         if (s->conns) s->conns->prev = c;
         s->conns = c;
+        s->n_pending++;
         COUNT(s->n_accepted, 1);
         COUNT(s->n_open, 1);
     }
 }
 
-static uint64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+/* Drop connections that did not authenticate in time, or whose begun request (or pending
+ * reply) made no progress within the request timeout. Called outside an event batch. */
+static void server_sweep(hp_server *s) {
+    hp_conn *next;
+    for (hp_conn *c = s->conns; c; c = next) {
+        next = c->next;
+        uint64_t idle = s->now - c->since;
+        if (c->auth != AU_OK) {
+            if (idle > s->auth_ns) {
+                COUNT(s->n_refused, 1);
+                conn_close(s, c);
+            }
+            continue;
+        }
+        int busy = c->state != ST_HDR || c->rx_len > c->rx_pos;
+        if (busy && idle > s->request_ns) {
+            hp_error(s, "PE %d: a request made no progress for %llu ms; connection dropped",
+                     c->peer_pe, (unsigned long long)(s->request_ns / 1000000u));
+            COUNT(s->n_stalled, 1);
+            conn_close(s, c);
+        }
+    }
 }
 
 static void *server_main(void *arg) {
@@ -428,22 +557,29 @@ static void *server_main(void *arg) {
     struct epoll_event ev[HP_EVENTS];
     uint64_t busy_at = 0; /* when the last request was served (spin mode) */
     for (;;) {
-        int timeout = -1;
+        int timeout = s->conns ? HP_SWEEP_MS : -1;
         if (s->spin_ns && now_ns() - busy_at < s->spin_ns) timeout = 0;
         int n = epoll_wait(s->ep_fd, ev, HP_EVENTS, timeout);
+        s->now = now_ns();
+        if (s->now - s->last_sweep >= (uint64_t)HP_SWEEP_MS * 1000000u) {
+            s->last_sweep = s->now;
+            server_sweep(s);
+            if (n > 0) continue; /* the batch may name a closed connection: poll again */
+        }
         if (n == 0) continue;
-        if (s->spin_ns) busy_at = now_ns();
+        if (s->spin_ns) busy_at = s->now;
         if (n < 0) {
             if (errno == EINTR) continue;
             char eb[96];
             hp_error(s, "epoll_wait failed, server stopped: %s", errstr(errno, eb, sizeof eb));
             return NULL;
         }
+        int accept_now = 0;
         for (int i = 0; i < n; i++) {
             void *tag = ev[i].data.ptr;
             if (tag == &s->wake_tag) return NULL;
             if (tag == &s->listen_tag) {
-                server_accept(s);
+                accept_now = 1; /* after the batch: accepting may close connections */
                 continue;
             }
             hp_conn *c = tag;
@@ -452,6 +588,7 @@ static void *server_main(void *arg) {
             if (rc == 0) rc = conn_service(s, c);
             if (rc < 0) conn_close(s, c);
         }
+        if (accept_now) server_accept(s);
     }
 }
 
@@ -463,11 +600,13 @@ static int add_tag(int ep, int fd, void *tag) {
     return epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
 }
 
-hp_server *hp_create(int listen_fd, int32_t my_pe, uintptr_t amo_fn, uint32_t spin_us, char *err,
-                     size_t errlen) {
+hp_server *hp_create(int listen_fd, int32_t my_pe, int32_t n_pes, const unsigned char *key,
+                     uintptr_t amo_fn, uint32_t spin_us, uint32_t request_ms, uint32_t max_conns,
+                     char *err, size_t errlen) {
     char eb[96];
-    if (!amo_fn) {
-        snprintf(err, errlen, "no vk_amo function given");
+    if (!amo_fn || !key || n_pes < 1 || my_pe < 0 || my_pe >= n_pes || !max_conns) {
+        snprintf(err, errlen, "bad arguments (amo function, key, PE %d of %d, %u connections)",
+                 my_pe, n_pes, max_conns);
         return NULL;
     }
     hp_server *s = calloc(1, sizeof *s);
@@ -477,6 +616,12 @@ hp_server *hp_create(int listen_fd, int32_t my_pe, uintptr_t amo_fn, uint32_t sp
     }
     s->listen_fd = listen_fd;
     s->my_pe = my_pe;
+    s->n_pes = n_pes;
+    memcpy(s->key, key, HP_KEY);
+    s->request_ns = (uint64_t)request_ms * 1000000u;
+    s->auth_ns = (uint64_t)(request_ms < HP_AUTH_MS ? request_ms : HP_AUTH_MS) * 1000000u;
+    s->max_conns = max_conns;
+    s->now = s->last_sweep = now_ns();
     s->spin_ns = (uint64_t)spin_us * 1000u;
     s->amo = (vk_amo_fn)amo_fn;
     s->wake_fd = s->ep_fd = -1;
@@ -523,6 +668,8 @@ void hp_stats(hp_server *s, uint64_t *out) {
     out[1] = __atomic_load_n(&s->n_open, __ATOMIC_RELAXED);
     out[2] = __atomic_load_n(&s->n_requests, __ATOMIC_RELAXED);
     out[3] = __atomic_load_n(&s->n_errors, __ATOMIC_RELAXED);
+    out[4] = __atomic_load_n(&s->n_refused, __ATOMIC_RELAXED);
+    out[5] = __atomic_load_n(&s->n_stalled, __ATOMIC_RELAXED);
 }
 
 uint64_t hp_last_error(hp_server *s, char *buf, size_t buflen) {

@@ -17,10 +17,29 @@
  *   offset 4  u32  op        the op answered
  *   offset 8  u64  value     AMO_FETCH: old value; HELLO: the server's PE
  *
- * followed, for a successful GET, by the `arg` requested bytes. Replies are sent for HELLO, GET,
- * AMO_FETCH and FLUSH only. A bad request gets an error reply (whatever its op) and the
+ * followed, for a successful GET, by the `arg` requested bytes. Replies are sent for HELLO, AUTH,
+ * GET, AMO_FETCH and FLUSH only. A bad request gets an error reply (whatever its op) and the
  * connection is then dropped, so a client learns about a rejected PUT at its next reply.
  * Requests on one connection are applied strictly in order.
+ *
+ * Admission (protocol version 2): nothing but HELLO, then AUTH, is served before a connection
+ * proved that it knows the job's key (a key derived from the job's secret):
+ *
+ *   client: HELLO header (seg = client PE, offset = HP_MAGIC, arg = HP_VERSION), then a
+ *           16-byte random nonce Nc
+ *   server: reply (value = server PE), then a 16-byte random nonce Ns and
+ *           HMAC-SHA256(key, "vkshmem hostproxy server v2" | Nc | Ns | client PE | server PE)
+ *           (the PEs as little-endian u32), which the client checks
+ *   client: AUTH header, then HMAC-SHA256(key, "vkshmem hostproxy client v2" | Nc | Ns |
+ *           client PE | server PE)
+ *   server: compares it in constant time; reply HP_OK, or HP_EAUTH and the connection dropped
+ *
+ * A connection that has not authenticated within HP_AUTH_MS (or the request timeout, if
+ * shorter) is dropped; at most
+ * HP_MAX_PENDING connections may be authenticating at a time (the oldest is dropped for a new
+ * one) and at most max_conns may be open (hp_create). An authenticated connection may idle
+ * between requests, but once a request has begun, it (and a pending reply) must make progress
+ * within the server's request timeout, or the connection is dropped.
  */
 #ifndef VKSHMEM_HP_SERVER_H
 #define VKSHMEM_HP_SERVER_H
@@ -32,7 +51,12 @@
 #define HP_REP_SIZE 16
 #define HP_MAX_SEGS 256
 #define HP_ERRLEN 256
-#define HP_VERSION 1
+#define HP_VERSION 2
+#define HP_NONCE 16
+#define HP_MAC 32
+#define HP_KEY 32
+#define HP_AUTH_MS 10000
+#define HP_MAX_PENDING 64
 #define HP_MAGIC 0x316d656d68736b76ULL /* "vkshmem1" read as a little-endian u64 */
 
 #define HP_OP_HELLO 1
@@ -42,6 +66,7 @@
 #define HP_OP_AMO_FETCH 5
 #define HP_OP_FLUSH 6
 #define HP_OP_CLOSE 7
+#define HP_OP_AUTH 8
 
 #define HP_OK 0
 #define HP_EPROTO (-1)  /* unknown op, request before HELLO */
@@ -49,19 +74,29 @@
 #define HP_EBOUNDS (-3) /* offset + length outside the segment */
 #define HP_EALIGN (-4)  /* AMO target not aligned to its width */
 #define HP_EAMO (-5)    /* AMO op or width not supported */
-#define HP_EHELLO (-6)  /* bad magic or protocol version */
+#define HP_EHELLO (-6)  /* bad magic or protocol version, or a PE outside the job */
+#define HP_EAUTH (-7)   /* authentication failed, or a request before it */
 
 typedef struct hp_server hp_server;
 
-/* Start a server on an already listening socket (ownership passes on success only). After
+/* Start a server on an already listening socket (ownership passes on success only) for PE
+ * my_pe of a job of n_pes, admitting peers that prove they know key (HP_KEY bytes). After
  * serving a request the thread polls for spin_us microseconds before sleeping (0: never
- * polls). Returns NULL and writes a message to err on failure. */
-hp_server *hp_create(int listen_fd, int32_t my_pe, uintptr_t amo_fn, uint32_t spin_us, char *err,
-                     size_t errlen);
+ * polls). A begun request must progress within request_ms; at most max_conns connections are
+ * open. Returns NULL and writes a message to err on failure. */
+hp_server *hp_create(int listen_fd, int32_t my_pe, int32_t n_pes, const unsigned char *key,
+                     uintptr_t amo_fn, uint32_t spin_us, uint32_t request_ms, uint32_t max_conns,
+                     char *err, size_t errlen);
+/* HMAC-SHA256 of parts (for the client side and tests): see hp_auth.h. */
+void hp_mac(const unsigned char *key, const unsigned char *label, size_t label_len,
+            const unsigned char *nc, const unsigned char *ns, uint32_t client_pe,
+            uint32_t server_pe, unsigned char *out);
 /* Make segment seg reachable: 0, -1 (seg id out of range), -2 (registered differently). */
 int hp_register(hp_server *s, uint32_t seg, uintptr_t base, uint64_t size);
-/* Counters: [0] connections accepted, [1] open, [2] requests served, [3] errors recorded. */
-void hp_stats(hp_server *s, uint64_t *out);
+/* Counters: [0] connections accepted, [1] open, [2] requests served, [3] errors recorded,
+ * [4] connections dropped for failing or not finishing authentication (or the caps),
+ * [5] connections dropped for a request that stopped making progress. */
+void hp_stats(hp_server *s, uint64_t *out); /* 6 counters */
 /* Copy the last recorded error message; returns the number of errors recorded so far. */
 uint64_t hp_last_error(hp_server *s, char *buf, size_t buflen);
 /* Stop the thread, join it, close every socket, free everything. */

@@ -1,0 +1,136 @@
+"""The CUDA domain's kernels, compiled by NVRTC at first use: the one-thread AMO and the
+element-wise reduction of up to :data:`MAX_SOURCES` arrays (a PE's own and its peers', as
+mapped on its GPU) into one, per (op, dtype)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from vkshmem.core.errors import FeatureNotAvailableError
+
+__all__ = ["AMO_NAME", "AMO_SOURCE", "MAX_SOURCES", "REDUCE_NAME", "compile_kernel",
+           "reduce_source"]
+
+AMO_NAME = b"vkshmem_amo"
+REDUCE_NAME = b"vkshmem_reduce"
+#: sources one reduce launch takes (a struct of pointers passed by value; see ``_ops_build``)
+MAX_SOURCES = 8
+
+AMO_SOURCE = r"""
+typedef unsigned long long u64;
+/* out[0] = the old value, then out[1] = seq: the host (out is mapped pinned memory) returns
+   once it sees seq, without waiting for the kernel's completion to reach the stream. */
+extern "C" __global__ void vkshmem_amo(u64 addr, int op, int width, u64 operand, u64 compare,
+                                       u64 *out, u64 seq) {
+    u64 old = 0;
+    if (width == 8) {
+        u64 *p = (u64 *)addr;
+        switch (op) {
+        case 0: old = atomicAdd(p, 0ull); break;                 /* FETCH */
+        case 1: case 2: old = atomicExch(p, operand); break;    /* SET, SWAP */
+        case 3: old = atomicCAS(p, compare, operand); break;    /* CSWAP */
+        case 4: old = atomicAdd(p, operand); break;
+        case 5: old = atomicAnd(p, operand); break;
+        case 6: old = atomicOr(p, operand); break;
+        case 7: old = atomicXor(p, operand); break;
+        }
+    } else {
+        unsigned *p = (unsigned *)addr;
+        unsigned v = (unsigned)operand, c = (unsigned)compare;
+        switch (op) {
+        case 0: old = atomicAdd(p, 0u); break;
+        case 1: case 2: old = atomicExch(p, v); break;
+        case 3: old = atomicCAS(p, c, v); break;
+        case 4: old = atomicAdd(p, v); break;
+        case 5: old = atomicAnd(p, v); break;
+        case 6: old = atomicOr(p, v); break;
+        case 7: old = atomicXor(p, v); break;
+        }
+    }
+    out[0] = old;
+    __threadfence_system();
+    ((volatile u64 *)out)[1] = seq;
+}
+"""
+
+_CTYPES = {"int8": "signed char", "int16": "short", "int32": "int", "int64": "long long",
+           "uint8": "unsigned char", "uint16": "unsigned short", "uint32": "unsigned int",
+           "uint64": "unsigned long long", "float32": "float", "float64": "double"}
+_OPS = {"sum": "a + b", "prod": "a * b", "min": "(b < a ? b : a)", "max": "(b > a ? b : a)",
+        "and": "a & b", "or": "a | b", "xor": "a ^ b"}
+
+_REDUCE = r"""
+typedef unsigned long long u64;
+typedef %(T)s T;
+enum { VEC = 16 / sizeof(T) };
+struct sources { const T *p[%(N)d]; };
+struct __align__(16) pack { T v[VEC]; };
+__device__ __forceinline__ T combine(T a, T b) { return %(OP)s; }
+/* dst[i] = src0[i] op src1[i] op ...: 16-byte loads and stores where every pointer allows
+   (peers' memory is read over NVLink: wide loads keep the link busy), then the tail. */
+extern "C" __global__ void vkshmem_reduce(T *dst, struct sources src, int n, u64 count) {
+    u64 tid = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    u64 stride = (u64)gridDim.x * blockDim.x;
+    bool wide = ((u64)dst %% 16) == 0;
+    for (int j = 0; j < n; ++j) wide = wide && ((u64)src.p[j] %% 16) == 0;
+    u64 packs = wide ? count / VEC : 0;
+    for (u64 i = tid; i < packs; i += stride) {
+        struct pack a = ((const struct pack *)src.p[0])[i];
+        for (int j = 1; j < n; ++j) {
+            struct pack b = ((const struct pack *)src.p[j])[i];
+#pragma unroll
+            for (int k = 0; k < VEC; ++k) a.v[k] = combine(a.v[k], b.v[k]);
+        }
+        ((struct pack *)dst)[i] = a;
+    }
+    for (u64 i = packs * VEC + tid; i < count; i += stride) {
+        T a = src.p[0][i];
+        for (int j = 1; j < n; ++j) { T b = src.p[j][i]; a = combine(a, b); }
+        dst[i] = a;
+    }
+}
+"""
+
+
+def reduce_source(op: str, dtype: np.dtype) -> str | None:
+    """CUDA C for ``op`` over ``dtype`` (None where this kernel does not do that pair:
+    float16, complex, bool and bitwise ops on floats go to the core's other paths)."""
+    ctype = _CTYPES.get(np.dtype(dtype).name)
+    if ctype is None or op not in _OPS or (op in ("and", "or", "xor") and
+                                            np.dtype(dtype).kind == "f"):
+        return None
+    return _REDUCE % {"T": ctype, "N": MAX_SOURCES, "OP": _OPS[op]}
+
+
+def compile_kernel(cu: Any, check: Any, dev: Any, source: str, name: bytes,
+                   error: type[Exception]) -> Any:
+    """NVRTC-compile ``source`` for device ``dev``, load it, return the function ``name``
+    (``error``: the exception a compile error raises)."""
+    try:
+        from cuda.bindings import nvrtc
+    except ImportError as exc:
+        raise FeatureNotAvailableError(f"kernels on CUDA memory need NVRTC: {exc}") from None
+    attr = cu.CUdevice_attribute
+    major = check(cu.cuDeviceGetAttribute(
+        attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev), "compute capability")
+    minor = check(cu.cuDeviceGetAttribute(
+        attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev), "compute capability")
+    err, prog = nvrtc.nvrtcCreateProgram(source.encode(), name + b".cu", 0, [], [])
+    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+        raise FeatureNotAvailableError(f"NVRTC could not start ({err}): install "
+                                       "nvidia-cuda-nvrtc for kernels on CUDA memory")
+    opts = [f"--gpu-architecture=compute_{major}{minor}".encode()]
+    (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
+    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+        _e, n = nvrtc.nvrtcGetProgramLogSize(prog)
+        log = b" " * n
+        nvrtc.nvrtcGetProgramLog(prog, log)
+        raise error(f"NVRTC could not compile {name.decode()}: {log.decode()}", err)
+    _e, n = nvrtc.nvrtcGetPTXSize(prog)
+    ptx = b" " * n
+    nvrtc.nvrtcGetPTX(prog, ptx)
+    nvrtc.nvrtcDestroyProgram(prog)
+    module = check(cu.cuModuleLoadData(ptx), f"cuModuleLoadData ({name.decode()})")
+    return check(cu.cuModuleGetFunction(module, name), "cuModuleGetFunction")
