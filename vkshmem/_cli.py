@@ -16,6 +16,7 @@ examples:
   vkshmem run -n 4 script.py          start 4 PEs of script.py on this host (like oshrun)
   vkshmem run -n 2 -m mypackage.bench --iters 100
   vkshmem info                        show the VKSHMEM_* variables, plugins and choices
+  vkshmem doctor                      try every transport and memory domain here at 2 PEs
   vkshmem bench --compare             OSU-style benchmarks, next to mpi4py RMA (and more)
 
 Multi-host jobs run under mpirun/srun/torchrun (bootstraps 'mpi' and 'env').
@@ -136,6 +137,27 @@ def build_parser() -> argparse.ArgumentParser:
                       help="number of PEs to probe with (default: %(default)s)")
     info.set_defaults(func=_cmd_info, command_parser=info)
 
+    doctor = sub.add_parser(
+        "doctor", help="self-test this machine: every transport and domain at 2 PEs",
+        description="Try what vkshmem can use on this machine, loop-backed at 2 PEs: the shm "
+                    "path, each installed transport carrying all traffic, each memory domain "
+                    "(GPU export/import), the Vulkan validation layer, and the env and mpi "
+                    "bootstraps. Prints what works, what does not, and the variable or package "
+                    "that would change it. Exit status 1 when a check that ran failed or a "
+                    "check named here could not run.",
+        epilog="examples:\n  vkshmem doctor\n  vkshmem doctor ucx ofi --json\n"
+               "  vkshmem doctor vulkan validation --timeout 120",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    doctor.add_argument("checks", nargs="*", metavar="CHECK",
+                        help="run only these checks (shm, a transport or domain name, "
+                             "vulkan-import, validation, env, mpi); each must then work")
+    doctor.add_argument("--json", action="store_true", help="print the results as JSON")
+    doctor.add_argument("--timeout", type=_positive_seconds, default=60.0, metavar="SECONDS",
+                        help="limit of each check (default: %(default)s)")
+    doctor.add_argument("-q", "--quiet", action="store_true",
+                        help="no progress lines on stderr")
+    doctor.set_defaults(func=_cmd_doctor, command_parser=doctor)
+
     from ._bench.cli import add_parser as add_bench  # options only; runs nothing
 
     add_bench(sub)
@@ -196,6 +218,12 @@ def _cmd_info(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from . import _info  # imported lazily: it may load plugins and devices
 
     return int(_info.main(args) or 0)
+
+
+def _cmd_doctor(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from . import _doctor  # imported lazily: it loads plugins
+
+    return _doctor.main(args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

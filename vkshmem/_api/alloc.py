@@ -13,12 +13,19 @@ domain's name (``vkshmem info`` lists them).
 
 from __future__ import annotations
 
+import math
+import operator
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import numpy as np
 
-from ..core.errors import InvalidArgumentError, InvalidTypeError, NotAllocatedError
+from ..core.errors import (
+    InvalidArgumentError,
+    InvalidTypeError,
+    NotAllocatedError,
+    ValueRangeError,
+)
 from ..core.heap import MIN_ALIGN
 from ..core.runtime import HOST_SEG
 from . import state
@@ -45,7 +52,7 @@ def _domain_array(where: str, shape: Shape, dt: np.dtype, align: int | None, cle
     if order == "F":
         raise InvalidArgumentError(f"{where} arrays are C-ordered: order='F' is not available")
     heap = state.rt.domain(where)
-    count = int(np.prod(shape, dtype=np.int64))
+    count = _count(shape)
     nbytes = count * dt.itemsize
     fill = None
     if value is not None:
@@ -65,10 +72,15 @@ def _fill_source(value: Any, dt: np.dtype, dims: tuple[int, ...]) -> np.ndarray:
     an array of the value's own dtype, so ``-1`` fills uint8 with 255 and ``2.7`` int32 with 2
     whatever numpy's rules for Python scalars are. What cannot be cast at all (an integer
     beyond 64 bits into an integer dtype) or broadcast raises here, before any allocation."""
-    src = np.asarray(value)
-    if src.dtype.hasobject:
-        src = src.astype(dt)
-    np.broadcast_shapes(src.shape, dims)
+    try:
+        src = np.asarray(value)
+        if src.dtype.hasobject:
+            src = src.astype(dt)
+        np.broadcast_shapes(src.shape, dims)
+    except (TypeError, ValueError, OverflowError) as exc:
+        error = ValueRangeError if isinstance(exc, OverflowError) else InvalidArgumentError
+        raise error(f"{value!r} cannot fill an array of shape {dims} and dtype {dt}: "
+                    f"{exc}") from None
     return src
 
 
@@ -80,7 +92,38 @@ def _plain(dt: np.dtype) -> np.dtype:
 
 
 def _dims(shape: Shape) -> tuple[int, ...]:
-    return (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
+    """``shape`` as a tuple of dimensions, or an error naming what is wrong with it."""
+    try:
+        if isinstance(shape, (int, np.integer)):
+            dims: tuple[int, ...] = (operator.index(shape),)
+        else:
+            dims = tuple(operator.index(d) for d in shape)
+    except TypeError:
+        raise InvalidTypeError(f"shape must be an integer or a sequence of integers, got "
+                               f"{shape!r}") from None
+    if any(d < 0 for d in dims):
+        raise InvalidArgumentError(f"negative dimensions are not allowed: shape {dims}")
+    return dims
+
+
+def _count(shape: Shape) -> int:
+    """Elements of an array of ``shape`` (checked)."""
+    return math.prod(_dims(shape))
+
+
+def _dtype(dtype: Any) -> np.dtype:
+    try:
+        return _plain(np.dtype(dtype))
+    except TypeError as exc:
+        raise InvalidTypeError(f"dtype {dtype!r} is not a numpy data type: {exc}") from None
+
+
+def _bytes(count: Any, size: Any) -> int:
+    try:
+        return operator.index(count) * operator.index(size)
+    except TypeError:
+        raise InvalidTypeError(f"alloc: count and size must be integers, got {count!r} and "
+                               f"{size!r}") from None
 
 
 def _allocate(nbytes: int, align: int | None, clear: bool,
@@ -98,7 +141,7 @@ def alloc(count: int, size: int = 1, align: int | None = None, hints: int | None
     accepted), ``clear`` zero-fills before the closing barrier.
     """
     where = _check_domain(domain)
-    nbytes = int(count) * int(size)
+    nbytes = _bytes(count, size)
     if nbytes < 0:
         raise InvalidArgumentError(f"cannot allocate {count} x {size} bytes")
     if where != "host":
@@ -176,7 +219,7 @@ def realloc(mem: memoryview | np.ndarray, count: int, size: int | None = None,
                                    f"resized (this one is in segment {seg})")
     if isinstance(mem, DomainArray):
         heap = heap_of(mem, "realloc")
-        elements = int(count) * int(size) // mem.dtype.itemsize if size else int(count)
+        elements = _bytes(count, size) // mem.dtype.itemsize if size else _bytes(count, 1)
         new = _domain_array(heap.name, elements, mem.dtype, align, True)
         n = min(new.nbytes, mem.nbytes)
         if n:
@@ -185,10 +228,10 @@ def realloc(mem: memoryview | np.ndarray, count: int, size: int | None = None,
         return new
     if isinstance(mem, np.ndarray):
         dt = mem.dtype
-        nbytes = int(count) * dt.itemsize
+        nbytes = _bytes(count, dt.itemsize)
     else:
         dt = None
-        nbytes = int(count) * int(size or 1)
+        nbytes = _bytes(count, size or 1)
     new = rt.realloc(off, nbytes, align or MIN_ALIGN)
     buf = rt.host.buffer[new:new + nbytes]
     return buf if dt is None else np.frombuffer(buf, dt)
@@ -210,16 +253,16 @@ def new_array(shape: Shape, dtype: Any = float, order: Literal["C", "F"] = "C", 
     """Collective: a new symmetric array (zero-filled when ``clear``); the domain's array type
     (a DeviceArray with ``domain='gpu'``) for other domains."""
     where = _check_domain(domain)
-    dt = _plain(np.dtype(dtype))
+    dt = _dtype(dtype)
     if where != "host":
         return _domain_array(where, shape, dt, align, clear, order=order)  # type: ignore
-    count = int(np.prod(shape, dtype=np.int64))
+    count = _count(shape)
     return fromalloc(_allocate(count * dt.itemsize, align, clear), shape, dt, order)
 
 
 def _filled(shape: Shape, dt: np.dtype, order: Literal["C", "F"], align: int | None,
             value: Any) -> np.ndarray:
-    count = int(np.prod(shape, dtype=np.int64))
+    count = _count(shape)
     src = _fill_source(value, _plain(dt), _dims(shape))
 
     def fill(buf: memoryview) -> None:
@@ -253,8 +296,8 @@ def ones(shape: Shape, dtype: Any = float, order: Literal["C", "F"] = "C", *,
     """Collective: a symmetric array of ones."""
     where = _check_domain(domain)
     if where != "host":
-        return _domain_array(where, shape, np.dtype(dtype), align, False, 1, order)  # type: ignore
-    return _filled(shape, np.dtype(dtype), order, align, 1)
+        return _domain_array(where, shape, _dtype(dtype), align, False, 1, order)  # type: ignore
+    return _filled(shape, _dtype(dtype), order, align, 1)
 
 
 def full(shape: Shape, fill_value: Any, dtype: Any = None, order: Literal["C", "F"] = "C", *,
@@ -262,7 +305,7 @@ def full(shape: Shape, fill_value: Any, dtype: Any = None, order: Literal["C", "
          domain: str = "host") -> np.ndarray:
     """Collective: a symmetric array filled with ``fill_value``."""
     where = _check_domain(domain)
-    dt = np.array(fill_value).dtype if dtype is None else np.dtype(dtype)
+    dt = np.array(fill_value).dtype if dtype is None else _dtype(dtype)
     if where != "host":
         return _domain_array(where, shape, dt, align, False, fill_value, order)  # type: ignore
     return _filled(shape, dt, order, align, fill_value)

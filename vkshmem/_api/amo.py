@@ -59,7 +59,15 @@ class _Kind:
         else:
             fmt_f, fmt_u = ("<f", "<I") if self.width == 4 else ("<d", "<Q")
             pf, pu = struct.Struct(fmt_f), struct.Struct(fmt_u)
-            self.encode = lambda v: pu.unpack(pf.pack(v))[0]
+
+            def encode_float(v: Any) -> int:
+                try:
+                    return pu.unpack(pf.pack(v))[0]
+                except struct.error:
+                    raise InvalidTypeError(
+                        f"AMO operand {v!r} is not a real number (target dtype {dt})") from None
+
+            self.encode = encode_float
             self.decode = lambda u: pf.unpack(pu.pack(u))[0]
 
 

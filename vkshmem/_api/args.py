@@ -13,7 +13,7 @@ import numpy as np
 from ..core._native import ffi, lib
 from ..core.domain import DomainArray
 from ..core.domainheap import DomainHeap
-from ..core.errors import InvalidArgumentError, InvalidTypeError
+from ..core.errors import InvalidArgumentError, InvalidTypeError, NotAllocatedError
 from . import state
 
 __all__ = ["ND", "DomainArray", "check_pe", "contiguous", "count_of", "element_count",
@@ -63,6 +63,7 @@ def locate(a: np.ndarray, nbytes: int, what: str) -> tuple[int, int]:
     try:
         r = lib.vk_locate(ffi.from_buffer(a), nbytes)
     except (TypeError, BufferError, ValueError):
+        state.require()
         if not isinstance(a, np.ndarray):
             raise InvalidTypeError(
                 f"{what} must be a numpy array from the symmetric heap, got "
@@ -72,9 +73,14 @@ def locate(a: np.ndarray, nbytes: int, what: str) -> tuple[int, int]:
             "slice (use iput/iget for strided access)") from None
     if r >= 0:
         return r >> 48, r & _MASK48
+    state.require()  # no heap at all: say why
     if r == -2:
         raise InvalidArgumentError(f"{what}: {nbytes} bytes from this array run past the end "
                                    "of the symmetric heap")
+    if r == -3:
+        raise NotAllocatedError(
+            f"{what}: no live symmetric allocation holds this memory: it was freed (shmem.free, "
+            "or moved by shmem.realloc); use the array the allocation routine returned since")
     raise InvalidArgumentError(
         f"{what} is not in the symmetric heap: allocate it with shmem.zeros/empty/array/"
         "new_array (or a view/slice of such an array)")
@@ -167,7 +173,12 @@ def resolve(ctx: Any, pe: Any) -> tuple[int, Any]:
         if rt.liveness.any:
             rt.liveness.check(pe, f"operation on PE {pe}")
         return pe, rt.route_transport[pe]
-    pe, t = ctx.target(pe)
+    try:
+        target = ctx.target
+    except AttributeError:
+        raise InvalidTypeError(f"ctx must be a shmem.Ctx (or None for the default context), "
+                               f"got {type(ctx).__name__}") from None
+    pe, t = target(pe)
     lv = state.rt.liveness
     if lv.any:
         lv.check(pe, f"operation on PE {pe}")

@@ -23,6 +23,7 @@ from ..core.fast import entry
 from . import device_collectives as _dev
 from .args import ND, count_of, element_count, foreign
 from .collargs import coll_args, prep, size_or, team_of
+from .collcheck import agree
 
 __all__ = ["alltoall", "alltoalls", "broadcast", "collect", "fcollect"]
 
@@ -49,6 +50,7 @@ def broadcast(target: np.ndarray, source: np.ndarray, root: int, size: int | Non
             raise InvalidTypeError(f"root must be an integer, got {root!r}") from None
     if not 0 <= root < ct.n:
         raise InvalidArgumentError(f"root {root} is not a PE of this team of {ct.n} PEs")
+    agree(ct, "broadcast", root=root, count=cnt, dtype=dt)
     nbytes = cnt * dt.itemsize
     if cnt == 0:
         return
@@ -78,6 +80,7 @@ def fcollect(target: np.ndarray, source: np.ndarray, size: int | None = None,
     ct = team_of(team)
     dt, tgt, src, seg, off = prep(ct, target, source, "fcollect")
     cnt = size_or(size, src.size)
+    agree(ct, "fcollect", count=cnt, dtype=dt)
     total = cnt * ct.n
     if total > tgt.size:
         raise InvalidArgumentError(f"fcollect: {ct.n} PEs x {cnt} elements do not fit in a "
@@ -109,7 +112,8 @@ def collect(target: np.ndarray, source: np.ndarray, size: int | None = None,
         _dev.collect(team_of(team), target, source, size, lambda t, s: collect(t, s, size, team))
         return
     ct = team_of(team)
-    _dt, tgt, src, seg, off = prep(ct, target, source, "collect")
+    dt, tgt, src, seg, off = prep(ct, target, source, "collect")
+    agree(ct, "collect", dtype=dt)  # the counts may differ
     cnt = size_or(size, src.size)
     if cnt > tgt.size:
         raise InvalidArgumentError(f"collect: {cnt} elements do not fit in a target of "
@@ -157,6 +161,7 @@ def alltoall(target: np.ndarray, source: np.ndarray, size: int | None = None,
     dt, tgt, src, seg, off = prep(ct, target, source, "alltoall")
     n = ct.n
     cnt = _a2a_count(tgt, src, size, n, 1, 1)
+    agree(ct, "alltoall", count=cnt, dtype=dt)
     tbytes = n * cnt * dt.itemsize
     if cnt == 0:
         return
@@ -193,6 +198,7 @@ def alltoalls(target: np.ndarray, source: np.ndarray, tst: int = 1, sst: int = 1
         raise InvalidArgumentError(f"strides must be >= 1, got tst={tst}, sst={sst}")
     n = ct.n
     cnt = _a2a_count(tgt, src, size, n, tst, sst)
+    agree(ct, "alltoalls", count=cnt, tst=tst, sst=sst, dtype=dt)
     isz = dt.itemsize
     span = (n * cnt - 1) * tst + 1 if cnt else 0
     if cnt == 0:

@@ -237,12 +237,16 @@ def ctx_session_start(ctx: Ctx | None = None, options: int = 0,
                       config: Mapping[str, int] | None = None, **kwargs: int) -> None:
     """OpenSHMEM 1.6 ``shmem_ctx_session_start`` on ``ctx`` (default: ``CTX_DEFAULT``); see
     :meth:`Ctx.session_start`. Not collective."""
+    if ctx is None:  # CTX_INVALID's session calls do nothing, with or without a runtime
+        state.require()
     (CTX_DEFAULT if ctx is None else ctx).session_start(options, config, **kwargs)
 
 
 def ctx_session_stop(ctx: Ctx | None = None) -> None:
     """OpenSHMEM 1.6 ``shmem_ctx_session_stop`` on ``ctx`` (default: ``CTX_DEFAULT``).
     Not collective."""
+    if ctx is None:
+        state.require()
     (CTX_DEFAULT if ctx is None else ctx).session_stop()
 
 

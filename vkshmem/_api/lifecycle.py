@@ -114,7 +114,7 @@ def n_pes() -> int:
 
 def pe_accessible(pe: int) -> bool:
     """Whether ``pe`` exists and a route reaches it."""
-    rt = state.rt
+    rt = state.require()
     return isinstance(pe, (int, np.integer)) and 0 <= pe < rt.n_pes
 
 

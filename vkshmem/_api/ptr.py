@@ -18,6 +18,7 @@ __all__ = ["addr_accessible", "ptr"]
 
 def addr_accessible(addr: Any, pe: int) -> bool:
     """Whether ``addr`` is symmetric (usable as a remote address on ``pe``)."""
+    state.require()
     if isinstance(addr, DomainArray):
         return pe_accessible(pe) and addr.domain in state.rt.domain_heaps
     if not pe_accessible(pe) or not isinstance(addr, np.ndarray):

@@ -16,6 +16,7 @@ from ..core.fast import entry
 from . import device_collectives as _dev
 from .args import ND, count_of, foreign
 from .collargs import coll_args, prep, team_of
+from .collcheck import agree
 from .enums import OP
 
 __all__ = [
@@ -78,6 +79,7 @@ def reduce(target: np.ndarray, source: np.ndarray, op: OP | str = OP.SUM,
     if entry is None or dt.kind not in entry[2]:
         entry = _op(op, dt)
     cnt = count_of(tgt, src, size)
+    agree(ct, "reduce", op=entry[0], count=cnt, dtype=dt)
     nbytes = cnt * dt.itemsize
     if cnt == 0:
         return
@@ -162,6 +164,7 @@ def _scan(target: np.ndarray, source: np.ndarray, size: Any, team: Any,
     if dt.kind not in "iufc":
         raise InvalidArgumentError(f"{what} is not defined for dtype {dt}")
     cnt = count_of(tgt, src, size)
+    agree(ct, what, count=cnt, dtype=dt)
     nbytes = cnt * dt.itemsize
     if cnt == 0:
         return

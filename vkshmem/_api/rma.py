@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from ..core._native import ffi, lib
-from ..core.errors import InvalidArgumentError
+from ..core.errors import InvalidArgumentError, InvalidTypeError
 from ..core.fast import entry
 from . import state
 from .args import (
@@ -157,8 +157,11 @@ get_nbi = entry("get", get_nbi)
 
 def _strided_count(target: np.ndarray, source: np.ndarray, tst: int, sst: int,
                    size: int | None) -> int:
-    tst = element_count(tst)
-    sst = element_count(sst)
+    try:
+        tst, sst = int(tst.__index__()), int(sst.__index__())
+    except AttributeError:
+        raise InvalidTypeError(f"strides must be integers, got tst={tst!r}, sst={sst!r}") \
+            from None
     if tst < 1 or sst < 1:
         raise InvalidArgumentError(f"strides must be >= 1, got tst={tst}, sst={sst}")
     tlen = -(-target.size // tst)
@@ -176,6 +179,8 @@ def iput(target: np.ndarray, source: np.ndarray, pe: int, tst: int = 1, sst: int
     dt = same_dtype(target, source)
     n = _strided_count(target, source, tst, sst, size)
     if n == 0:
+        resolve(ctx, pe)  # a bad PE is an error even when nothing moves
+        _sym(target, 0, "iput target")
         return
     isz = dt.itemsize
     span = (n - 1) * tst + 1
@@ -201,11 +206,13 @@ def iget(target: np.ndarray, source: np.ndarray, pe: int, tst: int = 1, sst: int
     ``i*tst`` of local ``target``, for ``size`` elements."""
     dt = same_dtype(target, source)
     n = _strided_count(target, source, tst, sst, size)
-    if n == 0:
-        return
     device_target = isinstance(target, DomainArray)
     if not device_target and not target.flags.writeable:
         raise InvalidArgumentError("iget target is read-only")
+    if n == 0:
+        resolve(ctx, pe)  # a bad PE is an error even when nothing moves
+        _sym(source, 0, "iget source")
+        return
     span = (n - 1) * sst + 1
     seg, off = _sym(source, span * dt.itemsize, "iget source")
     pe, t = resolve(ctx, pe)

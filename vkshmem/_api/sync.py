@@ -41,7 +41,7 @@ def fence(ctx: Any = None) -> None:
     if ctx is None:
         state.rt.fence()
     else:
-        ctx.fence()
+        _ctx_method(ctx, "fence")()
 
 
 def quiet(ctx: Any = None) -> None:
@@ -49,7 +49,15 @@ def quiet(ctx: Any = None) -> None:
     if ctx is None:
         state.rt.quiet()
     else:
-        ctx.quiet()
+        _ctx_method(ctx, "quiet")()
+
+
+def _ctx_method(ctx: Any, name: str) -> Callable[[], None]:
+    try:
+        return getattr(ctx, name)
+    except AttributeError:
+        raise InvalidTypeError(f"{name}: ctx must be a shmem.Ctx (or None for the default "
+                               f"context), got {type(ctx).__name__}") from None
 
 
 def barrier_all() -> None:
@@ -65,6 +73,7 @@ def sync_all() -> None:
 def _flat(ivars: Any, what: str) -> tuple[np.ndarray, int, int]:
     """``(flat values, address, nbytes)``; the address is -1 for GPU memory without a CPU
     view (the values are then a copy that :func:`_wait` refreshes), and for no values."""
+    state.require()
     if getattr(ivars, "size", None) == 0:  # an empty set: nothing to watch
         return np.empty(0, ivars.dtype), -1, 0
     if type(ivars) is not ND and isinstance(ivars, DomainArray):

@@ -15,12 +15,13 @@ shmem4py's.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from ..core.errors import InvalidArgumentError
+from ..core.errors import InvalidArgumentError, InvalidTypeError
 from ..core.fast import entry
 from ..core.teams import TeamState
 from . import ctx as _ctx
@@ -206,9 +207,17 @@ TEAM_INVALID = Team._make("invalid", None, {})
 _ctx.world_team = TEAM_WORLD
 
 
+def _state_of(team: Any, what: str) -> TeamState:
+    """``team``'s core state (TEAM_INVALID and destroyed teams raise), or an error naming a
+    ``team`` that is not a Team at all."""
+    if not isinstance(team, Team):
+        raise InvalidTypeError(f"{what}: team must be a shmem.Team, got {type(team).__name__}")
+    return team.state
+
+
 def sync(team: Team | None = None) -> None:
     """Collective over ``team`` (default: every PE): wait until all members arrive."""
-    (TEAM_WORLD if team is None else team).state.sync()  # TEAM_INVALID raises
+    _state_of(TEAM_WORLD if team is None else team, "sync").sync()  # TEAM_INVALID raises
 
 
 sync = entry("sync", sync)  # TEAM_WORLD of shm peers: in C (vkshmem.core.fast)
@@ -216,7 +225,11 @@ sync = entry("sync", sync)  # TEAM_WORLD of shm peers: in C (vkshmem.core.fast)
 
 def team_ptr(team: Team, dest: np.ndarray, pe: int) -> np.ndarray | None:
     """``ptr`` with ``pe`` numbered within ``team``."""
-    ts = team.state
+    ts = _state_of(team, "team_ptr")
+    try:
+        pe = operator.index(pe)
+    except TypeError:
+        raise InvalidTypeError(f"team_ptr: PE must be an integer, got {pe!r}") from None
     if not 0 <= pe < ts.size:
         raise InvalidArgumentError(f"PE {pe} is not in this team of {ts.size} PEs")
     return ptr(dest, ts.pes[pe])

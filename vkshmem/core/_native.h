@@ -45,7 +45,17 @@ struct vk_table {
     uintptr_t base[VK_MAX_SEGS];  /* this PE's segment seg starts here (0: none) */
     uint64_t size[VK_MAX_SEGS];
     uintptr_t *peer;               /* [seg * npes + pe]: pe's segment seg, mapped here (0: not) */
+    /* per segment, one bit per VK_GRANULE bytes: set inside a live allocation (NULL: the
+     * segment's allocations are not tracked). Allocations start and end on granules. */
+    uint8_t *live[VK_MAX_SEGS];
 };
+
+#define VK_GRANULE_SHIFT 6  /* 64 bytes: the allocator's smallest block and alignment */
+
+static inline int vk_live_bit(const uint8_t *live, uint64_t off) {
+    uint64_t g = off >> VK_GRANULE_SHIFT;
+    return (live[g >> 3] >> (g & 7)) & 1;
+}
 
 static inline uint64_t vk_amo_impl(uintptr_t addr, int op, int width, uint64_t a, uint64_t b) {
     if (width == 8) {
@@ -81,13 +91,18 @@ static inline uint64_t vk_amo_impl(uintptr_t addr, int op, int width, uint64_t a
 }
 
 /* (seg << 48) | offset of p within a local segment; -1 outside every segment;
- * -2 when it starts inside one but runs past its end. */
+ * -2 when it starts inside one but runs past its end; -3 when its first or last byte lies
+ * outside every live allocation of a tracked segment (memory freed, or never allocated). */
 static inline int64_t vk_locate_in(const struct vk_table *t, const void *p, uint64_t nbytes) {
     uintptr_t a = (uintptr_t)p;
     for (int s = 0; s < t->nsegs; s++) {
         if (t->size[s] && a >= t->base[s] && a < t->base[s] + t->size[s]) {
             uint64_t off = a - t->base[s];
             if (nbytes > t->size[s] - off) return -2;
+            const uint8_t *live = t->live[s];
+            if (live && nbytes &&
+                !(vk_live_bit(live, off) && vk_live_bit(live, off + nbytes - 1)))
+                return -3;
             return ((int64_t)s << 48) | (int64_t)off;
         }
     }

@@ -19,6 +19,8 @@ int vk_table_init(int npes, int nsegs);
 int vk_set_local(int seg, uintptr_t base, uint64_t size);
 int vk_set_peer(int seg, int pe, uintptr_t base);
 int64_t vk_locate(const void *p, uint64_t nbytes);
+int vk_track(int seg);
+void vk_mark_live(int seg, uint64_t off, uint64_t n, int live);
 int vk_shm_put(int seg, int pe, uint64_t off, const void *src, uint64_t n);
 int vk_shm_get(int seg, int pe, uint64_t off, void *dst, uint64_t n);
 uint64_t vk_shm_amo(int seg, int pe, uint64_t off, int op, int width,
@@ -76,6 +78,10 @@ void vk_fence(void) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 int vk_table_init(int npes, int nsegs) {
     free(g.peer);
     g.peer = NULL;
+    for (int s = 0; s < VK_MAX_SEGS; s++) {
+        free(g.live[s]);
+        g.live[s] = NULL;
+    }
     g.npes = g.nsegs = 0;
     memset(g.base, 0, sizeof g.base);
     memset(g.size, 0, sizeof g.size);
@@ -102,6 +108,28 @@ int vk_set_peer(int seg, int pe, uintptr_t base) {
 
 uintptr_t vk_peer_base(int seg, int pe) {
     return seg_pe_ok(seg, pe) ? g_peer[seg * g_npes + pe] : 0;
+}
+
+/* Track the live allocations of segment seg (set with vk_set_local): from now on vk_locate
+ * refuses memory outside them (-3). Nothing is live until vk_mark_live says so. */
+int vk_track(int seg) {
+    if (seg < 0 || seg >= g.nsegs || !g.size[seg]) return -1;
+    free(g.live[seg]);
+    g.live[seg] = calloc((g.size[seg] >> VK_GRANULE_SHIFT) / 8 + 1, 1);
+    return g.live[seg] ? 0 : -1;
+}
+
+/* Granules [off, off + n) of segment seg (granule-aligned: the allocator's blocks) become
+ * live or dead. */
+void vk_mark_live(int seg, uint64_t off, uint64_t n, int live) {
+    uint8_t *bits = (seg >= 0 && seg < g.nsegs) ? g.live[seg] : NULL;
+    if (!bits || off >= g.size[seg]) return;
+    if (n > g.size[seg] - off) n = g.size[seg] - off;
+    uint64_t end = (off + n + (1u << VK_GRANULE_SHIFT) - 1) >> VK_GRANULE_SHIFT;
+    for (uint64_t q = off >> VK_GRANULE_SHIFT; q < end; q++) {
+        if (live) bits[q >> 3] |= (uint8_t)(1u << (q & 7));
+        else bits[q >> 3] &= (uint8_t)~(1u << (q & 7));
+    }
 }
 
 int64_t vk_locate(const void *p, uint64_t nbytes) { return vk_locate_in(&g, p, nbytes); }

@@ -118,6 +118,11 @@ _var("VKSHMEM_FAILURE_TIMEOUT", "seconds", "10",
      "Failure detection: a PE that dies is noticed at once (its liveness connection closes); "
      "one whose host goes silent is declared failed after this many seconds. Blocking calls "
      "then raise PeerFailedError (0: failure detection off).", _parse_seconds)
+_var("VKSHMEM_CHECK_COLLECTIVES", "bool", "0",
+     "Debugging: every TEAM_WORLD collective first compares its arguments (which collective, "
+     "root, count, dtype, op) across PEs and raises InvalidArgumentError on a mismatch; costs "
+     "one bootstrap all-gather per collective and turns the compiled fast paths off.",
+     _parse_bool)
 
 
 def _parse_teams(text: str) -> int:
@@ -280,6 +285,7 @@ class Config:
     plugins_strict: bool
     wait_timeout: float
     failure_timeout: float
+    check_collectives: bool
     teams_max: int
     team_scratch: int
     log_level: str

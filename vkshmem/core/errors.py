@@ -17,6 +17,7 @@ __all__ = [
     "PeerFailedError",
     "PluginError",
     "TransportError",
+    "ValueRangeError",
     "VkshmemError",
     "WaitTimeoutError",
 ]
@@ -74,6 +75,11 @@ class InvalidArgumentError(VkshmemError, ValueError):
 class InvalidTypeError(InvalidArgumentError, TypeError):
     """An argument has the wrong type: not a numpy array where one is needed, a float where an
     integer is needed, ... (a ``TypeError`` too, as shmem4py raises for these)."""
+
+
+class ValueRangeError(InvalidArgumentError, OverflowError):
+    """A value does not fit the dtype it must be stored in (an ``OverflowError`` too, as
+    numpy raises for it, e.g. ``full(4, 2**70, dtype=np.uint8)``)."""
 
 
 class NotAllocatedError(InvalidArgumentError, KeyError):

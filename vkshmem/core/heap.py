@@ -12,6 +12,7 @@ import bisect
 import ctypes
 import mmap
 import os
+from collections.abc import Callable
 
 from ._native import ffi
 from .errors import HeapExhaustedError, InvalidArgumentError, VkshmemError
@@ -83,6 +84,9 @@ class Allocator:
         self._free_offs: list[int] = [0]  # sorted starts of free blocks
         self._free_len: dict[int, int] = {0: size}
         self.used: dict[int, int] = {}  # offset -> size of live allocations
+        #: called with (offset, size, live) when a block becomes live or is freed (the runtime
+        #: mirrors the host heap's live blocks natively, so RMA on freed memory is refused)
+        self.on_change: Callable[[int, int, bool], object] | None = None
 
     def largest_free(self) -> int:
         """Size of the largest free block."""
@@ -118,6 +122,8 @@ class Allocator:
         if end < start + length:
             self._insert(end, start + length - end)
         self.used[off] = need
+        if self.on_change is not None:
+            self.on_change(off, need, True)
 
     def _insert(self, start: int, length: int) -> None:
         bisect.insort(self._free_offs, start)
@@ -132,6 +138,8 @@ class Allocator:
                 f"offset {off} of the {self.domain} heap is not the start of a live symmetric "
                 "allocation (double free, or a view instead of the array that was allocated?)"
             ) from None
+        if self.on_change is not None:
+            self.on_change(off, length, False)
         i = bisect.bisect_left(self._free_offs, off)
         if i < len(self._free_offs) and self._free_offs[i] == off + length:  # merge right
             nxt = self._free_offs.pop(i)

@@ -155,6 +155,9 @@ class Runtime(TransportRoutes, MemoryDomains):
         for seg in self.segments.values():
             lib.vk_set_local(seg.seg_id, seg.address, seg.size)
         self.heap = Allocator(self.host.size, "host", "VKSHMEM_SYMMETRIC_SIZE")
+        # RMA, AMOs and collectives refuse host-heap memory outside live allocations (freed)
+        if lib.vk_track(HOST_SEG) == 0:
+            self.heap.on_change = lambda off, n, live: lib.vk_mark_live(HOST_SEG, off, n, live)
 
         self.shm = ShmTransport(self.my_pe)
         for seg in self.segments.values():
@@ -172,7 +175,8 @@ class Runtime(TransportRoutes, MemoryDomains):
         self._open_rails()
         self._route()
         self.waiter = Waiter(cfg.wait_timeout, self.transports, self.liveness)
-        configure_fast(self)  # before the teams: their native parts belong to it
+        if not cfg.check_collectives:  # the compiled collectives would skip the check
+            configure_fast(self)  # before the teams: their native parts belong to it
         # TEAM_WORLD and TEAM_SHARED own slots 0 and 1 on every PE.
         self.free_slots = ((1 << self.teams_max) - 1) & ~0b11
         self.world = TeamState(self, range(self.n_pes), 0, None)

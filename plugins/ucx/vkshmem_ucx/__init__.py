@@ -51,8 +51,9 @@ def load_native() -> Any:
 def open_transport(context: TransportContext) -> UcxTransport:
     """The spec's factory: open the ucx transport for one rail (loads UCX on first use)."""
     load_native()
-    from ._transport import UcxTransport
+    from ._transport import UcxTransport, check_library
 
+    check_library()  # an older UCX loaded first (an MPI's own) would crash now and then
     return UcxTransport(context)
 
 
