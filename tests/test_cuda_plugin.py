@@ -13,7 +13,6 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from test_multipe import MODES, check_run, launch
@@ -78,48 +77,3 @@ def test_cuda_domain_multipe(cuda_installed: bool, npes: int, mode: str) -> None
         pytest.skip("no CUDA GPU here (tests/gpu/device_run.sh runs this on one)")
     check_run(launch("cuda_domain", npes, MODES[mode]), "cuda_domain", npes, mode)
 
-
-class _HostExport:
-    """A numpy buffer exported through the plugin's DLPack code as a CPU tensor (numpy
-    consumes only CPU tensors; CUDA ones are checked on a GPU by tests/pe/cuda_domain.py)."""
-
-    def __init__(self, data: Any) -> None:
-        self.data = data
-
-    def __dlpack__(self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None,
-                   copy: Any = None) -> Any:
-        from vkshmem_cuda.dlpack import KDL_CPU, dlpack_capsule
-
-        return dlpack_capsule(self.data.ctypes.data, self.data.shape, self.data.dtype, 0,
-                              self.data, dl_device, copy, device_type=KDL_CPU)
-
-    def __dlpack_device__(self) -> tuple[int, int]:
-        return (1, 0)
-
-
-def test_dlpack_capsules_are_consumed_and_released(cuda_installed: bool) -> None:
-    import gc
-
-    import numpy as np
-    from vkshmem_cuda.dlpack import dtype_code, live_tensors
-
-    before = live_tensors()
-    src = np.arange(12, dtype=np.float32).reshape(3, 4)
-    view = np.from_dlpack(_HostExport(src))
-    assert view.shape == (3, 4) and view.dtype == np.float32
-    src[1, 2] = 99.0  # the same memory, no copy
-    assert view[1, 2] == 99.0
-    assert live_tensors() == before + 1
-    del view
-    gc.collect()
-    assert live_tensors() == before  # numpy called the deleter
-    _HostExport(src).__dlpack__()  # a capsule nobody consumes is released when dropped
-    gc.collect()
-    assert live_tensors() == before
-    with pytest.raises(BufferError, match="without a copy"):
-        _HostExport(src).__dlpack__(copy=True)
-    with pytest.raises(BufferError, match="not"):
-        _HostExport(src).__dlpack__(dl_device=(2, 0))
-    assert dtype_code(np.dtype(np.complex64)) == (5, 64)
-    with pytest.raises(ValueError, match="no type"):
-        dtype_code(np.dtype(">i4"))

@@ -68,6 +68,7 @@ from ._api.collectives import alltoall, alltoalls, broadcast, collect, fcollect
 from ._api.compat import ffi, lib
 from ._api.ctx import CTX_DEFAULT, CTX_INVALID, Ctx, ctx_session_start, ctx_session_stop
 from ._api.enums import AMO, CMP, CTX, CTX_SESSION, MALLOC, OP, THREAD
+from ._api.interop import from_dlpack
 from ._api.lifecycle import (
     MAJOR_VERSION,
     MINOR_VERSION,
@@ -239,6 +240,7 @@ __all__ = [
     "ffi",
     "finalize",
     "free",
+    "from_dlpack",
     "fromalloc",
     "full",
     "get",

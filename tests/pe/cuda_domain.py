@@ -98,6 +98,8 @@ if cp is not None:
     with cp.cuda.Device(a.domain.device.ordinal):
         dl = cp.from_dlpack(a)  # DLPack: the same memory again
         check(dl.data.ptr == a.device_pointer and int(dl[16]) == 42, "cupy.from_dlpack")
+        back = shmem.from_dlpack(dl[8:16])  # through CuPy's own __dlpack__
+        check(back.offset == a.offset + 64 and back.shape == (8,), "from_dlpack of CuPy")
         del dl
 try:
     import torch
@@ -107,6 +109,11 @@ if torch is not None:
     t = torch.from_dlpack(a)
     check(t.data_ptr() == a.device_pointer and t.device.index == a.domain.device.ordinal
           and int(t[:8].sum()) == int((np.arange(8) + 100 * left).sum()), "torch.from_dlpack")
+    back = shmem.from_dlpack(t[4:8])  # a torch slice back to a symmetric array
+    check(type(back) is type(a) and back.offset == a.offset + 32 and back.shape == (4,),
+          "shmem.from_dlpack of a torch slice")
+    shmem.put(back, np.full(4, 1000 + me, np.int64), me)
+    check(np.all(a.to_numpy()[4:8] == 1000 + me), "a put into the from_dlpack array")
     del t
 pv = shmem.ptr(a, right)  # the right neighbour's array as mapped on this GPU
 if heap.route_names[right] == "direct":

@@ -203,6 +203,12 @@ class MemoryDomain(ABC):
         ``__cuda_array_interface__``), or None (the default). ``shmem.ptr`` returns it."""
         return None
 
+    def dlpack_range(self) -> tuple[int, int, int, int] | None:
+        """Where this PE's segment appears to DLPack consumers: (DLPack device type, device
+        id, base address, size), or None (the default: the domain exports no DLPack tensors).
+        ``shmem.from_dlpack`` uses it to find arrays in the heap."""
+        return None
+
     def no_view_reason(self) -> str:
         """Why :meth:`host_view` of this PE's segment is None (for error messages)."""
         return "the domain does not map its memory for the CPU"

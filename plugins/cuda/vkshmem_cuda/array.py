@@ -12,9 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from vkshmem.core.dlpack import KDL_CUDA, dlpack_capsule
 from vkshmem.core.domainarray import DomainArray
-
-from .dlpack import KDL_CUDA, dlpack_capsule
 
 if TYPE_CHECKING:
     from .domain import CudaDomain

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from vkshmem.core.dlpack import KDL_CUDA
 from vkshmem.core.domain import DomainContext, DomainExport, DomainSpec, MemoryDomain
 from vkshmem.core.errors import ConfigError, InvalidArgumentError
 from vkshmem.core.transport import AmoOp, SegmentInfo
@@ -156,6 +157,9 @@ class CudaDomain(MemoryDomain):
                     dtype: np.dtype) -> PeerView:
         """A view of ``mem`` (a peer's heap mapped on this GPU) that CUDA libraries take."""
         return PeerView(mem.va + offset, shape, dtype, self.device.ordinal)
+
+    def dlpack_range(self) -> tuple[int, int, int, int]:
+        return (KDL_CUDA, self.device.ordinal, self.local.va, self.size)
 
     def no_view_reason(self) -> str:
         return "CUDA device memory has no CPU mapping (use cupy.asarray(a) on the GPU)"

@@ -1,24 +1,29 @@
-"""DLPack export of CUDA memory (``__dlpack__`` / ``__dlpack_device__``), so that
-``torch.from_dlpack``, ``cupy.from_dlpack``, ``jax.dlpack.from_dlpack`` and any other consumer
-of the protocol view a :class:`~vkshmem_cuda.array.CudaArray` (or a peer's array from
-``shmem.ptr``) without a copy.
+"""DLPack, both ways, for memory domains and the API.
 
-The capsule holds a ``DLManagedTensor`` (DLPack 0.8 ABI, capsule name ``"dltensor"``) built with
-ctypes; its shape, the struct and the deleter stay referenced here until the consumer calls the
-deleter (or the capsule is dropped unused). The tensor borrows the symmetric heap: it must not
-outlive ``shmem.free`` of the array or ``finalize``. vkshmem's operations are complete when they
-return, so the producer has nothing to wait for on the consumer's ``stream``.
+Export (:func:`dlpack_capsule`): a domain's array type implements ``__dlpack__`` /
+``__dlpack_device__`` with it (the cuda plugin's ``CudaArray``: ``torch.from_dlpack``,
+``cupy.from_dlpack``, JAX and any other consumer view it without a copy). The capsule holds a
+``DLManagedTensor`` (DLPack 0.8 ABI, capsule name ``"dltensor"``) built with ctypes; its shape,
+the struct and the deleter stay referenced here until the consumer calls the deleter (or the
+capsule is dropped unused). The tensor borrows the symmetric heap: it must not outlive
+``shmem.free`` of the array or ``finalize``. vkshmem's operations are complete when they return,
+so the producer has nothing to wait for on the consumer's ``stream``.
+
+Import (:func:`describe`): where an object's memory is (device type and id, data address,
+shape, dtype, strides), read from its ``__dlpack__`` capsule without consuming it, so
+``shmem.from_dlpack`` can find the symmetric heap that holds it.
 """
 
 from __future__ import annotations
 
 import ctypes
 import threading
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
-__all__ = ["KDL_CPU", "KDL_CUDA", "dlpack_capsule", "dtype_code", "live_tensors"]
+__all__ = ["KDL_CPU", "KDL_CUDA", "Described", "describe", "dlpack_capsule", "dtype_code",
+           "live_tensors"]
 
 KDL_CPU = 1  # DLDeviceType kDLCPU
 KDL_CUDA = 2  # DLDeviceType kDLCUDA
@@ -123,3 +128,47 @@ def dlpack_capsule(pointer: int, shape: tuple[int, ...], dtype: np.dtype, device
     with _lock:
         _live[address] = (managed, dims, owner)
     return _api.PyCapsule_New(address, _NAME, _drop_unused)
+
+
+_KINDS = {code: kind for kind, code in _CODES.items()}
+
+
+class Described(NamedTuple):
+    """Where a DLPack tensor's elements are (``address`` of the first, byte strides or None
+    for C order)."""
+
+    device_type: int
+    device_id: int
+    address: int
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    strides: tuple[int, ...] | None
+
+
+def describe(obj: Any) -> Described:
+    """Read ``obj.__dlpack__()``'s tensor (the capsule is not consumed: dropping it returns the
+    tensor to its producer). TypeError for an object without DLPack, ValueError for a tensor
+    numpy has no dtype for."""
+    try:
+        capsule = obj.__dlpack__()
+    except AttributeError:
+        raise TypeError(f"{type(obj).__name__} has no __dlpack__") from None
+    try:
+        address = _api.PyCapsule_GetPointer(ctypes.c_void_p(id(capsule)), _NAME)
+    except ValueError:  # another capsule name (a versioned or a consumed tensor)
+        address = None
+    if not address:
+        raise TypeError(f"{type(obj).__name__}.__dlpack__ did not return a 'dltensor' capsule")
+    t = _Managed.from_address(address).dl_tensor
+    kind = _KINDS.get(t.dtype.code)
+    if kind is None or t.dtype.lanes != 1 or t.dtype.bits % 8:
+        raise ValueError(f"DLPack type code {t.dtype.code} ({t.dtype.bits} bits, "
+                         f"{t.dtype.lanes} lanes) has no numpy dtype")
+    dtype = np.dtype(f"{kind}{t.dtype.bits // 8}") if kind != "b" else np.dtype(bool)
+    shape = tuple(t.shape[i] for i in range(t.ndim))
+    strides = None if not t.strides else tuple(t.strides[i] * dtype.itemsize
+                                               for i in range(t.ndim))
+    result = Described(t.device.device_type, t.device.device_id,
+                       (t.data or 0) + t.byte_offset, shape, dtype, strides)
+    del t, capsule  # the producer's deleter runs when the capsule goes
+    return result
