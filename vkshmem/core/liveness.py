@@ -165,6 +165,8 @@ class Liveness:
         limit = connect_timeout if connect_timeout > 0 else 60.0
         try:
             sock = socket.create_connection((host, port), timeout=limit)
+        except ConnectionRefusedError:  # the hub was listening at the all-gather: PE 0 ended
+            raise self._hub_gone(host, port, "refused the connection") from None
         except OSError as exc:
             raise BootstrapError(f"PE {self.rank}: cannot reach PE 0's liveness hub at "
                                  f"{host}:{port}: {exc}") from None
@@ -182,7 +184,10 @@ class Liveness:
             if kind != Kind.WELCOME:
                 raise BootstrapError("refused")
             sock.settimeout(None)
-        except (OSError, EOFError, ValueError, BootstrapError) as exc:
+        except (ConnectionError, EOFError) as exc:  # PE 0 ended while this PE connected
+            sock.close()
+            raise self._hub_gone(host, port, f"closed the connection ({exc})") from None
+        except (OSError, ValueError, BootstrapError) as exc:
             sock.close()
             raise BootstrapError(f"PE {self.rank}: the liveness hub at {host}:{port} did not "
                                  f"accept this PE: {exc}") from None
@@ -191,6 +196,13 @@ class Liveness:
         self._thread = threading.Thread(target=self._listen, name="vkshmem-liveness",
                                         daemon=True)
         self._thread.start()
+
+    def _hub_gone(self, host: str, port: int, how: str) -> PeerFailedError:
+        """PE 0's hub, which was up when its address was all-gathered, went away during this
+        PE's handshake: PE 0 ended during start-up (the launcher then names PE 0's own error,
+        not this PE's view of it)."""
+        return PeerFailedError(0, f"its liveness hub at {host}:{port} {how} during start-up",
+                               f"PE {self.rank} joining failure detection")
 
     def _listen(self) -> None:
         """The monitor thread of a PE other than 0: news from the hub."""
