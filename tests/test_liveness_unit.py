@@ -133,6 +133,19 @@ def test_a_wrong_key_is_refused_and_a_stranger_does_not_disturb(job3: Job) -> No
     assert not job3.pes[0].failures.get(2)
 
 
+def test_a_hub_gone_before_a_pe_joins_means_pe_0_failed() -> None:
+    """PE 0 ended between the all-gather of the hub's address and a PE's handshake: that PE
+    names PE 0 (the launcher then reports PE 0's own error), not its own refusal."""
+    key = secrets.token_bytes(32)
+    hub = Hub(2, "127.0.0.1", key, Liveness(0, 2).mark, TIMEOUT)
+    hub.start()
+    address = hub.address
+    hub.close(wait=0.0, clean=False)
+    with pytest.raises(PeerFailedError, match="PE 0 failed: its liveness hub") as info:
+        Liveness(1, 2)._connect(*address, key, TIMEOUT, TIMEOUT)
+    assert info.value.pe == 0
+
+
 def test_confirm_asks_the_hub(job3: Job) -> None:
     assert not job3.pes[1].confirm(2, 1.0)  # alive
     job3.die(2)

@@ -63,6 +63,15 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+
+def _listening(host: str, port: int) -> bool:
+    """Whether something still accepts connections at host:port (a closed hub refuses)."""
+    try:
+        socket.create_connection((host, port), timeout=2).close()
+    except OSError:
+        return False
+    return True
+
 class Liveness:
     """What this PE knows of the others' liveness, and its connection to the hub.
 
@@ -184,9 +193,12 @@ class Liveness:
             if kind != Kind.WELCOME:
                 raise BootstrapError("refused")
             sock.settimeout(None)
-        except (ConnectionError, EOFError) as exc:  # PE 0 ended while this PE connected
+        except (ConnectionError, EOFError) as exc:
             sock.close()
-            raise self._hub_gone(host, port, f"closed the connection ({exc})") from None
+            if not _listening(host, port):  # PE 0 ended while this PE connected
+                raise self._hub_gone(host, port, f"closed the connection ({exc})") from None
+            raise BootstrapError(f"PE {self.rank}: the liveness hub at {host}:{port} did not "
+                                 f"accept this PE: {exc}") from None
         except (OSError, ValueError, BootstrapError) as exc:
             sock.close()
             raise BootstrapError(f"PE {self.rank}: the liveness hub at {host}:{port} did not "
