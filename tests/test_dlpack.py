@@ -72,14 +72,19 @@ def test_describe_reads_a_tensor_without_consuming_it() -> None:
 
 @pytest.fixture(scope="module")
 def shmem() -> Iterator[Any]:
-    """A one-PE runtime in this process."""
-    from vkshmem import shmem as api
+    """The API with a one-PE runtime in this process, finalized afterwards (through the
+    _api modules: importing vkshmem.shmem would initialise a runtime that outlives the test)."""
+    from vkshmem._api import alloc, interop, lifecycle, rma, sync
 
-    api.init()
+    lifecycle.init()
+    api = type("Api", (), {})()
+    for mod in (alloc, interop, rma, sync):
+        for name in mod.__all__:
+            setattr(api, name, getattr(mod, name))
     try:
         yield api
     finally:
-        api.finalize()
+        lifecycle.finalize()
 
 
 def test_from_dlpack_finds_the_host_heap(shmem: Any) -> None:
