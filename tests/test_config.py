@@ -57,3 +57,13 @@ def test_gpu_proxy_chunk_auto_fits_an_eighth_of_the_heap() -> None:
     assert proxy_chunk(0, 64 << 20, 8) == 512 << 10
     assert 2 * proxy_chunk(0, 64 << 20, 8) * 8 <= (64 << 20) // 8
     assert proxy_chunk(1 << 20, 8 << 20, 64) == 1 << 20  # what the user set, as set
+
+
+def test_the_job_secret_is_listed_but_never_shown() -> None:
+    secret = "s3cret-" + "x" * 20
+    cfg = load({"VKSHMEM_JOB_SECRET": secret, "VKSHMEM_BOOTSTRAP_BIND": "127.0.0.1"})
+    shown = dict((var.name, value) for var, value in cfg.items())
+    assert shown["VKSHMEM_JOB_SECRET"] == "(set, not shown)"
+    assert secret not in " ".join(shown.values())
+    assert shown["VKSHMEM_BOOTSTRAP_BIND"] == "127.0.0.1"
+    assert shown["VKSHMEM_JOB_SECRET_FILE"] == ""

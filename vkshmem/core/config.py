@@ -239,6 +239,20 @@ for _name, _doc in (("VKSHMEM_LAUNCHER", "Set by vkshmem run: host:port of its r
     registry[_name] = Var(_name, str, "", _doc, "launcher")
 
 RAIL_PATTERN = re.compile(r"^VKSHMEM_RAIL(\d+)$")
+# The job's secret and where the env store listens: read by the bootstrap itself (see
+# vkshmem/core/auth.py, bootstrap/exposure.py); registered so that vkshmem info lists them,
+# with a secret's value never shown.
+for _name, _doc in (
+        ("VKSHMEM_JOB_SECRET_FD", "An inherited fd holding the job's secret (set by vkshmem "
+         "run); wins over the two below."),
+        ("VKSHMEM_JOB_SECRET_FILE", "A file (owned by you, mode 0600) holding the job's secret, "
+         "for the env bootstrap."),
+        ("VKSHMEM_JOB_SECRET", "The job's secret itself (16+ characters, the same on every PE), "
+         "for the env bootstrap; required when its store listens beyond loopback."),
+        ("VKSHMEM_BOOTSTRAP_BIND", "Where rank 0's env store listens (default: the address "
+         "MASTER_ADDR resolves to; 0.0.0.0: every interface).")):
+    registry[_name] = Var(_name, str, "", _doc, "secret" if "SECRET" in _name else "bootstrap")
+
 registry["VKSHMEM_RAIL<n>"] = Var(
     "VKSHMEM_RAIL<n>", str, "",
     "Rail n (0, 1, ...): 'transport[:key=value:...]', e.g. VKSHMEM_RAIL0=hostproxy:addr=10.0.0.1."
@@ -309,9 +323,12 @@ class Config:
     def __init__(self, environ: Mapping[str, str]) -> None:
         self.raw: dict[str, str] = {}
         for var in registry.values():
-            if var.kind in ("rail", "launcher"):
-                if var.kind == "launcher":
-                    self.raw[var.name] = environ.get(var.name, "")
+            if var.kind in ("rail", "launcher", "secret", "bootstrap"):
+                text = environ.get(var.name, "")
+                if var.kind == "secret" and text and var.name == "VKSHMEM_JOB_SECRET":
+                    text = "(set, not shown)"
+                if var.kind != "rail":
+                    self.raw[var.name] = text
                 continue
             text = environ.get(var.name)
             source = var.default if text is None else text
