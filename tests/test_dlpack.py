@@ -101,4 +101,11 @@ def test_from_dlpack_finds_the_host_heap(shmem: Any) -> None:
         shmem.from_dlpack(a[::2])
     with pytest.raises(InvalidTypeError, match="__dlpack__"):
         shmem.from_dlpack([1, 2, 3])
+
+    class _Cai:  # CUDA memory known only by address (Numba-style): in no heap of this job
+        __cuda_array_interface__ = {"shape": (4,), "typestr": "<f4", "data": (1 << 40, False),
+                                    "version": 3, "strides": None}
+
+    with pytest.raises(InvalidArgumentError, match=r"device type 2.*in no symmetric heap"):
+        shmem.from_dlpack(_Cai())
     shmem.free(a)

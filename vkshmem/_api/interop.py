@@ -9,13 +9,12 @@ from typing import Any
 
 import numpy as np
 
-from ..core.dlpack import KDL_CPU, describe
+from ..core.dlpack import KDL_CPU, KDL_CUDA, describe
 from ..core.errors import InvalidArgumentError, InvalidTypeError
 from . import state
 
 __all__ = ["from_dlpack"]
 
-_KDL_CUDA = 2
 
 
 def _where(x: Any) -> tuple[int, int, int, tuple[int, ...], np.dtype, Any]:
@@ -26,21 +25,10 @@ def _where(x: Any) -> tuple[int, int, int, tuple[int, ...], np.dtype, Any]:
     except TypeError:
         pass
     iface = getattr(x, "__cuda_array_interface__", None)
-    if iface is not None:
-        ptr = int(iface["data"][0])
-        device = 0
-        try:  # the device the pointer belongs to, where CUDA says
-            from cuda.bindings import driver as cu
-
-            attr = cu.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
-            err, ordinal = cu.cuPointerGetAttribute(attr, ptr)
-            if err == cu.CUresult.CUDA_SUCCESS:
-                device = int(ordinal)
-        except Exception:  # no binding: the pointer is still looked up by address
-            pass
+    if iface is not None:  # no device id there: -1 matches any (CUDA addresses are unique)
         strides = iface.get("strides")
-        return (_KDL_CUDA, device, ptr, tuple(iface["shape"]), np.dtype(iface["typestr"]),
-                tuple(strides) if strides else None)
+        return (KDL_CUDA, -1, int(iface["data"][0]), tuple(iface["shape"]),
+                np.dtype(iface["typestr"]), tuple(strides) if strides else None)
     raise InvalidTypeError(f"from_dlpack takes an object with __dlpack__ or "
                            f"__cuda_array_interface__, got {type(x).__name__}")
 
@@ -72,7 +60,7 @@ def from_dlpack(x: Any) -> Any:
             return np.frombuffer(host.buffer, dtype, count, off).reshape(shape)
     for heap in rt.domain_heaps.values():
         where = heap.domain.dlpack_range()
-        if where is None or where[:2] != (dev_type, dev_id):
+        if where is None or where[0] != dev_type or dev_id not in (-1, where[1]):
             continue
         base, size = where[2], where[3]
         if base <= address and address + nbytes <= base + size:
