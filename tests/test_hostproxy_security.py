@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from attack import read_all, rss_kib
 
 from vkshmem.core.auth import derive_key
 from vkshmem.core.errors import TransportError
@@ -66,17 +67,8 @@ def stranger(job: Job, secret: bytes) -> HostProxyTransport:
     return tr
 
 
-def read_all(sock: socket.socket) -> bytes:
-    data = b""
-    with contextlib.suppress(OSError):
-        while chunk := sock.recv(65536):
-            data += chunk
-    return data
 
 
-def rss_kib() -> int:
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
 
 
 # -- secrets ---------------------------------------------------------------------------------

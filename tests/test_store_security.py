@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import resource
 import socket
 import struct
 import threading
@@ -18,6 +17,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from attack import read_all, rss_kib
 
 from vkshmem.core.auth import derive_key, new_secret
 from vkshmem.core.bootstrap import store as store_module
@@ -82,21 +82,8 @@ def raw(server: StoreServer) -> socket.socket:
     return socket.create_connection(server.address, timeout=10)
 
 
-def read_all(sock: socket.socket) -> bytes:
-    """Whatever the store sends until it closes the connection."""
-    data = b""
-    with contextlib.suppress(OSError):
-        while chunk := sock.recv(65536):
-            data += chunk
-    return data
 
 
-def rss_kib() -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
 # -- wrong secrets and replays -------------------------------------------------------------
