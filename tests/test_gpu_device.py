@@ -193,6 +193,32 @@ def test_timeouts_raise_instead_of_hanging(dev: VulkanDevice) -> None:
         b.free()
 
 
+def test_leading_barrier_only_while_work_is_in_flight(dev: VulkanDevice) -> None:
+    """A command buffer starts with the barrier ordering it after earlier work on its queue
+    only while some is in flight (device.in_flight counts it): the copy left in flight by a
+    timeout is seen by the read recorded after it, and the count returns to zero."""
+    n = 64 << 20
+    a = dev.alloc_exportable(n)
+    b = dev.alloc_exportable(n)
+    aux = dev.transfer._aux
+    assert aux is not None
+    try:
+        assert dev.in_flight == [0, 0]
+        assert not aux.lead()
+        dev.write(a, n - 8, b"in order")
+        with pytest.raises(GpuTimeoutError):
+            dev.copy(b, 0, a, 0, n, timeout=0)
+        assert aux.pending and dev.in_flight[0] == 1 and aux.lead()
+        out = bytearray(8)
+        dev.read(b, n - 8, out)  # recorded with the leading barrier: after the copy
+        assert out == b"in order"
+        aux.wait()
+        assert dev.in_flight == [0, 0] and not aux.lead()
+    finally:
+        a.free()
+        b.free()
+
+
 def test_validation_layer_reports_errors() -> None:
     """The messenger really records what the layer says (a deliberately invalid call)."""
     d = open_device(staging_size=64 << 10)

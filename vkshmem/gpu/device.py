@@ -30,7 +30,7 @@ from .submit import Slot
 
 #: device copies of at least this many bytes run as a shader (H100: the copy engine is ahead
 #: at 1 MiB, 39 vs 32 GB/s; the shader at 16 MiB, 391 vs 262, and at 64 MiB, 714 vs 367)
-SHADER_COPY_MIN = 4 << 20
+SHADER_COPY_MIN = 1 << 20
 
 __all__ = ["VulkanDevice"]
 

@@ -100,7 +100,9 @@ def reduce_unsupported(info: DeviceInfo, dtype: Any, op: str) -> str | None:
 
 _GROUP = 256  # local_size_x of reduce.comp and copy.comp
 #: workgroups of one copy.comp dispatch at most (its invocations stride over the rest)
-_COPY_GROUPS = 4096
+_COPY_GROUPS = 16384
+_AMO_OPS = frozenset(int(op) for op in AmoOp)
+_COPY_SHADER = {16: "copy_u128", 4: "copy_u32", 1: "copy_u8"}  # by element size
 _AMO_GROUP = 64  # local_size_x of amo.comp
 _DESC = struct.Struct("<QQQQII8x")  # AmoDesc of amo.comp (48 bytes)
 _DESC_DTYPE = np.dtype({"names": ["addr", "operand", "compare", "old", "op", "width"],
@@ -116,6 +118,14 @@ _BATCH_MAX = 4096
 _PARAMS_SIZE = _BATCH_OFF + _BATCH_MAX * _DESC.size
 
 
+def _copy_groups(count: int) -> int:
+    """Workgroups of a copy.comp dispatch over ``count`` elements: about four elements per
+    invocation (what keeps four loads in flight), at least 528 workgroups (4 per SM of an
+    H100) when there is that much work, at most ``_COPY_GROUPS``. On an H100, 16 MiB: 9.9 us
+    of GPU time with 1024 groups, 10.7 with 4096."""
+    return min(-(-count // _GROUP), max(count // (4 * _GROUP), 528), _COPY_GROUPS)
+
+
 class Kernels:
     """Per-device state of the shipped kernels (see module doc). ``pipeline`` gives the
     device's cached pipeline of a shipped shader by name (:meth:`VulkanDevice.pipeline
@@ -126,7 +136,9 @@ class Kernels:
         self.device = device
         self._pipeline = pipeline
         self._lock = threading.Lock()
-        self._single: dict[int, Slot] = {}
+        self._single: dict[tuple[int, bool], Slot] = {}
+        self._last: Slot | None = None  # the single-AMO slot submitted last
+        self._copy_pipes: dict[int, ComputePipeline] = {}
         self.params: GpuMemory | None = device.alloc(_PARAMS_SIZE, exportable=False,
                                                      host_visible=True)
         view = self.params.map()
@@ -137,18 +149,15 @@ class Kernels:
     # -- AMOs -------------------------------------------------------------------------------
 
     @staticmethod
-    def _check_amo(mem: GpuMemory, offset: int, op: int, width: int) -> AmoOp:
+    def _check_amo(mem: GpuMemory, offset: int, op: int, width: int) -> None:
         if width not in (4, 8):
             raise InvalidArgumentError(f"AMO width must be 4 or 8 bytes, got {width}")
-        try:
-            amo = AmoOp(op)
-        except ValueError:
-            raise InvalidArgumentError(f"unknown AMO op {op!r}") from None
+        if op not in _AMO_OPS:
+            raise InvalidArgumentError(f"unknown AMO op {op!r}")
         if offset % width:
             raise InvalidArgumentError(f"a {width}-byte AMO needs an offset aligned to {width}, "
                                        f"got {offset}")
         mem.check_range(offset, width, "AMO")
-        return amo
 
     def _pipeline_for(self, width: int) -> ComputePipeline:
         dev = self.device
@@ -157,19 +166,20 @@ class Kernels:
                 f"{dev.info.name} has no 64-bit shader atomics (shaderBufferInt64Atomics)")
         return self._pipeline("amo_u64" if width == 8 else "amo_u32")
 
-    def _single_slot(self, width: int) -> Slot:
-        slot = self._single.get(width)
+    def _single_slot(self, width: int, lead: bool) -> Slot:
+        """The prerecorded command buffer of a single ``width``-byte AMO, with or without the
+        leading barrier (the caller holds ``device.lock``)."""
+        slot = self._single.get((width, lead))
         if slot is None:
             dev = self.device
             pipe = self._pipeline_for(width)
             assert self.params is not None
             slot = Slot(dev, f"{width * 8}-bit AMO")
             push = _PUSH_DESCS.pack(self.params.device_address + _SINGLE_OFF[width], 1)
-            with dev.lock:
-                slot.begin(reusable=True)
-                pipe.record(slot, 1, push)
-                slot.end()
-            self._single[width] = slot
+            slot.begin(reusable=True, lead=lead)
+            pipe.record(slot, 1, push)
+            slot.end()
+            self._single[(width, lead)] = slot
         return slot
 
     def amo(self, mem: GpuMemory, offset: int, op: int, width: int, operand: int = 0,
@@ -180,13 +190,15 @@ class Kernels:
         dev = self.device
         with self._lock:
             dev.check_open()
-            slot = self._single_slot(width)
-            slot.wait(timeout)  # a previous call timed out: never rewrite in-flight params
+            if self._last is not None:  # a previous call timed out: never rewrite its params
+                self._last.wait(timeout)
             off = _SINGLE_OFF[width]
             _DESC.pack_into(self._pv, off, mem.device_address + offset, operand & mask,
                             compare & mask, 0, int(op), width)
             with dev.lock:
+                slot = self._single_slot(width, dev.in_flight[0] > 0)
                 slot.submit()
+            self._last = slot
             slot.wait(timeout)
             return _OLD.unpack_from(self._pv, off + 24)[0] & mask
 
@@ -275,13 +287,20 @@ class Kernels:
             raise InvalidArgumentError("shader copies need disjoint ranges (use copy())")
         da = dst.device_address + dst_offset
         sa = src.device_address + src_offset
-        size = next(s for s in (16, 4, 1) if not (da % s or sa % s or nbytes % s))
+        size = 16 if not (da | sa | nbytes) & 15 else 4 if not (da | sa | nbytes) & 3 else 1
         if size == 1 and not self.device.info.int8_storage:
             raise FeatureNotAvailableError("byte-granular shader copies need 8-bit storage")
-        pipe = self._pipeline({16: "copy_u128", 4: "copy_u32", 1: "copy_u8"}[size])
+        pipe = self._copy_pipes.get(size)
+        if pipe is None:
+            pipe = self._copy_pipes[size] = self._pipeline(_COPY_SHADER[size])
         count = nbytes // size
+        limit = self.device.info.max_workgroup_count[0]
+        if count <= limit * _GROUP:  # the common case: one dispatch, one C call
+            pipe.run1(min(_copy_groups(count), limit), _PUSH_2ADDR.pack(da, sa, count, 0),
+                      timeout)
+            return
         # Each invocation strides over the elements: a bounded grid, a short loop.
-        items = [(min(-(-k // _GROUP), _COPY_GROUPS),
+        items = [(min(_copy_groups(k), limit),
                   _PUSH_2ADDR.pack(da + s * size, sa + s * size, k, 0))
                  for s, k in self._chunks(count)]
         pipe.dispatch_many(items, timeout=timeout)

@@ -74,6 +74,11 @@ class LogicalDevice:
         self.launch_pool: Any = None
         #: the native submission helper (vkshmem.gpu._submit) for this device, or None
         self.native: Any = None
+        #: submissions not yet waited for, per queue (0: ``queue``, 1: ``launch_queue`` when it
+        #: is another queue); changed under ``lock``. A command buffer recorded while its queue
+        #: has none skips the leading barrier (see :meth:`Slot.begin
+        #: <vkshmem.gpu.submit.Slot.begin>`).
+        self.in_flight = [0, 0]
         self.has_memory_host = False
         self.host_alignment = 0
         #: exportable memory may take the CPU-mapped device memory type (see bar_type)

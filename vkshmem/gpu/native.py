@@ -52,7 +52,8 @@ def open_native(vk: Any, device: LogicalDevice) -> NativeSubmit | None:
     handle = native_lib.vks_open(
         addr(ffi.addressof(vk.lib, "vkGetDeviceProcAddr")), addr(device.handle),
         addr(device._begin_info), addr(device._barrier_in), addr(device._barrier_out),
-        vk.VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, vk.VK_PIPELINE_STAGE_HOST_BIT)
+        addr(device._barrier_mid), vk.VK_PIPELINE_STAGE_ALL_COMMANDS_BIT,
+        vk.VK_PIPELINE_STAGE_HOST_BIT)
     if handle == native_ffi.NULL:
         log.warning("vkshmem.gpu: the native submission helper found no Vulkan functions; "
                     "the Python path is used")

@@ -15,6 +15,7 @@ large jobs into several dispatches (:meth:`ComputePipeline.dispatch_many`), each
 from __future__ import annotations
 
 import threading
+from array import array
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
@@ -119,6 +120,8 @@ class ComputePipeline:
             self.close()
             raise
         self._lib = lib
+        self._addrs = (int(ffi.cast("uintptr_t", self.handle)),
+                       int(ffi.cast("uintptr_t", self.layout)))
         self._from_buffer = ffi.from_buffer
         self._bind = vk.VK_PIPELINE_BIND_POINT_COMPUTE
         self._stage = vk.VK_SHADER_STAGE_COMPUTE_BIT
@@ -154,6 +157,25 @@ class ComputePipeline:
         """Run one dispatch and wait for it (GpuTimeoutError after ``timeout``)."""
         self.dispatch_many([(groups, push)], timeout=timeout)
 
+    def run1(self, x: int, push: bytes, timeout: float | None = None) -> None:
+        """One dispatch of ``x`` (1 .. maxComputeWorkGroupCount[0]) workgroups with ``push``
+        (a multiple of 4 bytes, at most 128) as push constants, and wait for it: the hot path of
+        the shipped kernels, which check their arguments themselves (one C call to record and
+        submit where the native helper is built)."""
+        dev = self.device
+        if dev.native is None:
+            self.dispatch_many([(x, push)], timeout=timeout)
+            return
+        with self._lock:
+            dev.check_open()
+            slot = self._slot
+            if slot is None:
+                raise GpuError(f"pipeline {self.name} is closed")
+            slot.wait(timeout)
+            with dev.lock:
+                slot.dispatch1(*self._addrs, x, push)
+            slot.wait(timeout)
+
     def dispatch_many(self, items: Sequence[tuple[Groups, bytes | bytearray | memoryview]], *,
                       barrier: bool = False, timeout: float | None = None) -> None:
         """Record several dispatches in one command buffer, submit, wait. ``barrier`` orders
@@ -165,9 +187,17 @@ class ComputePipeline:
             slot = self._slot
             if slot is None:
                 raise GpuError(f"pipeline {self.name} is closed")
-            for groups, push in items:
-                self._check(groups, push)  # before recording: nothing is left half-recorded
+            dims = [self._check(groups, push) for groups, push in items]  # before recording
             slot.wait(timeout)
+            sizes = {len(push) for _, push in items}
+            if dev.native is not None and len(sizes) == 1:  # one C call records + submits
+                size = sizes.pop()
+                flat = array("I", [v for d in dims for v in d])
+                pushes = b"".join(bytes(push) for _, push in items) or b"\0"
+                with dev.lock:
+                    slot.dispatch(*self._addrs, flat, pushes, len(items), size, barrier)
+                slot.wait(timeout)
+                return
             with dev.lock:
                 slot.begin(timeout)
                 try:

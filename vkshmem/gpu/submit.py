@@ -7,6 +7,13 @@ synchronisation of the command pool and the queue), never while waiting for the 
 engine that owns slots serialises their use with a lock of its own.
 Every wait for the GPU has a timeout (``timeout=``, default ``VKSHMEM_GPU_TIMEOUT`` seconds)
 and raises :class:`~vkshmem.gpu.errors.GpuTimeoutError` instead of hanging.
+
+Barriers: a command buffer ends with a barrier making its writes visible to the host, and
+starts with one ordering it after the work submitted earlier on the same queue only when some
+of that work has not been waited for (``device.in_flight``; it costs ~5 us per submission on an
+H100). Once the host has waited for a submission's fence its commands are complete, and writes
+the host made before a submit are visible to it without a barrier (the implicit host-write
+dependency of ``vkQueueSubmit``), so an idle queue needs no leading barrier.
 """
 
 from __future__ import annotations
@@ -40,6 +47,8 @@ class Slot:
         self.device = device
         self.queue = device.launch_queue if launch else device.queue
         self.pool = device.launch_pool if launch else device.command_pool
+        #: index of this slot's queue in ``device.in_flight``
+        self.qi = 1 if launch and device.launch_queue != device.queue else 0
         self.name = name
         self.pending = False
         self.cmd: Any = None
@@ -75,8 +84,13 @@ class Slot:
         self._host_stage = vk.VK_PIPELINE_STAGE_HOST_BIT
         self._null = ffi.NULL
 
-    def begin(self, timeout: float | None = None, reusable: bool = False) -> Any:
-        """Start recording (waiting for the previous submission first); returns the cmd."""
+    def begin(self, timeout: float | None = None, reusable: bool = False,
+              lead: bool | None = None) -> Any:
+        """Start recording (waiting for the previous submission first); returns the cmd.
+        ``lead``: whether to start with the leading barrier; by default a reusable command
+        buffer (submitted many times) gets it, and a one-time one only when its queue has
+        work in flight (see the module doc): record and submit it in one hold of
+        ``device.lock``."""
         dev = self.device
         if self.pending:
             self.wait(timeout)
@@ -84,9 +98,17 @@ class Slot:
         check(lib.vkBeginCommandBuffer(
             self.cmd, dev._begin_info_reuse if reusable else dev._begin_info),
             "vkBeginCommandBuffer")
-        lib.vkCmdPipelineBarrier(self.cmd, self._all_commands, self._all_commands, 0,
-                                 1, dev._barrier_in, 0, self._null, 0, self._null)
+        if lead is None:
+            lead = reusable or self.lead()
+        if lead:
+            lib.vkCmdPipelineBarrier(self.cmd, self._all_commands, self._all_commands, 0,
+                                     1, dev._barrier_in, 0, self._null, 0, self._null)
         return self.cmd
+
+    def lead(self) -> bool:
+        """Whether a command buffer recorded now needs the leading barrier: work on its queue
+        has not been waited for (the caller holds ``device.lock``)."""
+        return self.device.in_flight[self.qi] > 0
 
     def barrier(self) -> None:
         """Order the commands recorded so far before the ones recorded next."""
@@ -111,7 +133,16 @@ class Slot:
         else:
             res = self._lib.vkQueueSubmit(self.queue, 1, self._submit, self.fence)
         check(res, f"vkQueueSubmit ({self.name})")
+        self._submitted()
+
+    def _submitted(self) -> None:
         self.pending = True
+        self.device.in_flight[self.qi] += 1
+
+    def _done(self) -> None:
+        self.pending = False
+        with self.device.lock:
+            self.device.in_flight[self.qi] -= 1
 
     def copy(self, dst: Any, dst_offset: int, src: Any, src_offset: int, nbytes: int,
              timeout: float | None = None) -> None:
@@ -132,9 +163,36 @@ class Slot:
         cmd, queue, info, fence = self._addr
         res = nat.lib.vks_copy(nat.dev, cmd, queue, info, fence,
                                int(ffi.cast("uintptr_t", dst)), dst_offset,
-                               int(ffi.cast("uintptr_t", src)), src_offset, nbytes)
+                               int(ffi.cast("uintptr_t", src)), src_offset, nbytes,
+                               self.lead())
         check(res, f"copy ({self.name})")
-        self.pending = True
+        self._submitted()
+
+    def dispatch(self, pipeline: int, layout: int, groups: Any, push: Any, n: int,
+                 push_size: int, ordered: bool) -> None:
+        """Natively record ``n`` dispatches of ``pipeline`` (handles as integers; ``groups``:
+        3n uint32 and ``push``: n * ``push_size`` bytes, both buffers) between the usual
+        barriers and submit them (the caller holds ``device.lock`` and checked the
+        arguments)."""
+        nat = self._native
+        nffi = nat.ffi
+        cmd, queue, info, fence = self._addr
+        res = nat.lib.vks_dispatch(nat.dev, cmd, queue, info, fence, pipeline, layout, n,
+                                   nffi.from_buffer("uint32_t[]", groups),
+                                   nffi.from_buffer("uint8_t[]", push), push_size,
+                                   self.lead(), ordered)
+        check(res, f"dispatch ({self.name})")
+        self._submitted()
+
+    def dispatch1(self, pipeline: int, layout: int, x: int, push: bytes) -> None:
+        """Natively record one dispatch of ``x`` workgroups with ``push`` as push constants
+        and submit it (as :meth:`dispatch`, for one)."""
+        nat = self._native
+        cmd, queue, info, fence = self._addr
+        check(nat.lib.vks_dispatch1(nat.dev, cmd, queue, info, fence, pipeline, layout, x,
+                                    push, len(push), self.device.in_flight[self.qi] > 0),
+              f"dispatch ({self.name})")
+        self._submitted()
 
     def wait(self, timeout: float | None = None) -> None:
         """Wait for the last submission (GpuTimeoutError after ``timeout``) and reset the
@@ -153,7 +211,7 @@ class Slot:
                     f"{self.name} did not finish within {t:g} s on {dev.info.name} (raise "
                     f"{ENV_TIMEOUT} or pass timeout=); the work is still in flight")
             check(res, f"vkWaitForFences ({self.name})")
-            self.pending = False
+            self._done()
             return
         # Poll briefly first: a blocking vkWaitForFences costs a thread wake-up (~50 us more
         # per round trip on lavapipe), while short work is often done within microseconds.
@@ -172,7 +230,7 @@ class Slot:
                 f"{ENV_TIMEOUT} or pass timeout=); the work is still in flight")
         check(res, f"vkWaitForFences ({self.name})")
         check(lib.vkResetFences(dev.handle, 1, self._fences), "vkResetFences")
-        self.pending = False
+        self._done()
 
     def close(self) -> None:
         """Wait for pending work (bounded) and free the command buffer and fence."""
