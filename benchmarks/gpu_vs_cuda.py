@@ -6,7 +6,8 @@ whose two PEs share one GPU. PE 0 measures, against PE 1 (reached through import
 - per-call cost of an 8-byte put GPU->GPU, CPU->GPU and get GPU->CPU (complete on return),
   and of a fetch_add on the peer's GPU word;
 - bandwidth of GPU->GPU puts, CPU->GPU puts (from an ordinary numpy array, and from a
-  symmetric host array, which the GPU domain has imported) and GPU->CPU gets, at 1, 16, 64 MiB.
+  symmetric host array, which the GPU domain has imported) and GPU->CPU gets, at 1, 4, 16, 64
+  and 256 MiB (needs VKSHMEM_GPU_SYMMETRIC_SIZE=1G VKSHMEM_SYMMETRIC_SIZE=1G).
 
 When CuPy is importable, the same operations through CUDA on PE 0's GPU, each a
 ``cudaMemcpyAsync`` + stream synchronize per call (what a Python user of CUDA pays): device to
@@ -31,7 +32,7 @@ from vkshmem import shmem
 me, n = shmem.my_pe(), shmem.n_pes()
 peer = (me + 1) % n
 quick = "--quick" in sys.argv
-SIZES = [1 << 20, 16 << 20, 64 << 20]
+SIZES = [1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20]
 SMALL = 200 if quick else 2000
 BIG = 5 if quick else 20
 
