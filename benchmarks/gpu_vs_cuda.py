@@ -4,7 +4,8 @@ Run with ``vkshmem run -n 2 benchmarks/gpu_vs_cuda.py [--quick] [--json PATH]`` 
 whose two PEs share one GPU. PE 0 measures, against PE 1 (reached through imported memory):
 
 - per-call cost of an 8-byte put GPU->GPU, CPU->GPU and get GPU->CPU (complete on return),
-  and of a fetch_add on the peer's GPU word;
+  and of a fetch_add on the peer's GPU word; per-put cost of 64 non-blocking 64 KiB puts
+  GPU->GPU followed by one quiet (CUDA: 64 memcpyAsync, one synchronize);
 - bandwidth of GPU->GPU puts, CPU->GPU puts (from an ordinary numpy array, and from a
   symmetric host array, which the GPU domain has imported) and GPU->CPU gets, at 1, 4, 16, 64
   and 256 MiB (needs VKSHMEM_GPU_SYMMETRIC_SIZE=1G VKSHMEM_SYMMETRIC_SIZE=1G).
@@ -32,7 +33,7 @@ from vkshmem import shmem
 me, n = shmem.my_pe(), shmem.n_pes()
 peer = (me + 1) % n
 quick = "--quick" in sys.argv
-SIZES = [1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20]
+SIZES = [1 << 20, 4 << 20] if quick else [1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20]
 SMALL = 200 if quick else 2000
 BIG = 5 if quick else 20
 
@@ -77,6 +78,18 @@ row("put", "cpu->gpu", 8, timed(lambda: shmem.put(d8, a8, peer), SMALL) * 1e6, "
 row("get", "gpu->cpu", 8, timed(lambda: shmem.get(o8, d8, peer), SMALL) * 1e6, "us")
 row("fetch_add", "gpu", 8, timed(lambda: shmem.atomic_fetch_add(word, 1, peer), SMALL) * 1e6,
     "us")
+NBI, NBI_N = 64 << 10, 64  # 64 non-blocking 64 KiB puts, then quiet: per-put microseconds
+nbi_dst = [g_dst[k * NBI:(k + 1) * NBI] for k in range(NBI_N)]
+nbi_src = [g_src[k * NBI:(k + 1) * NBI] for k in range(NBI_N)]
+
+
+def nbi_batch() -> None:
+    for d, s in zip(nbi_dst, nbi_src, strict=True):
+        shmem.put_nbi(d, s, peer)
+    shmem.quiet()
+
+
+row("put_nbi", "gpu->gpu", NBI, timed(nbi_batch, SMALL // 20) / NBI_N * 1e6, "us")
 for size in SIZES:
     for op, pair, fn in (
             ("put", "gpu->gpu", lambda s=size: shmem.put(g_dst[:s], g_src[:s], peer)),
@@ -101,9 +114,10 @@ def cuda_reference() -> str:
     h_pin[:] = h_arb
     h2d, d2d, d2h = 1, 3, 2
 
-    def copy(dst: int, src: int, nbytes: int, kind: int) -> Callable[[], None]:
+    def copy(dst: int, src: int, nbytes: int, kind: int, batch: int = 1) -> Callable[[], None]:
         def run() -> None:
-            rt.memcpyAsync(dst, src, nbytes, kind, stream.ptr)
+            for k in range(batch):
+                rt.memcpyAsync(dst + k * nbytes, src + k * nbytes, nbytes, kind, stream.ptr)
             stream.synchronize()
         return run
 
@@ -126,7 +140,8 @@ def cuda_reference() -> str:
         dp = d_peer.data.ptr
         peer_note = "; gpu->gpu rows: GPU 0 -> GPU 1 with peer access (cudaMemcpyPeer's path)"
     arb, pin, out = h_arb.ctypes.data, h_pin.ctypes.data, h_out.ctypes.data
-    ref = {("put", "gpu->gpu"): (dp, sp, d2d), ("put", "cpu->gpu"): (dp, arb, h2d),
+    ref = {("put", "gpu->gpu"): (dp, sp, d2d), ("put_nbi", "gpu->gpu"): (dp, sp, d2d),
+           ("put", "cpu->gpu"): (dp, arb, h2d),
            ("put", "cpu(sym)->gpu"): (dp, pin, h2d), ("get", "gpu->cpu"): (out, dp, d2h)}
     for r in rows:
         key = (r["op"], r["pair"])
@@ -134,7 +149,10 @@ def cuda_reference() -> str:
             continue
         dst, src, kind = ref[key]
         nbytes = int(r["bytes"])  # type: ignore[call-overload]
-        t = cost(copy(dst, src, nbytes, kind), SMALL if nbytes <= 8 else BIG)
+        if r["op"] == "put_nbi":  # NBI_N copies, one synchronize
+            t = cost(copy(dst, src, nbytes, kind, NBI_N), SMALL // 20) / NBI_N
+        else:
+            t = cost(copy(dst, src, nbytes, kind), SMALL if nbytes <= 8 else BIG)
         r["cuda"] = round(t * 1e6 if r["unit"] == "us" else nbytes / t / 1e9, 3)
     props = rt.getDeviceProperties(0)
     return (f"CUDA {rt.runtimeGetVersion()} on {props['name'].decode()}: memcpyAsync + stream "

@@ -7,6 +7,7 @@ including leak reports when the device and instance are destroyed.
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import socket
 import subprocess
@@ -32,6 +33,7 @@ from vkshmem.gpu.errors import GpuTimeoutError
 pytestmark = pytest.mark.timeout(60)
 
 STAGING = 256 << 10  # small staging buffer so "larger than staging" stays cheap
+_IMPORTED: list[mmap.mmap] = []  # host memory the module's device imported
 
 
 @pytest.fixture(scope="module")
@@ -217,6 +219,47 @@ def test_leading_barrier_only_while_work_is_in_flight(dev: VulkanDevice) -> None
     finally:
         a.free()
         b.free()
+
+
+def test_batched_copies_complete_at_quiet(dev: VulkanDevice) -> None:
+    """copy_nbi/write_nbi/read_nbi queue copies (more than one batch) that quiet_nbi
+    completes; overlapping ranges are copied at once."""
+    from vkshmem.gpu.batch import BATCH_MAX
+
+    k = BATCH_MAX + 44
+    a = dev.alloc_exportable(16 * k)
+    b = dev.alloc_exportable(16 * k)
+    host = mmap.mmap(-1, 1 << 16)
+    _IMPORTED.append(host)  # imported for the device's life: never unmapped before it closes
+    hv = np.frombuffer(host, np.uint8)
+    dev.register_host(hv.ctypes.data, hv.nbytes)
+    try:
+        data = np.arange(16 * k, dtype=np.uint8)
+        dev.write(a, 0, data)
+        for i in range(k):
+            dev.copy_nbi(b, 16 * i, a, 16 * (k - 1 - i), 16)  # reversed blocks
+        hv[:4096] = 7
+        dev.write_nbi(a, 0, hv[:4096])
+        dev.read_nbi(b, 0, hv[8192:8192 + 16])
+        assert dev._batch is not None and 0 < dev._batch.pending < BATCH_MAX
+        dev.quiet_nbi()
+        assert dev._batch.pending == 0 and dev.in_flight == [0, 0]
+        want = data.reshape(k, 16)[::-1].ravel()
+        out = np.empty(16 * k, np.uint8)
+        dev.read(b, 0, out)
+        assert np.array_equal(out, want)
+        assert np.array_equal(hv[8192:8192 + 16], want[:16])
+        dev.read(a, 0, out[:4096])
+        assert (out[:4096] == 7).all()
+        dev.copy_nbi(a, 1, a, 0, 64)  # overlapping: a memmove, done on return
+        assert dev._batch.pending == 0
+        got = bytearray(2)
+        dev.read(a, 1, got)
+        assert got == b"\x07\x07"
+    finally:
+        a.free()
+        b.free()
+        del hv
 
 
 def test_validation_layer_reports_errors() -> None:

@@ -109,6 +109,37 @@ shmem.barrier_all()
 shmem.free(loc)
 shmem.free(gs)
 
+# -- non-blocking puts and gets, batched until quiet (more than one batch of 256 copies) -------
+K = 300
+gsrc = shmem.array(np.arange(4 * K, dtype=np.int32) + 1000 * me, domain="gpu")
+gdst = shmem.zeros(4 * K, np.int32, domain="gpu")
+gdst2 = shmem.zeros(4 * K, np.int32, domain="gpu")
+gback = shmem.zeros(4 * K, np.int32, domain="gpu")
+hsym = shmem.array(np.arange(4 * K, dtype=np.int32) + 7000 * me)  # host heap: imported
+hback = shmem.zeros(4 * K, np.int32)
+shmem.barrier_all()
+for k in range(0, 4 * K, 4):
+    shmem.put_nbi(gdst[k:k + 4], gsrc[k:k + 4], right)  # GPU -> GPU
+    shmem.put_nbi(gdst2[k:k + 4], hsym[k:k + 4], right)  # CPU (symmetric) -> GPU
+    shmem.get_nbi(gback[k:k + 4], gsrc[k:k + 4], left)  # GPU <- GPU
+    shmem.get_nbi(hback[k:k + 4], gsrc[k:k + 4], left)  # CPU (symmetric) <- GPU
+shmem.quiet()
+check(np.array_equal(gback.to_numpy(), np.arange(4 * K) + 1000 * left), "get_nbi GPU<-GPU")
+check(np.array_equal(hback, np.arange(4 * K) + 1000 * left), "get_nbi CPU<-GPU")
+shmem.barrier_all()
+check(np.array_equal(gdst.to_numpy(), np.arange(4 * K) + 1000 * left), "put_nbi GPU->GPU")
+check(np.array_equal(gdst2.to_numpy(), np.arange(4 * K) + 7000 * left), "put_nbi CPU->GPU")
+shmem.barrier_all()  # everyone has checked before gdst changes again
+shmem.put_nbi(gdst[:4], gsrc[:4], right)
+shmem.fence()  # orders the batched put before the blocking one
+shmem.put(gdst[:4], np.full(4, -1, np.int32), right)
+shmem.barrier_all()
+check(np.array_equal(gdst[:4].to_numpy(), np.full(4, -1)), "fence after put_nbi")
+for x in (gsrc, gdst, gdst2, gback):
+    shmem.free(x)
+shmem.free(hsym)
+shmem.free(hback)
+
 # -- AMOs on GPU words: every op, both widths, and contention from every PE ------------------
 for dt in (np.int32, np.int64, np.uint32, np.uint64):
     w = shmem.zeros(1, dt, domain="gpu")

@@ -89,7 +89,9 @@ def put_nbi(target: np.ndarray, source: np.ndarray, pe: int, size: int | None = 
     n = count_of(target, source, size)
     nbytes = n * dt.itemsize
     if (type(target) is not ND or type(source) is not ND) and foreign(target, source):
-        put(target, source, pe, n, ctx)  # GPU operations complete when they return
+        if ctx is None and _device_nbi(target, source, pe, n, nbytes, True):
+            return
+        put(target, source, pe, n, ctx)  # complete when it returns
         return
     seg, off = _sym(target, nbytes, "put_nbi target")
     pe, t = resolve(ctx, pe)
@@ -136,6 +138,8 @@ def get_nbi(target: np.ndarray, source: np.ndarray, pe: int, size: int | None = 
     n = count_of(target, source, size)
     nbytes = n * dt.itemsize
     if (type(target) is not ND or type(source) is not ND) and foreign(target, source):
+        if ctx is None and _device_nbi(source, target, pe, n, nbytes, False):
+            return
         get(target, source, pe, n, ctx)
         return
     seg, off = _sym(source, nbytes, "get_nbi source")
@@ -263,6 +267,33 @@ def _get_device(target: Any, source: Any, pe: int, t: Any, n: int, nbytes: int) 
     tmp = np.empty(n, source.dtype)
     heap.get(pe, seg, off, memoryview(tmp).cast("B"))
     target.flat[:n] = tmp
+
+
+def _device_nbi(remote: Any, local: Any, pe: int, n: int, nbytes: int, is_put: bool) -> bool:
+    """Start a put (``is_put``) or get between ``remote`` (symmetric, on ``pe``) and ``local``
+    where one of them is a domain's array and the domain may batch it (completed by
+    ``quiet``): both arrays of one domain, or a domain's ``remote`` and a contiguous host
+    ``local``. False when neither applies (the caller does it blocking)."""
+    if not isinstance(remote, DomainArray):
+        return False
+    pe, _t = resolve(None, pe)
+    heap, off = place(remote, nbytes, "put_nbi target" if is_put else "get_nbi source")
+    if isinstance(local, DomainArray):
+        if local.domain is not remote.domain:
+            return False
+        loc = place(local, nbytes, "put_nbi source" if is_put else "get_nbi target")[1]
+        (heap.put_device_nbi if is_put else heap.get_device_nbi)(pe, off, loc, nbytes)
+        return True
+    if not isinstance(local, np.ndarray):
+        return False
+    if is_put:
+        heap.put_nbi(pe, heap.seg_id, off, _src_bytes(local, n, nbytes))
+        return True
+    dst = _dst_bytes(local, nbytes)
+    if dst is None:
+        return False
+    heap.get_nbi(pe, heap.seg_id, off, dst)
+    return True
 
 
 def _scatter_device(target: DomainArray, values: np.ndarray, stride: int) -> None:

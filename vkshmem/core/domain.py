@@ -179,6 +179,26 @@ class MemoryDomain(ABC):
         """Apply ``op`` to the aligned ``width``-byte word atomically with respect to every
         other vkshmem AMO on it (device atomics included); return the old value."""
 
+    # Non-blocking forms (optional): started here, completed by quiet(). The defaults are the
+    # blocking operations, complete on return.
+
+    def write_nbi(self, mem: Any, offset: int, src: memoryview) -> None:
+        """Start :meth:`write`; ``src`` must not change before :meth:`quiet`."""
+        self.write(mem, offset, src)
+
+    def read_nbi(self, mem: Any, offset: int, dst: memoryview) -> None:
+        """Start :meth:`read`; ``dst`` is filled by :meth:`quiet`."""
+        self.read(mem, offset, dst)
+
+    def copy_nbi(self, dst: Any, dst_offset: int, src: Any, src_offset: int,
+                 nbytes: int) -> None:
+        """Start :meth:`copy`; the source must not change before :meth:`quiet`."""
+        self.copy(dst, dst_offset, src, src_offset, nbytes)
+
+    def quiet(self) -> None:  # noqa: B027 - optional
+        """Complete every operation the ``*_nbi`` methods started (called by the runtime's
+        ``quiet``, ``fence`` and ``barrier_all``)."""
+
     def zero(self, offset: int, nbytes: int) -> None:
         """Zero ``nbytes`` of this PE's segment (default: writes of zeros)."""
         chunk = 1 << 20

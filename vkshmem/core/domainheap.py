@@ -187,7 +187,13 @@ class DomainHeap:
         else:
             self._proxy().put(pe, offset, src)
 
-    put_nbi = put
+    def put_nbi(self, pe: int, seg: int, offset: int, src: memoryview) -> None:
+        """Start a put of host bytes (batched by the domain where it can; :meth:`quiet`)."""
+        mem = self.direct[pe]
+        if mem is not None:
+            self.domain.write_nbi(mem, offset, src)
+        else:
+            self.put(pe, seg, offset, src)
 
     def get(self, pe: int, seg: int, offset: int, dst: memoryview) -> None:
         """``pe``'s segment into host bytes."""
@@ -199,7 +205,13 @@ class DomainHeap:
         else:
             self._proxy().get(pe, offset, dst)
 
-    get_nbi = get
+    def get_nbi(self, pe: int, seg: int, offset: int, dst: memoryview) -> None:
+        """Start a get into host bytes (filled by :meth:`quiet` where the domain batches)."""
+        mem = self.direct[pe]
+        if mem is not None:
+            self.domain.read_nbi(mem, offset, dst)
+        else:
+            self.get(pe, seg, offset, dst)
 
     def amo(self, pe: int, seg: int, offset: int, op: AmoOp, width: int, operand: int,
             compare: int, fetch: bool = True) -> int:
@@ -240,6 +252,22 @@ class DomainHeap:
             self.get(pe, self.seg_id, offset + lo, piece)
             self.domain.write(self.local, dst_off + lo, piece)
 
+    def put_device_nbi(self, pe: int, offset: int, src_off: int, nbytes: int) -> None:
+        """Start :meth:`put_device` (completed by :meth:`quiet` where the domain batches)."""
+        mem = self.direct[pe]
+        if mem is not None:
+            self.domain.copy_nbi(mem, offset, self.local, src_off, nbytes)
+        else:
+            self.put_device(pe, offset, src_off, nbytes)
+
+    def get_device_nbi(self, pe: int, offset: int, dst_off: int, nbytes: int) -> None:
+        """Start :meth:`get_device` (completed by :meth:`quiet` where the domain batches)."""
+        mem = self.direct[pe]
+        if mem is not None:
+            self.domain.copy_nbi(self.local, dst_off, mem, offset, nbytes)
+        else:
+            self.get_device(pe, offset, dst_off, nbytes)
+
     def _pieces(self, nbytes: int) -> Any:
         """Host staging pieces of a device transfer to or from a peer not mapped here (the
         proxy's piece size; a per-thread buffer, reused)."""
@@ -252,10 +280,14 @@ class DomainHeap:
             yield lo, tmp[:min(chunk, nbytes - lo)]
 
     def quiet(self) -> None:
-        """Nothing of its own to wait for (transports are quieted by the runtime)."""
+        """Complete the domain's batched non-blocking operations (transports are quieted by
+        the runtime)."""
+        self.domain.quiet()
 
     def fence(self) -> None:
-        """Nothing of its own to order (see :meth:`quiet`)."""
+        """Order by completing them (a later operation may take another path, the CPU's
+        stores through a mapping among them)."""
+        self.domain.quiet()
 
     def _proxy(self) -> DomainProxy:
         if self.proxy is None:  # pragma: no cover - routes are proxy only with a proxy

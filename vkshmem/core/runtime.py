@@ -191,10 +191,13 @@ class Runtime(TransportRoutes, MemoryDomains):
     # -- ordering and synchronisation ---------------------------------------------------------
 
     def quiet(self) -> None:
-        """Remote completion of every operation this PE issued, on every transport."""
+        """Remote completion of every operation this PE issued, on every transport and in
+        every open memory domain (its batched non-blocking operations)."""
         lib.vk_fence()
         for t in self.transports:
             t.quiet()
+        for heap in self.domain_heaps.values():
+            heap.quiet()
 
     def fence(self) -> None:
         """Order earlier operations to each PE before later ones (quiet where an operation to
@@ -206,6 +209,8 @@ class Runtime(TransportRoutes, MemoryDomains):
                 t.fence()
             else:
                 t.quiet()
+        for heap in self.domain_heaps.values():
+            heap.fence()
 
     def sync_all(self) -> None:
         """Collective: barrier over every PE (does not complete earlier puts)."""

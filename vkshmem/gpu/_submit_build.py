@@ -38,6 +38,8 @@ int32_t vks_dispatch(vks_dev *d, uintptr_t cmd, uintptr_t queue, uintptr_t submi
 int32_t vks_dispatch1(vks_dev *d, uintptr_t cmd, uintptr_t queue, uintptr_t submit_info,
                       uint64_t fence, uint64_t pipeline, uint64_t layout, uint32_t x,
                       const char *push, uint32_t push_size, int lead);
+int32_t vks_copy_many(vks_dev *d, uintptr_t cmd, uintptr_t queue, uintptr_t submit_info,
+                      uint64_t fence, uint32_t n, const uint64_t *desc, int lead);
 int32_t vks_submit(vks_dev *d, uintptr_t queue, uintptr_t submit_info, uint64_t fence);
 int32_t vks_wait(vks_dev *d, uint64_t fence, int64_t spin_ns, uint64_t timeout_ns);
 """
@@ -173,6 +175,25 @@ int32_t vks_dispatch1(vks_dev *d, uintptr_t cmd, uintptr_t queue, uintptr_t subm
     uint32_t groups[3] = {x, 1, 1};
     return vks_dispatch(d, cmd, queue, submit_info, fence, pipeline, layout, 1, groups,
                         (const uint8_t *)push, push_size, lead, 0);
+}
+
+/* n buffer copies in one command buffer (the batched non-blocking operations): desc[5k ..]
+   = dst buffer, dst offset, src buffer, src offset, size. They may run concurrently. */
+int32_t vks_copy_many(vks_dev *d, uintptr_t cmd, uintptr_t queue, uintptr_t submit_info,
+                      uint64_t fence, uint32_t n, const uint64_t *desc, int lead) {
+    void *c = (void *)cmd;
+    VkResult res = d->begin(c, d->begin_info);
+    if (res) return res;
+    if (lead) d->barrier(c, d->all_stages, d->all_stages, 0, 1, d->barrier_in, 0, 0, 0, 0);
+    for (uint32_t k = 0; k < n; k++) {
+        const uint64_t *e = desc + 5 * (size_t)k;
+        vks_region r = {e[3], e[1], e[4]};
+        d->copy(c, e[2], e[0], 1, &r);
+    }
+    d->barrier(c, d->all_stages, d->host_stage, 0, 1, d->barrier_out, 0, 0, 0, 0);
+    res = d->end(c);
+    if (res) return res;
+    return d->submit((void *)queue, 1, (const void *)submit_info, fence);
 }
 
 int32_t vks_submit(vks_dev *d, uintptr_t queue, uintptr_t submit_info, uint64_t fence) {

@@ -31,12 +31,12 @@ if TYPE_CHECKING:
     from .logical import LogicalDevice
     from .memory import GpuMemory
 
-__all__ = ["Transfer"]
+__all__ = ["Transfer", "bytes_view"]
 
 _MIN_STAGING = 64 << 10
 
 
-def _bytes_view(obj: Any, writable: bool) -> memoryview:
+def bytes_view(obj: Any, writable: bool) -> memoryview:
     try:
         mv = memoryview(obj)
     except TypeError:
@@ -88,7 +88,7 @@ class Transfer:
         self.host_imports.append(imp)
         return imp
 
-    def _host_range(self, view: memoryview) -> tuple[HostImport | None, int]:
+    def host_range(self, view: memoryview) -> tuple[HostImport | None, int]:
         """``(import, offset)`` for copying ``view`` by DMA, or ``(None, 0)`` to stage it."""
         if not self.host_imports:
             return None, 0
@@ -109,12 +109,12 @@ class Transfer:
         self._lib.vkCmdCopyBuffer(slot.cmd, src, dst, 1, self._regions + region)
 
     def write(self, mem: GpuMemory, offset: int, src: Any, timeout: float | None) -> None:
-        view = _bytes_view(src, writable=False)
+        view = bytes_view(src, writable=False)
         n = view.nbytes
         mem.check_range(offset, n, "write")
         if n == 0:
             return
-        imp, at = self._host_range(view)
+        imp, at = self.host_range(view)
         if imp is not None:
             self.copy(mem, offset, imp, at, n, timeout)  # type: ignore[arg-type]
             return
@@ -149,22 +149,22 @@ class Transfer:
         return mem._ptr
 
     def write_direct(self, mem: GpuMemory, offset: int, src: Any) -> None:
-        view = _bytes_view(src, writable=False)
+        view = bytes_view(src, writable=False)
         mem.check_range(offset, view.nbytes, "write")
         self._memmove(self._mapped(mem) + offset, view, view.nbytes)
 
     def read_direct(self, mem: GpuMemory, offset: int, dst: Any) -> None:
-        view = _bytes_view(dst, writable=True)
+        view = bytes_view(dst, writable=True)
         mem.check_range(offset, view.nbytes, "read")
         self._memmove(view, self._mapped(mem) + offset, view.nbytes)
 
     def read(self, mem: GpuMemory, offset: int, dst: Any, timeout: float | None) -> None:
-        view = _bytes_view(dst, writable=True)
+        view = bytes_view(dst, writable=True)
         n = view.nbytes
         mem.check_range(offset, n, "read")
         if n == 0:
             return
-        imp, at = self._host_range(view)
+        imp, at = self.host_range(view)
         if imp is not None:
             self.copy(imp, at, mem, offset, n, timeout)  # type: ignore[arg-type]
             return

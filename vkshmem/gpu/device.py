@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .copy import Transfer
+from .batch import CopyBatch
+from .copy import Transfer, bytes_view
 from .env import DEFAULT_STAGING, ENV_STAGING, env_size
 from .errors import GpuError
 from .hostimport import HostImport
@@ -50,6 +51,7 @@ class VulkanDevice(LogicalDevice):
                  staging_size: int | None = None) -> None:
         self._pipelines: dict[str, ComputePipeline] = {}
         self._transfer: Transfer | None = None
+        self._batch: CopyBatch | None = None
         self._kernels: Kernels | None = None
         self._exportable_types: int | None = None
         super().__init__(index, validation, local_rank=local_rank, timeout=timeout)
@@ -175,6 +177,63 @@ class VulkanDevice(LogicalDevice):
             return
         self.transfer.copy(dst, dst_offset, src, src_offset, nbytes, timeout)
 
+    # -- non-blocking copies (see batch.py) -------------------------------------------------
+
+    def copy_nbi(self, dst: GpuMemory | HostImport, dst_offset: int,
+                 src: GpuMemory | HostImport, src_offset: int, nbytes: int, *,
+                 timeout: float | None = None) -> None:
+        """Start a copy that :meth:`quiet_nbi` completes (batched with other such copies into
+        one submission). Overlapping ranges and shader-sized copies between GPU allocations
+        (see :meth:`copy`) are done at once instead."""
+        dst.check_range(dst_offset, nbytes, "copy destination")
+        src.check_range(src_offset, nbytes, "copy source")
+        if nbytes == 0:
+            return
+        if (dst.memory == src.memory and dst_offset < src_offset + nbytes
+                and src_offset < dst_offset + nbytes) or (
+                    nbytes >= SHADER_COPY_MIN and not self.info.is_cpu
+                    and isinstance(dst, GpuMemory) and isinstance(src, GpuMemory)):
+            self.copy(dst, dst_offset, src, src_offset, nbytes,  # type: ignore[arg-type]
+                      timeout=timeout)
+            return
+        batch = self._batch
+        if batch is None:
+            self.check_open()
+            with self.lock:
+                if self._batch is None:
+                    self._batch = CopyBatch(self)
+                batch = self._batch
+        batch.add(dst.buffer, dst_offset, src.buffer, src_offset, nbytes, timeout)
+
+    def write_nbi(self, mem: GpuMemory, offset: int, src: Any, *,
+                  timeout: float | None = None) -> None:
+        """Start copying host bytes into ``mem``: batched (:meth:`copy_nbi`) when ``src`` lies
+        in imported host memory (:meth:`register_host`), else :meth:`write` (complete on
+        return)."""
+        view = bytes_view(src, writable=False)
+        imp, at = self.transfer.host_range(view)
+        if imp is None:
+            self.write(mem, offset, view, timeout=timeout)
+        else:
+            self.copy_nbi(mem, offset, imp, at, view.nbytes, timeout=timeout)
+
+    def read_nbi(self, mem: GpuMemory, offset: int, dst: Any, *,
+                 timeout: float | None = None) -> None:
+        """Start copying ``mem`` into host bytes ``dst``: batched when ``dst`` lies in imported
+        host memory, else :meth:`read` (complete on return)."""
+        view = bytes_view(dst, writable=True)
+        imp, at = self.transfer.host_range(view)
+        if imp is None:
+            self.read(mem, offset, view, timeout=timeout)
+        else:
+            self.copy_nbi(imp, at, mem, offset, view.nbytes, timeout=timeout)
+
+    def quiet_nbi(self, timeout: float | None = None) -> None:
+        """Complete every copy started by :meth:`copy_nbi` (GpuTimeoutError after
+        ``timeout``)."""
+        if self._batch is not None:
+            self._batch.quiet(timeout)
+
     # -- shaders (see pipeline.py, kernels.py) -----------------------------------------------
 
     def pipeline(self, name: str) -> ComputePipeline:
@@ -223,6 +282,9 @@ class VulkanDevice(LogicalDevice):
         if self._closed:
             return
         with self.lock:
+            if self._batch is not None:
+                self._batch.close()
+                self._batch = None
             if self._kernels is not None:
                 self._kernels.close()
                 self._kernels = None

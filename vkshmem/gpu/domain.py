@@ -178,6 +178,37 @@ class VulkanDomain(MemoryDomain):
         else:
             self.device.copy(dst, dst_offset, src, src_offset, nbytes)
 
+    def write_nbi(self, mem: GpuMemory, offset: int, src: Any) -> None:
+        """:meth:`write`, batched (completed by :meth:`quiet`) where it would be a GPU copy
+        from imported host memory (a symmetric host array)."""
+        if self.mapped and mem.host_visible and (
+                mem.host_cached or memoryview(src).nbytes <= self.bar_write_max):
+            self.write(mem, offset, src)
+        else:
+            self.device.write_nbi(mem, offset, src)
+
+    def read_nbi(self, mem: GpuMemory, offset: int, dst: Any) -> None:
+        """:meth:`read`, batched where it would be a GPU copy into imported host memory."""
+        if self.mapped and mem.host_visible and (
+                mem.host_cached or memoryview(dst).nbytes <= self.bar_read_max):
+            self.read(mem, offset, dst)
+        else:
+            self.device.read_nbi(mem, offset, dst)
+
+    def copy_nbi(self, dst: GpuMemory, dst_offset: int, src: GpuMemory, src_offset: int,
+                 nbytes: int) -> None:
+        """:meth:`copy`, batched where it is a copy-engine copy (see
+        :meth:`VulkanDevice.copy_nbi <vkshmem.gpu.device.VulkanDevice.copy_nbi>`)."""
+        if self.mapped and dst.host_address and src.host_address and (
+                src.host_cached or nbytes <= self.bar_read_max):
+            self.copy(dst, dst_offset, src, src_offset, nbytes)
+        else:
+            self.device.copy_nbi(dst, dst_offset, src, src_offset, nbytes)
+
+    def quiet(self) -> None:
+        """Complete the batched copies (VKSHMEM_GPU_TIMEOUT bounds the wait)."""
+        self.device.quiet_nbi()
+
     def amo(self, mem: GpuMemory, offset: int, op: AmoOp, width: int, operand: int,
             compare: int) -> int:
         """One AMO on ``mem``, atomic with shader atomics on the word; the old value."""

@@ -184,6 +184,29 @@ class Slot:
         check(res, f"dispatch ({self.name})")
         self._submitted()
 
+    def copy_many(self, desc: Any, n: int) -> None:
+        """Record ``n`` buffer copies (``desc``: 5n uint64 — dst buffer, dst offset, src buffer,
+        src offset, size) between the usual barriers and submit them (the caller holds
+        ``device.lock``). They may run concurrently."""
+        nat = self._native
+        if nat is None:
+            ffi = self.device._vk.ffi
+            self.begin()
+            r = self._regions
+            for k in range(n):
+                dst, r.dstOffset, src, r.srcOffset, r.size = desc[5 * k:5 * k + 5]
+                self._lib.vkCmdCopyBuffer(self.cmd, ffi.cast("VkBuffer", src),
+                                          ffi.cast("VkBuffer", dst), 1, r)
+            self.end()
+            self.submit()
+            return
+        cmd, queue, info, fence = self._addr
+        check(nat.lib.vks_copy_many(nat.dev, cmd, queue, info, fence, n,
+                                    nat.ffi.from_buffer("uint64_t[]", desc),
+                                    self.device.in_flight[self.qi] > 0),
+              f"copies ({self.name})")
+        self._submitted()
+
     def dispatch1(self, pipeline: int, layout: int, x: int, push: bytes) -> None:
         """Natively record one dispatch of ``x`` workgroups with ``push`` as push constants
         and submit it (as :meth:`dispatch`, for one)."""

@@ -97,6 +97,9 @@ void fast_translate_error(long pe);
 PyObject *fast_native_error(long pe, int rc, const char *doing, uint64_t off, Py_ssize_t n,
                             PyObject *buffer);
 int fast_none(PyObject *o);
+/* whether a memory domain is open (its quiet completes its batched non-blocking operations
+ * and barrier_all checks its errors: both take the Python path then) */
+int fast_domains_open(void);
 /* 0, or -1 (no exception left) when o is not a C-contiguous array (writable if asked) */
 int fast_view(PyObject *o, struct fast_view *v, int writable);
 /* an export of the view's memory (before the GIL is released); -1 when none */

@@ -242,10 +242,11 @@ done:
     return ok;
 }
 
-/* quiet and fence of the default context: a full fence while no transport is open (the
- * shm path's copies are complete on return, its AMOs sequentially consistent). */
+/* quiet and fence of the default context: a full fence while no transport and no memory
+ * domain is open (the shm path's copies are complete on return, its AMOs sequentially
+ * consistent; a domain may hold batched non-blocking operations). */
 int fast_quiet(FastCall *self, PyObject **a, PyObject **out) {
-    if (!G.quiet_fence || !fast_none(a[P_CTX])) return 0;
+    if (!G.quiet_fence || !fast_none(a[P_CTX]) || fast_domains_open()) return 0;
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
     *out = Py_NewRef(Py_None);
     return 1;

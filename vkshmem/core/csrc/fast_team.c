@@ -324,10 +324,7 @@ static int finish(int r, PyObject **out) {
 /* barrier_all is quiet + sync + the open memory domains' error checks: native while quiet is
  * a fence and no domain is open (op 1; op 0: sync_all) */
 static int barrier_native(void) {
-    if (!G.quiet_fence || G.seg_heaps == NULL) return 0;
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(G.seg_heaps); i++)
-        if (PyList_GET_ITEM(G.seg_heaps, i) != Py_None) return 0;
-    return 1;
+    return G.quiet_fence && !fast_domains_open();
 }
 
 int fast_barrier(FastCall *self, PyObject **a, PyObject **out) {

@@ -6,6 +6,13 @@
 
 int fast_none(PyObject *o) { return o == NULL || o == Py_None; }
 
+int fast_domains_open(void) {
+    if (G.seg_heaps == NULL) return 1;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(G.seg_heaps); i++)
+        if (PyList_GET_ITEM(G.seg_heaps, i) != Py_None) return 1;
+    return 0;
+}
+
 int fast_long(PyObject *o, long *v) {
     int overflow;
     if (o == NULL || !PyLong_CheckExact(o)) return 0;
