@@ -43,6 +43,15 @@ def test_gpu_script_unmapped(npes: int) -> None:
     assert r.stdout.count("gpu ok") == npes, r.stdout
 
 
+@pytest.mark.parametrize("npes", [1, 2])
+def test_gpu_cuda_view(npes: int) -> None:
+    """DeviceArrays as DLPack tensors on NVIDIA (torch, CuPy, from_dlpack); refused with the
+    reason elsewhere."""
+    r = launch("gpu_cuda_view", npes, GPU_ENV, timeout=240)
+    assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout}\n{r.stderr}"
+    assert r.stdout.count("gpu_cuda_view ok") == npes, r.stdout
+
+
 def test_gpu_validation_errors_fail_the_job() -> None:
     """A deliberate Vulkan misuse under VKSHMEM_GPU_VALIDATION=1 makes finalize fail."""
     r = launch("gpu_invalid", 1, GPU_ENV, timeout=120)

@@ -22,8 +22,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-__all__ = ["KDL_CPU", "KDL_CUDA", "Described", "describe", "dlpack_capsule", "dtype_code",
-           "live_tensors"]
+__all__ = ["KDL_CPU", "KDL_CUDA", "Described", "cuda_array_interface", "describe",
+           "dlpack_capsule", "dtype_code", "live_tensors"]
 
 KDL_CPU = 1  # DLDeviceType kDLCPU
 KDL_CUDA = 2  # DLDeviceType kDLCUDA
@@ -128,6 +128,14 @@ def dlpack_capsule(pointer: int, shape: tuple[int, ...], dtype: np.dtype, device
     with _lock:
         _live[address] = (managed, dims, owner)
     return _api.PyCapsule_New(address, _NAME, _drop_unused)
+
+
+def cuda_array_interface(pointer: int, shape: tuple[int, ...], dtype: np.dtype
+                         ) -> dict[str, Any]:
+    """``__cuda_array_interface__`` (version 3) of C-contiguous CUDA memory at ``pointer``
+    (synchronised: ``stream`` None)."""
+    return {"shape": shape, "typestr": dtype.str, "descr": [("", dtype.str)],
+            "data": (pointer, False), "strides": None, "version": 3, "stream": None}
 
 
 _KINDS = {code: kind for kind, code in _CODES.items()}

@@ -2,13 +2,16 @@
 
 What ``shmem.zeros(..., domain='gpu')`` returns there: a
 :class:`~vkshmem.core.domainarray.DomainArray` (offset, shape, dtype, views, ``to_numpy``,
-``copy_from``, ...) plus what Vulkan adds: the device address kernels take.
+``copy_from``, ...) plus what Vulkan adds: the device address kernels take. On NVIDIA GPUs it
+is also a DLPack tensor and has ``__cuda_array_interface__`` (the heap imported into CUDA, see
+:mod:`vkshmem.gpu.cudaview`): ``torch.from_dlpack(a)``, ``cupy.asarray(a)``, no copy.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from vkshmem.core.dlpack import KDL_CUDA, cuda_array_interface, dlpack_capsule
 from vkshmem.core.domainarray import DomainArray
 
 if TYPE_CHECKING:
@@ -27,6 +30,26 @@ class DeviceArray(DomainArray):
     def device_address(self) -> int:
         """Vulkan device address of the first element (for shaders' push constants)."""
         return self.domain.memory.device_address + self.offset
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        try:
+            view = self.domain.cuda_view()
+        except BufferError as exc:
+            raise AttributeError(f"no __cuda_array_interface__: {exc}") from None
+        return cuda_array_interface(view.pointer + self.offset, self.shape, self.dtype)
+
+    def __dlpack__(self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None,
+                   copy: Any = None) -> Any:
+        """A DLPack capsule of this array's memory as CUDA sees it (NVIDIA; no copy).
+        BufferError elsewhere, saying why."""
+        view = self.domain.cuda_view()
+        return dlpack_capsule(view.pointer + self.offset, self.shape, self.dtype, view.ordinal,
+                              self, dl_device, copy)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        """(kDLCUDA, the CUDA device); BufferError where the heap has no CUDA view."""
+        return (KDL_CUDA, self.domain.cuda_view().ordinal)
 
     def __repr__(self) -> str:
         return (f"DeviceArray(shape={self.shape}, dtype={self.dtype}, offset={self.offset}, "

@@ -22,16 +22,19 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import threading
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from vkshmem.core._native import lib as _core
+from vkshmem.core.dlpack import KDL_CUDA
 from vkshmem.core.domain import DomainContext, DomainExport, DomainSpec, MemoryDomain
 from vkshmem.core.errors import FeatureNotAvailableError
 from vkshmem.core.transport import AmoOp, SegmentInfo
 
 from .array import DeviceArray
+from .cudaview import CudaView
 from .device import VulkanDevice
 from .errors import GpuError
 from .kernels import reduce_unsupported
@@ -60,6 +63,9 @@ class VulkanDomain(MemoryDomain):
         self.closed = False
         self.initiator: Initiator | None = None
         self.segment: GpuSegment | None = None
+        self._cuda: CudaView | None = None  # the heap as CUDA sees it (first __dlpack__)
+        self._cuda_error = ""
+        self._cuda_lock = threading.Lock()
         self._seen_errors = 0
         #: use CPU mappings of host-visible GPU memory for copies, waits and zeroing
         self.mapped = cfg.gpu_mapped
@@ -251,6 +257,36 @@ class VulkanDomain(MemoryDomain):
     def make_array(self, offset: int, shape: tuple[int, ...], dtype: np.dtype) -> DeviceArray:
         return DeviceArray(self, offset, shape, dtype)
 
+    # -- CUDA interoperability (NVIDIA) ----------------------------------------------------------
+
+    def cuda_view(self) -> CudaView:
+        """This PE's heap imported into CUDA (made on first use, kept until close; see
+        :mod:`vkshmem.gpu.cudaview`); BufferError saying why where it cannot be."""
+        view = self._cuda
+        if view is not None:
+            return view
+        with self._cuda_lock:
+            if self._cuda is None:
+                if self._cuda_error:
+                    raise BufferError(self._cuda_error)
+                if self.closed:
+                    raise BufferError("the GPU heap was released (finalize)")
+                try:
+                    if self.device.info.vendor != "NVIDIA":
+                        raise BufferError(f"DeviceArrays are DLPack tensors only on NVIDIA GPUs "
+                                          f"(CUDA imports the Vulkan heap); this is "
+                                          f"{self.device.name}: use to_numpy() for a copy")
+                    self._cuda = CudaView(self.memory, self.device.info.device_uuid)
+                except BufferError as exc:
+                    self._cuda_error = str(exc)
+                    raise
+            return self._cuda
+
+    def dlpack_range(self) -> tuple[int, int, int, int] | None:
+        """Where the heap appears to DLPack consumers once CUDA has imported it."""
+        view = self._cuda
+        return None if view is None else (KDL_CUDA, view.ordinal, view.pointer, self.size)
+
     # -- GPU-initiated communication -------------------------------------------------------------
 
     def get_initiator(self) -> Initiator:
@@ -293,6 +329,9 @@ class VulkanDomain(MemoryDomain):
             return
         self.closed = True
         failure = self.stop_threads()
+        if self._cuda is not None:
+            self._cuda.close()
+            self._cuda = None
         if self.segment is not None:
             try:
                 self.segment.close()

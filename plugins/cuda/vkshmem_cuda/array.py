@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from vkshmem.core.dlpack import KDL_CUDA, dlpack_capsule
+from vkshmem.core.dlpack import KDL_CUDA, cuda_array_interface, dlpack_capsule
 from vkshmem.core.domainarray import DomainArray
 
 if TYPE_CHECKING:
@@ -34,7 +34,7 @@ class CudaArray(DomainArray):
 
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]:
-        return _interface(self.device_pointer, self.shape, self.dtype)
+        return cuda_array_interface(self.device_pointer, self.shape, self.dtype)
 
     def __dlpack__(self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None,
                    copy: Any = None) -> Any:
@@ -44,11 +44,6 @@ class CudaArray(DomainArray):
 
     def __dlpack_device__(self) -> tuple[int, int]:
         return (KDL_CUDA, self.domain.device.ordinal)
-
-
-def _interface(pointer: int, shape: tuple[int, ...], dtype: np.dtype) -> dict[str, Any]:
-    return {"shape": shape, "typestr": dtype.str, "descr": [("", dtype.str)],
-            "data": (pointer, False), "strides": None, "version": 3, "stream": None}
 
 
 class PeerView:
@@ -66,7 +61,7 @@ class PeerView:
 
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]:
-        return _interface(self.pointer, self.shape, self.dtype)
+        return cuda_array_interface(self.pointer, self.shape, self.dtype)
 
     def __dlpack__(self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None,
                    copy: Any = None) -> Any:

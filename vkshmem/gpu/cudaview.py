@@ -1,0 +1,106 @@
+"""The Vulkan heap seen by CUDA, for DLPack and ``__cuda_array_interface__`` on NVIDIA.
+
+NVIDIA's CUDA driver imports a Vulkan opaque fd of memory on the same GPU
+(``cuImportExternalMemory`` with ``CU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD``, the device
+matched by UUID) and maps it as a CUDA device pointer (``cuExternalMemoryGetMappedBuffer``).
+:class:`CudaView` does that once for this PE's heap, on the first ``__dlpack__`` of a
+:class:`~vkshmem.gpu.array.DeviceArray`, through ``cuda-bindings`` (``pip install
+cuda-bindings``); then ``torch.from_dlpack(a)``, ``cupy.from_dlpack(a)`` and
+``cupy.asarray(a)`` view the array without a copy, and ``shmem.from_dlpack`` finds such
+tensors in the heap again.
+
+Synchronisation: vkshmem's own GPU operations are complete when they return (or at ``quiet``
+for batched non-blocking ones), so CUDA work issued afterwards sees their data; synchronize
+your CUDA streams before vkshmem reads what CUDA wrote.
+
+Elsewhere (no NVIDIA driver, no ``cuda-bindings``, a device CUDA does not list, a driver that
+refuses the import) the export raises ``BufferError`` saying why.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from .memory import GpuMemory
+
+__all__ = ["CudaView"]
+
+
+class CudaView:
+    """``memory`` (exportable Vulkan memory) mapped into CUDA on the device whose UUID is
+    ``device_uuid``: ``pointer`` (a CUDA device address of byte 0), ``ordinal`` (the CUDA
+    device), ``size``. Raises BufferError where it cannot be made."""
+
+    def __init__(self, memory: GpuMemory, device_uuid: bytes) -> None:
+        try:
+            from cuda.bindings import driver as cu
+        except ImportError as exc:
+            raise BufferError("viewing the Vulkan heap from CUDA needs cuda-bindings (pip "
+                              f"install cuda-bindings): {exc}") from None
+        self._cu = cu
+        self.pointer = 0
+        self.size = memory.allocation_size
+        self._ext: Any = None
+        self._ctx: Any = None
+        self._dev: Any = None
+        self._check(cu.cuInit(0), "cuInit")
+        count = self._check(cu.cuDeviceGetCount(), "cuDeviceGetCount")
+        for ordinal in range(count):
+            dev = self._check(cu.cuDeviceGet(ordinal), "cuDeviceGet")
+            if bytes(self._check(cu.cuDeviceGetUuid(dev), "cuDeviceGetUuid").bytes) == \
+                    bytes(device_uuid):
+                self.ordinal, self._dev = ordinal, dev
+                break
+        else:
+            raise BufferError(f"no CUDA device has the Vulkan device's UUID "
+                              f"{bytes(device_uuid).hex()} (CUDA lists {count})")
+        self._ctx = self._check(cu.cuDevicePrimaryCtxRetain(self._dev),
+                                "cuDevicePrimaryCtxRetain")
+        try:
+            self._check(cu.cuCtxSetCurrent(self._ctx), "cuCtxSetCurrent")
+            fd = memory.export_fd()
+            desc = cu.CUDA_EXTERNAL_MEMORY_HANDLE_DESC()
+            desc.type = cu.CUexternalMemoryHandleType.CU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD
+            desc.handle.fd = fd
+            desc.size = self.size
+            desc.flags = cu.CUDA_EXTERNAL_MEMORY_DEDICATED if memory.dedicated else 0
+            try:
+                self._ext = self._check(cu.cuImportExternalMemory(desc),
+                                        "cuImportExternalMemory")
+            except BufferError:
+                os.close(fd)  # CUDA owns the fd only once the import succeeded
+                raise
+            buf = cu.CUDA_EXTERNAL_MEMORY_BUFFER_DESC()
+            buf.offset = 0
+            buf.size = self.size
+            buf.flags = 0
+            self.pointer = int(self._check(cu.cuExternalMemoryGetMappedBuffer(self._ext, buf),
+                                           "cuExternalMemoryGetMappedBuffer"))
+        except BaseException:
+            self.close()
+            raise
+
+    def _check(self, res: Any, what: str) -> Any:
+        cu = self._cu
+        err, *values = res if isinstance(res, tuple) else (res,)
+        if err != cu.CUresult.CUDA_SUCCESS:
+            _e, name = cu.cuGetErrorName(err)
+            raise BufferError(f"viewing the Vulkan heap from CUDA: {what} failed: "
+                              f"{name.decode() if isinstance(name, bytes) else err}")
+        return values[0] if len(values) == 1 else values
+
+    def close(self) -> None:
+        """Unmap and release the import and the context (idempotent)."""
+        cu = self._cu
+        if self._ctx is not None:
+            cu.cuCtxSetCurrent(self._ctx)
+        if self.pointer:
+            cu.cuMemFree(self.pointer)
+            self.pointer = 0
+        if self._ext is not None:
+            cu.cuDestroyExternalMemory(self._ext)
+            self._ext = None
+        if self._ctx is not None:
+            cu.cuDevicePrimaryCtxRelease(self._dev)
+            self._ctx = None
