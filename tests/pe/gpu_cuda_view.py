@@ -35,9 +35,9 @@ else:
     check(np.array_equal(x.to_numpy(), np.arange(1024) + 1000 * me + 1), "vkshmem sees torch")
     shmem.barrier_all()
     # a peer's put (a Vulkan copy into this heap) lands where torch looks
-    shmem.put(x[:16], np.full(16, -5 - left, np.float32), right)
+    shmem.put(x[:16], np.full(16, -5 - me, np.float32), right)
     shmem.barrier_all()
-    check(torch.equal(t[:16].cpu(), torch.full((16,), -5.0 - ((me - 1) % n))), "torch sees put")
+    check(torch.equal(t[:16].cpu(), torch.full((16,), -5.0 - left)), "torch sees a peer's put")
     # from_dlpack finds a torch slice of the heap again: a put target
     shmem.barrier_all()
     target = shmem.from_dlpack(t[100:108])
