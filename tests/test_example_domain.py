@@ -68,3 +68,7 @@ def test_info_shows_the_domain_and_its_routes(domain_installed: None) -> None:
     assert "vkshmem-example-domain" in r.stdout and "family host" in r.stdout
     assert "PE 0 -> PE 1: file direct" in r.stdout, r.stdout
     assert "PE 1 -> PE 0: vulkan direct" in r.stdout, r.stdout
+    text = " ".join(r.stdout.split())  # the carriage statements are wrapped
+    # per domain, what each transport does with its memory
+    assert "hostproxy registers it (host)" in text, r.stdout  # the file domain: host memory
+    assert "hostproxy through the domain proxy" in text, r.stdout  # Vulkan memory

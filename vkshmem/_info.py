@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 from . import __version__
 from .core.config import load
@@ -54,6 +55,8 @@ def main(args: argparse.Namespace) -> int:
     for seg, spec in enumerate(sorted(reg.domains.values(), key=lambda s: s.name), start=2):
         print(f"   {spec.name:12s} segment {seg:<5d} {reg.origin[spec.name]:10s} "
               f"family {spec.family}, priority {spec.priority}; {spec.description}")
+        print(textwrap.fill(_carriage(spec, reg.transports.values()), 100,
+                            initial_indent=" " * 16, subsequent_indent=" " * 16))
     _gpu_devices()
     print(f"\nRoutes of a {args.npes}-PE job on this node (vkshmem run -n {args.npes}), per "
           "peer and domain (domains are opened here to show them):")
@@ -62,6 +65,24 @@ def main(args: argparse.Namespace) -> int:
     cmd = [sys.executable, "-m", "vkshmem", "run", "-n", str(args.npes), "--timeout", "120",
            str(script)]
     return subprocess.run(cmd, timeout=180).returncode
+
+
+def _carriage(spec: Any, transports: Any) -> str:
+    """What carries domain ``spec``'s heap to each kind of peer: same-node peers that import
+    it (the shm path), each transport that registers its memory kind, the GPU proxy (the
+    target's proxy thread, data staged through host memory over the transport) for the rest."""
+    kinds = spec.memory_kinds
+    if not kinds:
+        return "memory kind not declared: peers not imported go through the domain proxy"
+    parts = []
+    for t in sorted(transports, key=lambda t: -t.priority):
+        common = sorted(kinds & t.memory_kinds)
+        parts.append(f"{t.name} registers it ({'+'.join(common)})" if common
+                     else f"{t.name} through the domain proxy")
+    where = ("same-node peers on the same device" if spec.family == "gpu"
+             else "same-node peers")
+    return (f"memory {'/'.join(sorted(kinds))}: {where} import it (direct); other peers: "
+            + ("; ".join(parts) if parts else "the domain proxy (no transport installed)"))
 
 
 def _gpu_devices() -> None:

@@ -83,6 +83,10 @@ class DomainSpec:
     description: str = ""
     #: the environment variable that sets the heap's size (named in HeapExhaustedError)
     size_variable: str = ""
+    #: what ``describe()`` may report, for ``vkshmem info``'s statement of which transports
+    #: register the heap: ``SegmentInfo.kind`` values (``host``, ``opaque_fd``, ``cuda_va``)
+    #: and ``dmabuf`` where a dma-buf may come with them (empty: not declared)
+    memory_kinds: frozenset[str] = frozenset()
 
 
 @dataclass

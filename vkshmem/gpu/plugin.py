@@ -52,6 +52,7 @@ SPEC = DomainSpec(
     available=_has_device,
     description="exportable Vulkan device memory (any vendor; lavapipe on the CPU)",
     size_variable="VKSHMEM_GPU_SYMMETRIC_SIZE",
+    memory_kinds=frozenset({"opaque_fd", "dmabuf"}),  # dmabuf: drivers with the extension
 )
 
 

@@ -149,7 +149,8 @@ class FileDomain(MemoryDomain):
 
 
 SPEC = DomainSpec(name=NAME, factory=FileDomain, family="host", priority=0,
-                  description="a symmetric heap in a file (VKSHMEM_FILE_DOMAIN_DIR)")
+                  description="a symmetric heap in a file (VKSHMEM_FILE_DOMAIN_DIR)",
+                  memory_kinds=frozenset({"host"}))  # what describe() reports
 
 
 @hookimpl

@@ -41,6 +41,7 @@ SPEC = DomainSpec(
     available=_available,
     description="a CUDA VMM allocation (NVIDIA; peers on every GPU of the node map it)",
     size_variable="VKSHMEM_CUDA_SYMMETRIC_SIZE",
+    memory_kinds=frozenset({"cuda_va", "dmabuf"}),
 )
 
 
