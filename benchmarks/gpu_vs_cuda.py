@@ -12,7 +12,8 @@ whose two PEs share one GPU. PE 0 measures, against PE 1 (reached through import
 
 When CuPy is importable, the same operations through CUDA on PE 0's GPU, each a
 ``cudaMemcpyAsync`` + stream synchronize per call (what a Python user of CUDA pays): device to
-device (with ``--peer`` on a two-GPU machine: GPU 0 to GPU 1 with peer access), pageable and
+device into PE 1's buffer opened with CUDA IPC (with ``--peer`` on a two-GPU machine: GPU 0 to
+GPU 1 with peer access), pageable and
 pinned host to device, device to pageable host. Prints one table; ``--json``
 writes the rows ``{"op", "pair", "bytes", "vkshmem", "cuda", "unit"}`` with the date, the
 device, the driver and the command.
@@ -99,7 +100,30 @@ for size in SIZES:
         row(op, pair, size, size / timed(fn, BIG) / 1e9, "GB/s")
 
 
-def cuda_reference() -> str:
+def ipc_exchange() -> np.ndarray | None:
+    """Collective: PE ``peer`` of PE 0 allocates a CuPy buffer and hands PE 0 its CUDA IPC
+    handle (through a symmetric host array), so the gpu->gpu reference copies into another
+    process's memory as vkshmem does. Returns the handle on PE 0 (None without CuPy, on one
+    PE, or with ``--peer``); the buffer lives until the job's last barrier."""
+    global ipc_buf
+    handle = shmem.zeros(64, np.uint8)
+    try:
+        import cupy as cp
+    except Exception:
+        cp = None
+    use = cp is not None and n > 1 and "--peer" not in sys.argv
+    if use and me == 1:
+        ipc_buf = cp.zeros(top, cp.uint8)
+        shmem.put(handle, np.frombuffer(cp.cuda.runtime.ipcGetMemHandle(ipc_buf.data.ptr),
+                                        np.uint8), 0)
+    shmem.barrier_all()
+    return handle if use and me == 0 else None
+
+
+ipc_buf = None
+
+
+def cuda_reference(ipc: np.ndarray | None) -> str:
     """Fill the rows' ``cuda`` column on PE 0; returns a description (or why not)."""
     try:
         import cupy as cp
@@ -139,6 +163,9 @@ def cuda_reference() -> str:
         rt.deviceEnablePeerAccess(1)
         dp = d_peer.data.ptr
         peer_note = "; gpu->gpu rows: GPU 0 -> GPU 1 with peer access (cudaMemcpyPeer's path)"
+    elif ipc is not None:  # into PE 1's buffer, opened with CUDA IPC
+        dp = rt.ipcOpenMemHandle(bytes(ipc), 1)  # cudaIpcMemLazyEnablePeerAccess
+        peer_note = "; the GPU side of every row: PE 1's buffer, opened with CUDA IPC"
     arb, pin, out = h_arb.ctypes.data, h_pin.ctypes.data, h_out.ctypes.data
     ref = {("put", "gpu->gpu"): (dp, sp, d2d), ("put_nbi", "gpu->gpu"): (dp, sp, d2d),
            ("put", "cpu->gpu"): (dp, arb, h2d),
@@ -160,8 +187,9 @@ def cuda_reference() -> str:
             f"compared with pinned H2D{peer_note}")
 
 
+ipc = ipc_exchange()
 if me == 0:
-    note = cuda_reference()
+    note = cuda_reference(ipc)
     dom = word.domain
     route = shmem._state.rt.heaps[dom.spec.name].route_names[peer]
     dev = dom.device
