@@ -20,6 +20,7 @@ int vkc_load(void);
 const char *vkc_missing(void);
 int vkc_copy(int kind, uintptr_t ctx, uintptr_t stream, uint64_t dst, uint64_t src,
              size_t nbytes, int64_t spin_ns);
+int vkc_sync(uintptr_t ctx, uintptr_t stream, int64_t spin_ns);
 int vkc_copy_staged(int to_device, uintptr_t ctx, uintptr_t stream, uint64_t dst,
                     uint64_t src, size_t nbytes, uintptr_t bounce, size_t bounce_size,
                     int64_t spin_ns);
@@ -128,7 +129,15 @@ int vkc_copy(int kind, uintptr_t ctx, uintptr_t stream, uint64_t dst, uint64_t s
     if (kind == 0) r = cu.d2d(dst, src, nbytes, s);
     else if (kind == 1) r = cu.h2d(dst, (const void *)(uintptr_t)src, nbytes, s);
     else r = cu.d2h((void *)(uintptr_t)dst, src, nbytes, s);
-    return r ? r : finish(s, spin_ns);
+    if (r || spin_ns < 0) return r;  /* spin_ns < 0: issued only (a non-blocking operation) */
+    return finish(s, spin_ns);
+}
+
+/* Wait for everything issued on the stream (quiet of the non-blocking copies). */
+int vkc_sync(uintptr_t ctx, uintptr_t stream, int64_t spin_ns) {
+    if (!cu.loaded) return VKC_NO_DRIVER;
+    CUresult r = current(ctx);
+    return r ? r : finish((CUstream)stream, spin_ns);
 }
 
 int vkc_copy_staged(int to_device, uintptr_t ctx, uintptr_t stream, uint64_t dst,

@@ -28,7 +28,7 @@ from vkshmem.core.errors import ConfigError, InvalidArgumentError
 from vkshmem.core.transport import AmoOp, SegmentInfo
 
 from .array import CudaArray, PeerView
-from .driver import CudaError, Device, Mapping, device_count
+from .driver import CudaError, Device, Mapping, device_count, host_address
 from .kernels import reduce_source
 
 __all__ = ["CudaDomain"]
@@ -131,6 +131,31 @@ class CudaDomain(MemoryDomain):
         self.check_range(src_offset, nbytes, "CUDA copy")
         if nbytes:
             self.device.dtod(dst.va + dst_offset, src.va + src_offset, nbytes)
+
+    # Non-blocking forms: issued on the domain's stream, completed by quiet (a stream
+    # synchronize); host memory that is not pinned takes the blocking path.
+
+    def write_nbi(self, mem: Mapping, offset: int, src: Any) -> None:
+        n = memoryview(src).nbytes
+        self.check_range(offset, n, "CUDA write")
+        if n and not self.device.copy_async(1, mem.va + offset, host_address(src), n):
+            self.device.htod(mem.va + offset, src, n)
+
+    def read_nbi(self, mem: Mapping, offset: int, dst: Any) -> None:
+        n = memoryview(dst).nbytes
+        self.check_range(offset, n, "CUDA read")
+        if n and not self.device.copy_async(2, host_address(dst), mem.va + offset, n):
+            self.device.dtoh(dst, mem.va + offset, n)
+
+    def copy_nbi(self, dst: Mapping, dst_offset: int, src: Mapping, src_offset: int,
+                 nbytes: int) -> None:
+        self.check_range(dst_offset, nbytes, "CUDA copy")
+        self.check_range(src_offset, nbytes, "CUDA copy")
+        if nbytes:
+            self.device.copy_async(0, dst.va + dst_offset, src.va + src_offset, nbytes)
+
+    def quiet(self) -> None:
+        self.device.sync()
 
     def amo(self, mem: Mapping, offset: int, op: AmoOp, width: int, operand: int,
             compare: int) -> int:

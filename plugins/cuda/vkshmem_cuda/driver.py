@@ -125,6 +125,8 @@ class Device:
             "multiprocessor count"))
         self.ctx_ptr = int(self.ctx)
         self._amo_fn = 0
+        #: copy_async issued work that sync has not waited for
+        self.issued = False
         self._seq = 0  # the AMO kernel's completion flag (see _ops_build.vkc_amo)
         self._reduce_fns: dict[tuple[str, str], int] = {}
         self._amo_lock = threading.Lock()  # the result word: the proxy thread also calls
@@ -261,6 +263,25 @@ class Device:
     def dtod(self, dst: int, src: int, nbytes: int) -> None:
         self._done(_lib.vkc_copy(0, self.ctx_ptr, self.stream_ptr, dst, src, nbytes,
                                  self.spin_ns), "cuMemcpyDtoD")
+
+    def copy_async(self, kind: int, dst: int, src: int, nbytes: int) -> bool:
+        """Issue a copy on the stream without waiting (kind 0 device to device, 1 host to
+        device, 2 device to host); :meth:`sync` completes it. Host memory must be pinned
+        (:meth:`register_host`): returns False, issuing nothing, when it is not."""
+        host = src if kind == 1 else dst if kind == 2 else 0
+        if kind and not self._host_pinned(host, nbytes):
+            return False
+        self._done(_lib.vkc_copy(kind, self.ctx_ptr, self.stream_ptr, dst, src, nbytes, -1),
+                   "cuMemcpyAsync")
+        self.issued = True
+        return True
+
+    def sync(self) -> None:
+        """Wait for every copy :meth:`copy_async` issued (spin, then block)."""
+        if self.issued:
+            self._done(_lib.vkc_sync(self.ctx_ptr, self.stream_ptr, self.spin_ns),
+                       "cuStreamSynchronize")
+            self.issued = False
 
     def zero(self, dst: int, nbytes: int) -> None:
         self._done(_lib.vkc_memset(self.ctx_ptr, self.stream_ptr, dst, nbytes, self.spin_ns),
