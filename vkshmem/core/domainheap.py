@@ -270,8 +270,19 @@ class DomainHeap:
 
     def _pieces(self, nbytes: int) -> Any:
         """Host staging pieces of a device transfer to or from a peer not mapped here (the
-        proxy's piece size; a per-thread buffer, reused)."""
-        chunk = self.proxy.chunk if self.proxy is not None else \
+        proxy's piece size): the proxy's staging area in the host heap (imported by a GPU
+        domain: the device copies are single DMAs) when no other thread holds it, else a
+        per-thread buffer, reused."""
+        proxy = self.proxy
+        if proxy is not None and proxy.stage.nbytes and proxy.stage_lock.acquire(blocking=False):
+            try:
+                chunk = proxy.chunk
+                for lo in range(0, nbytes, chunk):
+                    yield lo, proxy.stage[:min(chunk, nbytes - lo)]
+            finally:
+                proxy.stage_lock.release()
+            return
+        chunk = proxy.chunk if proxy is not None else \
             (self.rt.config.gpu_proxy_chunk or 4 << 20)
         tmp = getattr(self._staging, "buf", None)
         if tmp is None or tmp.nbytes < min(nbytes, chunk):

@@ -19,7 +19,12 @@ sender ``s`` holds ``s``'s request; on PE ``s`` the block of ``t`` holds ``t``'s
     128 request payload (chunk bytes)      128 + chunk: response payload (chunk bytes)
 
 A sender serialises its requests (one in flight per target; a larger transfer is a sequence
-of chunks), so a new sequence number is exactly one new request. Data are put before the
+of chunks), so a new sequence number is exactly one new request. A PE never sends
+to itself (its own segment is always mapped), so its own block is free: its two payload areas
+are the staging buffers of the sending side (:attr:`DomainProxy.stage`, for device
+transfers, see ``DomainHeap._pieces``) and of the serving side (what a get reads); both lie
+in the host heap, which a GPU domain imports, so the device copies into and out of them are
+single DMAs. Data are put before the
 header, a fence, then the sequence number; the response comes back the same way. Every wait
 has a deadline (``VKSHMEM_GPU_TIMEOUT``) and names the PE it waited for.
 """
@@ -92,7 +97,12 @@ class DomainProxy:
         # transport's default endpoint with the application's thread.
         self._send = Endpoints(rt)
         self._serve_eps = Endpoints(rt)
-        self._tmp = bytearray(self.chunk)
+        own = memoryview(rt.host.buffer)[self.base + self.me * self.block + 128:
+                                          self.base + (self.me + 1) * self.block]
+        #: host-heap staging of the sending side (one chunk; take ``stage_lock``)
+        self.stage = own[:self.chunk]
+        self.stage_lock = threading.Lock()
+        self._tmp = own[self.chunk:]  # the serving side's (gets read into it)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve_loop,
                                         name=f"vkshmem-{heap.name}-proxy", daemon=True)
@@ -203,7 +213,7 @@ class DomainProxy:
             if kind == _PUT:
                 dom.write(mem, offset, buf[base + 128:base + 128 + nbytes])
             elif kind == _GET:
-                view = memoryview(self._tmp)[:nbytes]
+                view = self._tmp[:nbytes]
                 dom.read(mem, offset, view)
                 payload = view
             elif kind == _AMO:
@@ -242,5 +252,6 @@ class DomainProxy:
             return
         self._send.close()
         self._serve_eps.close()
-        # numpy views over the host heap would keep its mapping from being released
+        # views over the host heap would keep its mapping from being released
         self._box = self._requests = np.zeros(0, np.uint64)
+        self.stage = self._tmp = memoryview(b"")
