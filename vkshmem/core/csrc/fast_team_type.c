@@ -5,8 +5,6 @@
 
 #include <string.h>
 
-#define F_RD 64
-
 static PyObject *nt_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"pes", "me", "slot", "base", "internal", "scratch_off", "half",
                              "rd_fast", NULL};
@@ -55,6 +53,7 @@ static PyObject *nt_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
         t->role = 0;
         v = me - rem;
     }
+    t->rd_bytes = half / (uint64_t)(k + 2) / VK_ALIGN * VK_ALIGN;  /* teams.py: scratch_layout */
     t->nsteps = 0;
     if (t->role != 2) {
         for (int r = 0; r < k; r++) {
