@@ -225,3 +225,6 @@ def alltoalls(target: np.ndarray, source: np.ndarray, tst: int = 1, sst: int = 1
 # (vkshmem.core.fast); everything else, and every error, takes the Python functions above.
 broadcast = entry("broadcast", broadcast)
 fcollect = entry("fcollect", fcollect)
+collect = entry("collect", collect)
+alltoall = entry("alltoall", alltoall)
+alltoalls = entry("alltoall", alltoalls)  # a target stride of 1; other strides in Python

@@ -192,3 +192,8 @@ def sum_exscan(target: np.ndarray, source: np.ndarray, size: int | None = None,
     ``target`` = the sum of ``source`` over team PEs ``0..i-1`` (zeros on PE 0)."""
     _scan(target, source, size, team, False)
 
+
+# The shm hot path (TEAM_WORLD of shm peers, plain numpy arrays of a type C adds) runs in C
+# (vkshmem.core.fast); everything else, and every error, takes the Python functions above.
+sum_inscan = entry("scan", sum_inscan, op=1)
+sum_exscan = entry("scan", sum_exscan, op=0)
