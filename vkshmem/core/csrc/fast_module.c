@@ -160,7 +160,9 @@ static const struct { const char *kind; fast_impl impl; } KINDS[] = {
     {"put_signal", fast_put_signal}, {"signal_update", fast_signal_update},
     {"signal_fetch", fast_signal_fetch}, {"signal_wait", fast_signal_wait},
     {"alltoall", fast_alltoall},     {"collect", fast_collect},
-    {"scan", fast_scan},
+    {"scan", fast_scan},             {"iput", fast_iput},
+    {"iget", fast_iget},             {"set_lock", fast_set_lock},
+    {"test_lock", fast_test_lock},   {"clear_lock", fast_clear_lock},
     {NULL, NULL},
 };
 
