@@ -187,7 +187,46 @@ def locks() -> None:
     shmem.del_lock(word)
 
 
+def teams() -> None:
+    """On a team of every PE in order (a NativeTeam: its calls go through the Python layer,
+    then C), each collective gives the bytes the compiled TEAM_WORLD entry gives; the Python
+    algorithms are not called."""
+    from vkshmem.core import collectives as core
+
+    team = W.split_strided(0, 1, n)
+    check(team.state.native is not None, "a team of shm peers has a NativeTeam")
+    src = data(np.int64, 4 * n, 500 + me)
+    calls: list[tuple[Callable[..., Any], tuple[Any, ...], int]] = [
+        (collectives.alltoall, (src[:2 * n], 2), 2 * n),
+        (collectives.alltoalls, (src, 1, 2, 2), 2 * n),
+        (collectives.collect, (src[:me + 1],), n * (n + 1) // 2),
+        (reductions.sum_inscan, (src,), 4 * n), (reductions.sum_exscan, (src,), 4 * n),
+        (reductions.sum_reduce, (data(np.int64, BIG, me),), BIG),
+    ]
+    saved = {k: getattr(core, k) for k in ("alltoall", "collect", "scan", "reduce")}
+
+    def python_called(*args: Any, **kw: Any) -> None:
+        raise AssertionError(f"PE {me}: the Python algorithm ran on a NativeTeam")
+
+    for fn, args, count in calls:
+        world = target(np.int64, count)
+        fn(world, *args)
+        world = world.copy()
+        t = target(np.int64, count)
+        try:
+            for k in saved:
+                setattr(core, k, python_called)
+            fn(t, *args, team=team)
+        finally:
+            for k, v in saved.items():
+                setattr(core, k, v)
+        shmem.barrier_all()
+        check(t.tobytes() == world.tobytes(), f"{fn.__name__} on a team differs from world")
+    team.destroy()
+
+
 alltoalls()
+teams()
 collects()
 scans_and_reductions()
 strided()

@@ -124,6 +124,8 @@ def collect(target: np.ndarray, source: np.ndarray, size: int | None = None,
     if impl is not None:
         impl(coll_args(ct, "collect", (seg, off), tgt.nbytes, src, cnt))
         return
+    if ct.native is not None and ct.native.collect(tgt, src):
+        return  # a team of shm peers: in C, the same protocol
     _core.collect(ct, tgt, seg, off, src)
 
 
@@ -172,6 +174,8 @@ def alltoall(target: np.ndarray, source: np.ndarray, size: int | None = None,
     if impl is not None:
         impl(coll_args(ct, "alltoall", (seg, off), tbytes, src, cnt))
         return
+    if ct.native is not None and ct.native.alltoall(tgt, src, cnt, 1):
+        return  # a team of shm peers: in C, the same protocol
     _core.alltoall(ct, tgt[:n * cnt], seg, off, lambda j: src[j * cnt:(j + 1) * cnt], cnt)
 
 
@@ -211,6 +215,8 @@ def alltoalls(target: np.ndarray, source: np.ndarray, tst: int = 1, sst: int = 1
         impl(coll_args(ct, "alltoalls", (seg, off), span * isz, src, cnt, tst=tst, sst=sst))
         return
     if tst == 1:
+        if ct.native is not None and ct.native.alltoall(tgt, src, cnt, sst):
+            return  # a team of shm peers: in C, the same protocol
 
         def block(j: int) -> np.ndarray:
             s0 = j * cnt * sst

@@ -176,6 +176,8 @@ def _scan(target: np.ndarray, source: np.ndarray, size: Any, team: Any,
     if impl is not None:
         impl(coll_args(ct, what, (seg, off), nbytes, src, cnt, op="sum"))
         return
+    if ct.native is not None and ct.native.scan(tgt, src, inclusive):
+        return  # a team of shm peers, a type C adds: in C, the same protocol
     _core.scan(ct, tgt, seg, off, src, inclusive)
 
 

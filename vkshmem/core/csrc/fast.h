@@ -211,11 +211,20 @@ int fast_fcollect(FastCall *self, PyObject **a, PyObject **out);
 int team_reduce_large(NativeTeam *t, struct fast_view *tb, struct fast_view *sb,
                       Py_ssize_t nb, int op);
 
-/* fast_a2a.c: alltoall(s) and collect */
+/* fast_a2a.c: alltoall(s) and collect. team_alltoall: block j (cnt elements at stride sst
+ * of sb) to block me of member j's target; team_collect: the members' cnt elements of src
+ * concatenated into the whole target (1 done, 0 not handled, -1 error: collect's errors
+ * after the counts' exchange are raised, with the Python messages). */
+int team_alltoall(NativeTeam *t, struct fast_view *tb, struct fast_view *sb, Py_ssize_t cnt,
+                  Py_ssize_t sst);
+int team_collect(NativeTeam *t, struct fast_view *tb, const char *src, Py_ssize_t cnt);
 int fast_alltoall(FastCall *self, PyObject **a, PyObject **out);
 int fast_collect(FastCall *self, PyObject **a, PyObject **out);
 
-/* fast_scan.c: sum_inscan (op 1) / sum_exscan (op 0) */
+/* fast_scan.c: sum_inscan (op 1) / sum_exscan (op 0); team_scan: of the first cnt elements
+ * of src into those of the target (1 done, 0 not handled, -1 error) */
+int team_scan(NativeTeam *t, struct fast_view *tb, const char *src, Py_ssize_t cnt,
+              int inclusive);
 int fast_scan(FastCall *self, PyObject **a, PyObject **out);
 
 /* fast_strided.c: iput / iget */

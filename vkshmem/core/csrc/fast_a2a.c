@@ -42,6 +42,19 @@ static int a2a(NativeTeam *t, char *tgt, const char *src, Py_ssize_t cnt, Py_ssi
     return n > 1 && team_wait(t, flag, (uint64_t)(n - 1), "alltoall") < 0 ? -1 : 1;
 }
 
+int team_alltoall(NativeTeam *t, struct fast_view *tb, struct fast_view *sb, Py_ssize_t cnt,
+                  Py_ssize_t sst) {
+    Py_ssize_t isz = tb->itemsize, tbytes = t->n * cnt * isz;
+    Py_ssize_t sbytes = ((t->n * cnt - 1) * sst + 1) * isz;
+    int64_t loc = vk_locate_in(G.table, tb->buf, (uint64_t)tb->len);
+    if (!team_valid(t) || loc < 0 || cnt < 0 || sst < 1 || tbytes > tb->len) return 0;
+    if (cnt == 0) return 1;
+    if (sbytes > sb->len || (sb->buf < tb->buf + tbytes && tb->buf < sb->buf + sbytes))
+        return 0;  /* refused by Python */
+    return a2a(t, tb->buf, sb->buf, cnt, sst, isz, (int)(loc >> 48),
+               (uint64_t)(loc & VK_OFF_MASK));
+}
+
 /* alltoall(target, source, size, team) and alltoalls(target, source, tst, sst, size, team)
  * with tst == 1 (collectives.py: _a2a_count and the checks before the algorithm). */
 int fast_alltoall(FastCall *self, PyObject **a, PyObject **out) {
@@ -62,21 +75,14 @@ int fast_alltoall(FastCall *self, PyObject **a, PyObject **out) {
     }
     Py_ssize_t isz = t.itemsize, tlen = t.len / isz, slen = (s.len / isz + sst - 1) / sst;
     Py_ssize_t lim = tlen < slen ? tlen : slen;
-    int64_t loc = vk_locate_in(G.table, t.buf, (uint64_t)t.len);
-    if (!fast_same_format(&t, &s) || loc < 0) goto done;
+    if (!fast_same_format(&t, &s)) goto done;
     if (fast_none(a[P_SIZE])) {
         if (lim % w->n) goto done;
         cnt = (long)(lim / w->n);
     } else if (!fast_long(a[P_SIZE], &cnt) || cnt < 0 || cnt * w->n > lim) {
         goto done;
     }
-    if (cnt == 0) {
-        r = 1;
-        goto done;
-    }
-    Py_ssize_t tbytes = w->n * cnt * isz, sbytes = ((w->n * cnt - 1) * sst + 1) * isz;
-    if (s.buf < t.buf + tbytes && t.buf < s.buf + sbytes) goto done;  /* refused by Python */
-    r = a2a(w, t.buf, s.buf, cnt, sst, isz, (int)(loc >> 48), (uint64_t)(loc & VK_OFF_MASK));
+    r = team_alltoall(w, &t, &s, cnt, sst);
 done:
     fast_release(&s);
     fast_release(&t);
@@ -129,9 +135,11 @@ static int collect_errors(NativeTeam *t, const int64_t *counts, Py_ssize_t total
     return 0;
 }
 
-static int collect(NativeTeam *t, struct fast_view *tb, const char *src, Py_ssize_t cnt,
-                   int seg, uint64_t off) {
-    int n = t->n, me = t->me, r;
+int team_collect(NativeTeam *t, struct fast_view *tb, const char *src, Py_ssize_t cnt) {
+    int64_t loc = vk_locate_in(G.table, tb->buf, (uint64_t)tb->len);
+    if (!team_valid(t) || loc < 0 || cnt < 0 || cnt > tb->len / tb->itemsize) return 0;
+    int n = t->n, me = t->me, r, seg = (int)(loc >> 48);
+    uint64_t off = (uint64_t)(loc & VK_OFF_MASK);
     Py_ssize_t isz = tb->itemsize, tlen = tb->len / isz, sb = cnt * isz;
     Py_ssize_t bounds_small[65], *bounds = bounds_small;
     int64_t one = cnt;
@@ -186,9 +194,7 @@ int fast_collect(FastCall *self, PyObject **a, PyObject **out) {
     }
     if (fast_none(a[P_SIZE])) cnt = (long)(s.len / s.itemsize);
     else if (!fast_long(a[P_SIZE], &cnt) || cnt < 0 || cnt > s.len / s.itemsize) cnt = -1;
-    int64_t loc = vk_locate_in(G.table, t.buf, (uint64_t)t.len);
-    if (cnt >= 0 && cnt <= t.len / t.itemsize && loc >= 0 && fast_same_format(&t, &s))
-        r = collect(G.world, &t, s.buf, cnt, (int)(loc >> 48), (uint64_t)(loc & VK_OFF_MASK));
+    if (cnt >= 0 && fast_same_format(&t, &s)) r = team_collect(G.world, &t, s.buf, cnt);
     fast_release(&s);
     fast_release(&t);
     return fast_finish(r, out);

@@ -58,11 +58,16 @@ static int scan_phase(const struct scan *c, char *tgt, const char *x, Py_ssize_t
     return 1;
 }
 
-static int team_scan(NativeTeam *t, struct fast_view *tb, const char *src, Py_ssize_t cnt,
-                     int inclusive) {
+int team_scan(NativeTeam *t, struct fast_view *tb, const char *src, Py_ssize_t cnt,
+              int inclusive) {
     struct scan c = {t, tb->format, tb->itemsize, inclusive};
-    Py_ssize_t isz = tb->itemsize, nb = cnt * isz, per = (Py_ssize_t)(t->rd_bytes / (uint64_t)isz);
+    Py_ssize_t isz = tb->itemsize, nb = cnt * isz, per;
     char *tgt = tb->buf, *copy = NULL, *tmp, room[512];
+    if (!team_valid(t) || !fast_reduce_supported(tb->format, R_SUM) || nb > tb->len ||
+        vk_locate_in(G.table, tgt, (uint64_t)tb->len) < 0)
+        return 0;
+    per = (Py_ssize_t)(t->rd_bytes / (uint64_t)isz);
+    if (nb == 0) return 1;
     if (t->n == 1) {
         if (inclusive) memmove(tgt, src, (size_t)nb);
         else memset(tgt, 0, (size_t)nb);
@@ -101,9 +106,7 @@ int fast_scan(FastCall *self, PyObject **a, PyObject **out) {
     int r = 0;
     if (!fast_none(a[P_TEAM]) || !team_valid(G.world) || !fast_coll_buffers(a, &t, &s, &nb))
         return 0;
-    int64_t loc = vk_locate_in(G.table, t.buf, (uint64_t)t.len);
-    if (loc >= 0 && fast_reduce_supported(t.format, R_SUM))
-        r = nb == 0 ? 1 : team_scan(G.world, &t, s.buf, nb / t.itemsize, self->op);
+    r = team_scan(G.world, &t, s.buf, nb / t.itemsize, self->op);
     fast_release(&s);
     fast_release(&t);
     return fast_finish(r, out);
