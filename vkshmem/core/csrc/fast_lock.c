@@ -18,13 +18,38 @@
 
 struct lock_word { uintptr_t addr; PyObject *key, *held; };
 
+/* opmap's entries (interned names), and the key of the lock used last (a program mostly
+ * takes the same few locks: the tuple is made once) */
+static PyObject *held_name, *wait_name, *last_key;
+static int last_seg = -1;
+static uint64_t last_off;
+
+static PyObject *opmap_item(FastCall *self, PyObject **name, const char *s) {
+    if (*name == NULL && (*name = PyUnicode_InternFromString(s)) == NULL) return NULL;
+    return PyDict_GetItemWithError(self->opmap, *name);
+}
+
+static PyObject *key_of(int seg, uint64_t off) {
+    if (last_key == NULL || seg != last_seg || off != last_off) {
+        PyObject *k = Py_BuildValue("(iK)", seg, (unsigned long long)off);
+        if (k == NULL) return NULL;
+        Py_XSETREF(last_key, k);
+        last_seg = seg;
+        last_off = off;
+    }
+    return Py_NewRef(last_key);
+}
+
 /* lock.py: _Where: the owner's word of `lock`; 1 with a new key, else 0 (left to Python) */
 static int lock_word(FastCall *self, PyObject *lock, struct lock_word *w) {
     struct fast_view v;
     int ok = 0;
     if (lock == NULL || Py_TYPE(lock) != G.ndarray || self->opmap == NULL) return 0;
-    w->held = PyDict_GetItemString(self->opmap, "held");
-    if (w->held == NULL || !PyDict_Check(w->held) || fast_view(lock, &v, 0) < 0) return 0;
+    w->held = opmap_item(self, &held_name, "held");
+    if (w->held == NULL || !PyDict_Check(w->held) || fast_view(lock, &v, 0) < 0) {
+        PyErr_Clear();
+        return 0;
+    }
     if (v.len == 8 && v.itemsize == 8 && v.format[0] != '\0' && v.format[1] == '\0' &&
         strchr("lLqQ", v.format[0]) != NULL) {
         int64_t r = vk_locate_in(G.table, v.buf, 8);
@@ -33,7 +58,7 @@ static int lock_word(FastCall *self, PyObject *lock, struct lock_word *w) {
             int seg = (int)(r >> 48), owner = (int)((off >> 6) % (uint64_t)G.npes);
             uintptr_t base = G.direct[owner] && !fast_pe_failed(owner) ? fast_peer(seg, owner)
                                                                        : 0;
-            if (base && (w->key = Py_BuildValue("(iK)", seg, (unsigned long long)off))) {
+            if (base && (w->key = key_of(seg, off)) != NULL) {
                 w->addr = base + off;
                 ok = 1;
             }
@@ -68,7 +93,7 @@ int fast_set_lock(FastCall *self, PyObject **a, PyObject **out) {
     uint64_t old = vk_amo_impl(w.addr, VK_ADD, 8, TICKET, 0), ticket = (old >> 32) & LOW;
     int r = 0;
     if ((old & LOW) != ticket) {  /* queued: wait in Python (timeout, interrupts, give up) */
-        PyObject *wait = PyDict_GetItemString(self->opmap, "wait");
+        PyObject *wait = opmap_item(self, &wait_name, "wait");
         PyObject *got = wait == NULL ? NULL
                         : PyObject_CallFunction(wait, "OK", a[P_LOCK], (unsigned long long)ticket);
         if (got == NULL && !PyErr_Occurred())
