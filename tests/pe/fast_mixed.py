@@ -16,6 +16,7 @@ from _common import check, data
 
 from vkshmem import InvalidArgumentError, shmem
 from vkshmem._api import collectives, lock, reductions, rma
+from vkshmem._api.collargs import team_of
 
 me, n = shmem.my_pe(), shmem.n_pes()
 W = shmem.TEAM_WORLD
@@ -33,10 +34,26 @@ def target(dtype: Any, count: int) -> np.ndarray:
     return t
 
 
+def python(entry: Any) -> Callable[..., Any]:
+    """The entry's Python function with the Python algorithms (on TEAM_WORLD the Python layer
+    would otherwise hand the work to the team's NativeTeam, in C)."""
+    ct = team_of(None)
+
+    def call(*args: Any, **kw: Any) -> Any:
+        native, ct.native = ct.native, None
+        try:
+            return entry.__wrapped__(*args, **kw)
+        finally:
+            ct.native = native
+
+    call.__name__ = entry.__name__
+    return call
+
+
 def variants(entry: Any) -> list[Callable[..., Any]]:
     """The entry, its Python function, and this PE's pick for the mixed rounds."""
-    return [entry, entry.__wrapped__, entry if (me + case) % 2 == 0 else entry.__wrapped__,
-            entry.__wrapped__ if (me + case) % 2 == 0 else entry]
+    py = python(entry)
+    return [entry, py, entry if (me + case) % 2 == 0 else py, py if (me + case) % 2 == 0 else entry]
 
 
 def same(run: Callable[[Callable[..., Any]], np.ndarray], entry: Any, what: str) -> None:
@@ -49,22 +66,25 @@ def same(run: Callable[[Callable[..., Any]], np.ndarray], entry: Any, what: str)
 
 
 def alltoalls() -> None:
-    for dt, cnt, sst in ((np.int64, 1, 1), (np.float32, 5, 1), (np.uint8, 33, 1),
-                         (np.int16, 7, 3), (np.float64, 0, 1)):
+    """alltoall, and alltoalls with either stride (a target stride other than 1 goes through
+    the scratch: 3000 elements take several chunks of a small one)."""
+    for dt, cnt, tst, sst in ((np.int64, 1, 1, 1), (np.float32, 5, 1, 1), (np.uint8, 33, 1, 1),
+                              (np.int16, 7, 1, 3), (np.float64, 0, 1, 1), (np.int64, 3, 2, 1),
+                              (np.float32, 5, 3, 2), (np.int64, 3000, 2, 1)):
         src = data(dt, max(1, n * cnt * sst), 100 + me)
 
-        def run(fn: Callable[..., Any], dt: Any = dt, cnt: int = cnt, sst: int = sst,
-                src: np.ndarray = src) -> np.ndarray:
-            t = target(dt, n * cnt)
-            if fn in (collectives.alltoalls, collectives.alltoalls.__wrapped__):
-                fn(t, src, 1, sst, cnt)
+        def run(fn: Callable[..., Any], dt: Any = dt, cnt: int = cnt, tst: int = tst,
+                sst: int = sst, src: np.ndarray = src) -> np.ndarray:
+            t = target(dt, n * cnt * tst)
+            if fn.__name__ == "alltoalls":
+                fn(t, src, tst, sst, cnt)
             else:
                 fn(t, src[:n * cnt], cnt)
             shmem.barrier_all()
             return t
 
-        entry = collectives.alltoalls if sst > 1 else collectives.alltoall
-        same(run, entry, f"alltoall {np.dtype(dt)} x {cnt} sst {sst}")
+        entry = collectives.alltoalls if tst * sst > 1 else collectives.alltoall
+        same(run, entry, f"alltoall {np.dtype(dt)} x {cnt} tst {tst} sst {sst}")
 
 
 def collects() -> None:
@@ -91,7 +111,7 @@ def collects() -> None:
 
     same(in_place, collectives.collect, "collect in place")
     t = target(np.int64, n)
-    for fn in (collectives.collect, collectives.collect.__wrapped__):
+    for fn in (collectives.collect, python(collectives.collect)):
         try:  # too many elements in all: every PE raises after the counts' exchange
             fn(t, np.ones(1 if me else 2, np.int64))
             check(False, "collect beyond the target must raise")
@@ -199,11 +219,12 @@ def teams() -> None:
     calls: list[tuple[Callable[..., Any], tuple[Any, ...], int]] = [
         (collectives.alltoall, (src[:2 * n], 2), 2 * n),
         (collectives.alltoalls, (src, 1, 2, 2), 2 * n),
+        (collectives.alltoalls, (src, 3, 1, 2), 6 * n),
         (collectives.collect, (src[:me + 1],), n * (n + 1) // 2),
         (reductions.sum_inscan, (src,), 4 * n), (reductions.sum_exscan, (src,), 4 * n),
         (reductions.sum_reduce, (data(np.int64, BIG, me),), BIG),
     ]
-    saved = {k: getattr(core, k) for k in ("alltoall", "collect", "scan", "reduce")}
+    saved = {k: getattr(core, k) for k in ("alltoall", "alltoalls", "collect", "scan", "reduce")}
 
     def python_called(*args: Any, **kw: Any) -> None:
         raise AssertionError(f"PE {me}: the Python algorithm ran on a NativeTeam")
