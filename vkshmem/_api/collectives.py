@@ -174,7 +174,7 @@ def alltoall(target: np.ndarray, source: np.ndarray, size: int | None = None,
     if impl is not None:
         impl(coll_args(ct, "alltoall", (seg, off), tbytes, src, cnt))
         return
-    if ct.native is not None and ct.native.alltoall(tgt, src, cnt, 1):
+    if ct.native is not None and ct.native.alltoall(tgt, src, cnt, 1, 1):
         return  # a team of shm peers: in C, the same protocol
     _core.alltoall(ct, tgt[:n * cnt], seg, off, lambda j: src[j * cnt:(j + 1) * cnt], cnt)
 
@@ -214,9 +214,9 @@ def alltoalls(target: np.ndarray, source: np.ndarray, tst: int = 1, sst: int = 1
     if impl is not None:
         impl(coll_args(ct, "alltoalls", (seg, off), span * isz, src, cnt, tst=tst, sst=sst))
         return
+    if ct.native is not None and ct.native.alltoall(tgt, src, cnt, tst, sst):
+        return  # a team of shm peers: in C, the same protocol
     if tst == 1:
-        if ct.native is not None and ct.native.alltoall(tgt, src, cnt, sst):
-            return  # a team of shm peers: in C, the same protocol
 
         def block(j: int) -> np.ndarray:
             s0 = j * cnt * sst
@@ -233,4 +233,4 @@ broadcast = entry("broadcast", broadcast)
 fcollect = entry("fcollect", fcollect)
 collect = entry("collect", collect)
 alltoall = entry("alltoall", alltoall)
-alltoalls = entry("alltoall", alltoalls)  # a target stride of 1; other strides in Python
+alltoalls = entry("alltoall", alltoalls)

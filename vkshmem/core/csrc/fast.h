@@ -212,11 +212,11 @@ int team_reduce_large(NativeTeam *t, struct fast_view *tb, struct fast_view *sb,
                       Py_ssize_t nb, int op);
 
 /* fast_a2a.c: alltoall(s) and collect. team_alltoall: block j (cnt elements at stride sst
- * of sb) to block me of member j's target; team_collect: the members' cnt elements of src
+ * of sb) to block me of member j's target (at stride tst); team_collect: the members' cnt elements of src
  * concatenated into the whole target (1 done, 0 not handled, -1 error: collect's errors
  * after the counts' exchange are raised, with the Python messages). */
 int team_alltoall(NativeTeam *t, struct fast_view *tb, struct fast_view *sb, Py_ssize_t cnt,
-                  Py_ssize_t sst);
+                  Py_ssize_t tst, Py_ssize_t sst);
 int team_collect(NativeTeam *t, struct fast_view *tb, const char *src, Py_ssize_t cnt);
 int fast_alltoall(FastCall *self, PyObject **a, PyObject **out);
 int fast_collect(FastCall *self, PyObject **a, PyObject **out);
@@ -227,7 +227,9 @@ int team_scan(NativeTeam *t, struct fast_view *tb, const char *src, Py_ssize_t c
               int inclusive);
 int fast_scan(FastCall *self, PyObject **a, PyObject **out);
 
-/* fast_strided.c: iput / iget */
+/* fast_strided.c: iput / iget; n elements of isz bytes, src[i*sst] -> dst[i*tst] */
+void fast_strided_copy(char *dst, Py_ssize_t tst, const char *src, Py_ssize_t sst,
+                       Py_ssize_t n, Py_ssize_t isz);
 int fast_iput(FastCall *self, PyObject **a, PyObject **out);
 int fast_iget(FastCall *self, PyObject **a, PyObject **out);
 

@@ -1,5 +1,5 @@
-/* vkshmem.core._fast: alltoall, alltoalls with a target stride of 1, and collect, on
- * TEAM_WORLD of shm peers (collectives.py: alltoall(), collect(), _bruck()). Same phases,
+/* vkshmem.core._fast: alltoall(s) and collect on teams of shm peers (collectives.py:
+ * alltoall(), alltoalls(), collect(), _bruck()). Same phases,
  * flags and places as the Python algorithms: a member running those meets one running these.
  * Whatever the Python layer refuses (overlaps, sizes that do not fit or split, strides < 1, a
  * scratch too small) is left to it, before anything moves.
@@ -7,21 +7,6 @@
 #include "fast.h"
 
 #include <string.h>
-
-/* n elements of isz bytes from src at a stride of sst elements to contiguous dst */
-static void gather(char *dst, const char *src, Py_ssize_t n, Py_ssize_t sst, Py_ssize_t isz) {
-    if (sst == 1) {
-        memmove(dst, src, (size_t)(n * isz));
-        return;
-    }
-    Py_ssize_t step = sst * isz;
-    switch (isz) {
-    case 8: for (Py_ssize_t i = 0; i < n; i++) memcpy(dst + 8 * i, src + i * step, 8); break;
-    case 4: for (Py_ssize_t i = 0; i < n; i++) memcpy(dst + 4 * i, src + i * step, 4); break;
-    default:
-        for (Py_ssize_t i = 0; i < n; i++) memcpy(dst + isz * i, src + i * step, (size_t)isz);
-    }
-}
 
 /* collectives.py: alltoall(): block j (cnt elements at stride sst from element j*cnt*sst of
  * src) goes to block me of member j's target at (seg, off). */
@@ -34,29 +19,63 @@ static int a2a(NativeTeam *t, char *tgt, const char *src, Py_ssize_t cnt, Py_ssi
     if (n > 1) team_phase(t, &flag);
     for (int k = 1; k < n; k++) {
         int j = (me + k) % n;
-        gather((char *)fast_peer(seg, t->pes[j]) + off + (uint64_t)(me * bb), src + j * sblock,
-               cnt, sst, isz);
+        fast_strided_copy((char *)fast_peer(seg, t->pes[j]) + off + (uint64_t)(me * bb), 1,
+                          src + j * sblock, sst, cnt, isz);
         team_signal(t, j, flag);
     }
-    gather(tgt + me * bb, src + me * sblock, cnt, sst, isz);
+    fast_strided_copy(tgt + me * bb, 1, src + me * sblock, sst, cnt, isz);
     return n > 1 && team_wait(t, flag, (uint64_t)(n - 1), "alltoall") < 0 ? -1 : 1;
 }
 
+/* collectives.py: alltoalls() with a target stride other than 1: element i of the block for
+ * member j (src[(j*cnt + i)*sst]) lands in tgt[(me*cnt + i)*tst] of member j, through the
+ * scratch (packed blocks, one slot per sender, unpacked by the receiver), one phase a chunk */
+static int a2a_scratch(NativeTeam *t, char *tgt, const char *src, Py_ssize_t cnt,
+                       Py_ssize_t tst, Py_ssize_t sst, Py_ssize_t isz) {
+    int n = t->n, me = t->me, flag;
+    uint64_t slot = (t->half / (uint64_t)n) / VK_ALIGN * VK_ALIGN;
+    Py_ssize_t per = (Py_ssize_t)(slot / (uint64_t)isz);
+    if (per == 0) return 0;  /* the scratch is too small: the Python path raises */
+    for (int j = 0; j < n; j++)
+        if (!team_internal(t, j)) return 0;
+    for (Py_ssize_t e0 = 0; e0 < cnt; e0 += per) {
+        Py_ssize_t m = cnt - e0 < per ? cnt - e0 : per;
+        uint64_t at = t->scratch_off + team_phase(t, &flag) + (uint64_t)me * slot;
+        for (int k = 1; k < n; k++) {
+            int j = (me + k) % n;
+            fast_strided_copy((char *)team_internal(t, j) + at, 1,
+                              src + (j * cnt + e0) * sst * isz, sst, m, isz);
+            team_signal(t, j, flag);
+        }
+        fast_strided_copy(tgt + (me * cnt + e0) * tst * isz, tst,
+                          src + (me * cnt + e0) * sst * isz, sst, m, isz);
+        if (team_wait(t, flag, (uint64_t)(n - 1), "alltoalls") < 0) return -1;
+        const char *scratch = (const char *)(t->internal + at - (uint64_t)me * slot);
+        for (int j = 0; j < n; j++)
+            if (j != me)
+                fast_strided_copy(tgt + (j * cnt + e0) * tst * isz, tst,
+                                  scratch + (uint64_t)j * slot, 1, m, isz);
+    }
+    return 1;
+}
+
 int team_alltoall(NativeTeam *t, struct fast_view *tb, struct fast_view *sb, Py_ssize_t cnt,
-                  Py_ssize_t sst) {
-    Py_ssize_t isz = tb->itemsize, tbytes = t->n * cnt * isz;
+                  Py_ssize_t tst, Py_ssize_t sst) {
+    Py_ssize_t isz = tb->itemsize, tbytes = ((t->n * cnt - 1) * tst + 1) * isz;
     Py_ssize_t sbytes = ((t->n * cnt - 1) * sst + 1) * isz;
     int64_t loc = vk_locate_in(G.table, tb->buf, (uint64_t)tb->len);
-    if (!team_valid(t) || loc < 0 || cnt < 0 || sst < 1 || tbytes > tb->len) return 0;
+    if (!team_valid(t) || loc < 0 || cnt < 0 || tst < 1 || sst < 1) return 0;
     if (cnt == 0) return 1;
-    if (sbytes > sb->len || (sb->buf < tb->buf + tbytes && tb->buf < sb->buf + sbytes))
+    if (tbytes > tb->len || sbytes > sb->len ||
+        (sb->buf < tb->buf + tbytes && tb->buf < sb->buf + sbytes))
         return 0;  /* refused by Python */
+    if (tst != 1) return a2a_scratch(t, tb->buf, sb->buf, cnt, tst, sst, isz);
     return a2a(t, tb->buf, sb->buf, cnt, sst, isz, (int)(loc >> 48),
                (uint64_t)(loc & VK_OFF_MASK));
 }
 
 /* alltoall(target, source, size, team) and alltoalls(target, source, tst, sst, size, team)
- * with tst == 1 (collectives.py: _a2a_count and the checks before the algorithm). */
+ * (collectives.py: _a2a_count and the checks before the algorithm). */
 int fast_alltoall(FastCall *self, PyObject **a, PyObject **out) {
     struct fast_view t, s;
     NativeTeam *w = G.world;
@@ -66,14 +85,15 @@ int fast_alltoall(FastCall *self, PyObject **a, PyObject **out) {
         Py_TYPE(a[P_SOURCE]) != G.ndarray)
         return 0;
     if ((a[P_TST] != NULL && !fast_long(a[P_TST], &tst)) ||
-        (a[P_SST] != NULL && !fast_long(a[P_SST], &sst)) || tst != 1 || sst < 1)
+        (a[P_SST] != NULL && !fast_long(a[P_SST], &sst)) || tst < 1 || sst < 1)
         return 0;
     if (fast_view(a[P_TARGET], &t, 1) < 0) return 0;
     if (fast_view(a[P_SOURCE], &s, 0) < 0) {
         fast_release(&t);
         return 0;
     }
-    Py_ssize_t isz = t.itemsize, tlen = t.len / isz, slen = (s.len / isz + sst - 1) / sst;
+    Py_ssize_t isz = t.itemsize, tlen = (t.len / isz + tst - 1) / tst;
+    Py_ssize_t slen = (s.len / isz + sst - 1) / sst;
     Py_ssize_t lim = tlen < slen ? tlen : slen;
     if (!fast_same_format(&t, &s)) goto done;
     if (fast_none(a[P_SIZE])) {
@@ -82,7 +102,7 @@ int fast_alltoall(FastCall *self, PyObject **a, PyObject **out) {
     } else if (!fast_long(a[P_SIZE], &cnt) || cnt < 0 || cnt * w->n > lim) {
         goto done;
     }
-    r = team_alltoall(w, &t, &s, cnt, sst);
+    r = team_alltoall(w, &t, &s, cnt, tst, sst);
 done:
     fast_release(&s);
     fast_release(&t);

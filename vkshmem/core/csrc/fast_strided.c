@@ -7,8 +7,8 @@
 
 #include <string.h>
 
-static void scatter(char *dst, Py_ssize_t tst, const char *src, Py_ssize_t sst, Py_ssize_t n,
-                    Py_ssize_t isz) {
+void fast_strided_copy(char *dst, Py_ssize_t tst, const char *src, Py_ssize_t sst,
+                       Py_ssize_t n, Py_ssize_t isz) {
     Py_ssize_t ts = tst * isz, ss = sst * isz;
     if (tst == 1 && sst == 1) {
         memcpy(dst, src, (size_t)(n * isz));
@@ -59,7 +59,7 @@ static int strided(PyObject **a, PyObject **out, int to_peer) {
         const char *src = to_peer ? s.buf : (const char *)peer;
         /* the same memory on both sides (pe is this PE): numpy's copy semantics, in Python */
         if (peer && !(dst < src + sspan && src < dst + tspan)) {
-            scatter(dst, tst, src, sst, n, isz);
+            fast_strided_copy(dst, tst, src, sst, n, isz);
             *out = Py_NewRef(Py_None);
             done = 1;
         }

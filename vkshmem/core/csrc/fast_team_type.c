@@ -103,16 +103,16 @@ static int two_buffers(PyObject *tgt, PyObject *src, struct fast_view *t, struct
 }
 
 /* which: 0 broadcast(target, source, root), 1 reduce(target, source, op), 2 fcollect(target,
- * source), 3 alltoall(target, source, count, sst), 4 collect(target, source), 5 scan(target,
- * source, inclusive) */
+ * source), 3 alltoall(target, source, count, tst, sst), 4 collect(target, source),
+ * 5 scan(target, source, inclusive) */
 static PyObject *nt_collective(PyObject *o, PyObject *args, int which) {
-    static const char *const formats[] = {"OOi", "OOi", "OO", "OOnn", "OO", "OOp"};
+    static const char *const formats[] = {"OOi", "OOi", "OO", "OOnnn", "OO", "OOp"};
     NativeTeam *team = (NativeTeam *)o;
     PyObject *tgt, *src;
-    Py_ssize_t cnt = 0, sst = 0;
+    Py_ssize_t cnt = 0, tst = 0, sst = 0;
     int arg = 0, r;
     struct fast_view t, s;
-    if (!(which == 3 ? PyArg_ParseTuple(args, formats[which], &tgt, &src, &cnt, &sst)
+    if (!(which == 3 ? PyArg_ParseTuple(args, formats[which], &tgt, &src, &cnt, &tst, &sst)
                      : PyArg_ParseTuple(args, formats[which], &tgt, &src, &arg)))
         return NULL;
     /* the target's length: the source's, n times it (fcollect), or any (alltoall, collect) */
@@ -122,7 +122,7 @@ static PyObject *nt_collective(PyObject *o, PyObject *args, int which) {
     case 0: r = team_broadcast(team, &t, &s, t.len, arg); break;
     case 1: r = team_reduce(team, &t, &s, t.len, arg); break;
     case 2: r = team_fcollect(team, &t, &s, s.len); break;
-    case 3: r = team_alltoall(team, &t, &s, cnt, sst); break;
+    case 3: r = team_alltoall(team, &t, &s, cnt, tst, sst); break;
     case 4: r = team_collect(team, &t, s.buf, s.len / s.itemsize); break;
     default: r = team_scan(team, &t, s.buf, s.len / s.itemsize, arg); break;
     }
@@ -162,9 +162,9 @@ static PyMethodDef nt_methods[] = {
      "fcollect(target, source)\n--\n\nCollective: dissemination allgather of a flat source "
      "into a flat target of n times its length. False when the Python algorithm must run."},
     {"alltoall", nt_alltoall, METH_VARARGS,
-     "alltoall(target, source, count, sst)\n--\n\nCollective: block j (count elements at "
-     "stride sst of the flat source) to block me of member j's flat target. False when the "
-     "Python algorithm must run."},
+     "alltoall(target, source, count, tst, sst)\n--\n\nCollective: block j (count elements "
+     "at stride sst of the flat source) to block me of member j's flat target (at stride "
+     "tst). False when the Python algorithm must run."},
     {"collect", nt_collect, METH_VARARGS,
      "collect(target, source)\n--\n\nCollective: the members' flat sources (their lengths may "
      "differ) concatenated into the whole flat target; raises the Python path's errors after "
