@@ -1,15 +1,16 @@
 """The collectives and calls beyond ``benchmarks/latency.py``: run with
 ``vkshmem run -n 2 benchmarks/collectives_more.py``.
 
-Every PE takes part in alltoall, collect, sum_inscan/sum_exscan and large sum_reduce
-(float64); PE 0 alone measures strided put (``iput`` + ``quiet``) and get (``iget``) of 8
-int64 at stride 2 against PE 1, and an uncontended lock (``set_lock`` + ``clear_lock``,
-``test_lock`` + ``clear_lock``). Every row is the median over ``--reps`` loops of the mean time
-per call (back to back), for collectives on the slowest PE; each PE is pinned to its own core
-when there are enough (``--no-pin`` leaves placement to the OS). Collectives that reuse one
-target are separated by nothing: every call here writes the same values, so a peer running
-ahead is harmless. ``benchmarks/mpi_collectives_more.py`` measures the same rows with mpi4py.
-``--json`` prints one JSON object (row -> microseconds) instead of the table.
+Every PE takes part in alltoall, alltoalls (target stride 2), collect, sum_inscan/sum_exscan
+and large sum_reduce (float64); PE 0 alone measures strided put (``iput`` + ``quiet``) and
+get (``iget``) of 8 int64 at stride 2 against PE 1, and an uncontended lock (``set_lock`` +
+``clear_lock``, ``test_lock`` + ``clear_lock``). Every row is the median over ``--reps``
+loops of the mean time per call (back to back), for collectives on the slowest PE; each PE
+is pinned to its own core when there are enough (``--no-pin`` leaves placement to the OS).
+Collectives that reuse one target are separated by nothing: every call here writes the same
+values, so a peer running ahead is harmless. ``benchmarks/mpi_collectives_more.py`` measures
+the same rows with mpi4py. ``--json`` prints one JSON object (row -> microseconds) instead
+of the table.
 """
 
 from __future__ import annotations
@@ -76,6 +77,12 @@ def alltoall(nbytes: int) -> Callable[[], None]:
     return lambda: shmem.alltoall(t, s, k)
 
 
+def alltoalls(nbytes: int) -> Callable[[], None]:
+    k = elems(nbytes)
+    t, s = tgt[:2 * n * k], src[:n * k]
+    return lambda: shmem.alltoalls(t, s, 2, 1, k)
+
+
 def collect(nbytes: int) -> Callable[[], None]:
     t, s = tgt[:n * elems(nbytes)], src[:elems(nbytes)]
     return lambda: shmem.collect(t, s)
@@ -114,6 +121,8 @@ def test_clear() -> None:
 rows = {
     "alltoall 8 B": timed(alltoall(8), 10000, True),
     "alltoall 64 KiB": timed(alltoall(64 * KIB), 1000, True),
+    "alltoalls 8 B, tst 2": timed(alltoalls(8), 10000, True),
+    "alltoalls 64 KiB, tst 2": timed(alltoalls(64 * KIB), 1000, True),
     "collect 8 B": timed(collect(8), 10000, True),
     "collect 64 KiB": timed(collect(64 * KIB), 1000, True),
     "sum_inscan 8 B": timed(scan(8, True), 10000, True),

@@ -26,6 +26,11 @@ their own timeout, and the error says so.
 
 Locks are held by a PE (any thread of it may release). ``new_lock``, ``del_lock``, ``Lock()``
 and ``Lock.destroy`` are collective.
+
+When the owner is on the shm path and the lock a plain numpy word, ``set_lock``/``test_lock``/
+``clear_lock`` run in C (:mod:`vkshmem.core.fast`, ``csrc/fast_lock.c``): the same atomics on
+the owner's word and the same ``_held`` table; a ``set_lock`` that must queue waits here
+(``_wait_ticket``).
 """
 
 from __future__ import annotations

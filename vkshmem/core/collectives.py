@@ -75,7 +75,7 @@ Flags ``0..135`` of each team are the collectives'; ``136..255`` are free for ot
 
 Native teams. A team whose members all take the shm path (while no transport needs progress
 calls) has a :class:`~vkshmem.core.fast.NativeTeam`: its barrier, the broadcasts (pushed and
-pulled), fcollect, collect, alltoall (and alltoalls with a target stride of 1), and the
+pulled), fcollect, collect, alltoall and alltoalls (strided: through the scratch), and the
 all-reduces (butterfly, ring, chunked) and scans of the types C computes run in C
 (:mod:`vkshmem.core.fast`), flag for flag and region for region the algorithms below, with
 the expected counts and the phase shared through the NativeTeam's buffer: a member running

@@ -68,7 +68,7 @@ def entry(kind: str, fallback: F, *, op: int = -1, fetch: bool = False,
     ``'quiet'``, ``'wait_until'``/``'test'`` (``opmap``: comparison -> CMP code),
     ``'barrier_all'`` (``op=1``; ``op=0``: sync_all), ``'sync'``, ``'broadcast'``,
     ``'reduce'`` (``op``: the reduction code, or ``opmap``), ``'fcollect'``, ``'collect'``,
-    ``'alltoall'`` (alltoall, and alltoalls with ``tst`` 1), ``'scan'`` (``op``: 1
+    ``'alltoall'`` (alltoall and alltoalls), ``'scan'`` (``op``: 1
     inclusive, 0 exclusive), ``'iput'``, ``'iget'``, ``'set_lock'``/``'test_lock'``/
     ``'clear_lock'`` (``opmap``: ``{"held": lock._held, "wait": lock._wait_ticket}``).
     Arguments are matched to roles by the fallback's parameter names (target/ivar, source,
