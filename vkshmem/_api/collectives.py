@@ -124,6 +124,8 @@ def collect(target: np.ndarray, source: np.ndarray, size: int | None = None,
     if impl is not None:
         impl(coll_args(ct, "collect", (seg, off), tgt.nbytes, src, cnt))
         return
+    if ct.native is not None and ct.native.collect(tgt, src):
+        return  # a team of shm peers: in C, the same protocol
     _core.collect(ct, tgt, seg, off, src)
 
 
@@ -172,6 +174,8 @@ def alltoall(target: np.ndarray, source: np.ndarray, size: int | None = None,
     if impl is not None:
         impl(coll_args(ct, "alltoall", (seg, off), tbytes, src, cnt))
         return
+    if ct.native is not None and ct.native.alltoall(tgt, src, cnt, 1, 1):
+        return  # a team of shm peers: in C, the same protocol
     _core.alltoall(ct, tgt[:n * cnt], seg, off, lambda j: src[j * cnt:(j + 1) * cnt], cnt)
 
 
@@ -210,6 +214,8 @@ def alltoalls(target: np.ndarray, source: np.ndarray, tst: int = 1, sst: int = 1
     if impl is not None:
         impl(coll_args(ct, "alltoalls", (seg, off), span * isz, src, cnt, tst=tst, sst=sst))
         return
+    if ct.native is not None and ct.native.alltoall(tgt, src, cnt, tst, sst):
+        return  # a team of shm peers: in C, the same protocol
     if tst == 1:
 
         def block(j: int) -> np.ndarray:
@@ -225,3 +231,6 @@ def alltoalls(target: np.ndarray, source: np.ndarray, tst: int = 1, sst: int = 1
 # (vkshmem.core.fast); everything else, and every error, takes the Python functions above.
 broadcast = entry("broadcast", broadcast)
 fcollect = entry("fcollect", fcollect)
+collect = entry("collect", collect)
+alltoall = entry("alltoall", alltoall)
+alltoalls = entry("alltoall", alltoalls)

@@ -26,6 +26,11 @@ their own timeout, and the error says so.
 
 Locks are held by a PE (any thread of it may release). ``new_lock``, ``del_lock``, ``Lock()``
 and ``Lock.destroy`` are collective.
+
+When the owner is on the shm path and the lock a plain numpy word, ``set_lock``/``test_lock``/
+``clear_lock`` run in C (:mod:`vkshmem.core.fast`, ``csrc/fast_lock.c``): the same atomics on
+the owner's word and the same ``_held`` table; a ``set_lock`` that must queue waits here
+(``_wait_ticket``).
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ import numpy as np
 
 from ..core._native import ffi, lib
 from ..core.errors import InvalidArgumentError, InvalidTypeError, TransportError, WaitTimeoutError
+from ..core.fast import entry
 from ..core.transport import AmoOp
 from . import state
 from .alloc import free, new_array
@@ -213,6 +219,20 @@ def clear_lock(lock: np.ndarray) -> None:
         raise InvalidArgumentError("clear_lock: this PE does not hold the lock")
     state.rt.quiet()
     w.release(mine[0])
+
+
+def _wait_ticket(lock: np.ndarray, ticket: int) -> None:
+    """The compiled ``set_lock`` queued with ``ticket``: wait for its turn here."""
+    _wait_turn(_Where(lock, "set_lock"), ticket)
+
+
+# When the lock's owner is on the shm path (plain numpy word), the three run in C
+# (vkshmem.core.fast) on the owner's word, sharing _held with the functions above; a queued
+# set_lock waits in _wait_ticket. Everything else, and every error, takes the Python functions.
+_LOCK_STATE = {"held": _held, "wait": _wait_ticket}
+set_lock = entry("set_lock", set_lock, opmap=_LOCK_STATE)
+test_lock = entry("test_lock", test_lock, opmap=_LOCK_STATE)
+clear_lock = entry("clear_lock", clear_lock, opmap=_LOCK_STATE)
 
 
 class Lock:

@@ -138,9 +138,9 @@ def prod_reduce(target: np.ndarray, source: np.ndarray, size: int | None = None,
     reduce(target, source, OP.PROD, size, team)
 
 
-# The shm hot path (TEAM_WORLD of shm peers, plain numpy arrays, small all-reduces of a type C
-# computes) runs in C (vkshmem.core.fast); everything else, and every error, takes the Python
-# functions above.
+# The shm hot path (TEAM_WORLD of shm peers, plain numpy arrays, all-reduces of a type C
+# computes: small ones in one butterfly phase, large ones by ring or in chunks) runs in C
+# (vkshmem.core.fast); everything else, and every error, takes the Python functions above.
 reduce = entry("reduce", reduce, op=_CODES["sum"],
                opmap={**{m: _CODES[m.value] for m in OP}, **_CODES})
 and_reduce = entry("reduce", and_reduce, op=_CODES["and"])
@@ -176,6 +176,8 @@ def _scan(target: np.ndarray, source: np.ndarray, size: Any, team: Any,
     if impl is not None:
         impl(coll_args(ct, what, (seg, off), nbytes, src, cnt, op="sum"))
         return
+    if ct.native is not None and ct.native.scan(tgt, src, inclusive):
+        return  # a team of shm peers, a type C adds: in C, the same protocol
     _core.scan(ct, tgt, seg, off, src, inclusive)
 
 
@@ -191,3 +193,9 @@ def sum_exscan(target: np.ndarray, source: np.ndarray, size: int | None = None,
     """Collective over ``team`` (OpenSHMEM 1.6): exclusive prefix sum. On team PE ``i``,
     ``target`` = the sum of ``source`` over team PEs ``0..i-1`` (zeros on PE 0)."""
     _scan(target, source, size, team, False)
+
+
+# The shm hot path (TEAM_WORLD of shm peers, plain numpy arrays of a type C adds) runs in C
+# (vkshmem.core.fast); everything else, and every error, takes the Python functions above.
+sum_inscan = entry("scan", sum_inscan, op=1)
+sum_exscan = entry("scan", sum_exscan, op=0)

@@ -228,6 +228,12 @@ def iget(target: np.ndarray, source: np.ndarray, pe: int, tst: int = 1, sst: int
         target.flat[0:(n - 1) * tst + 1:tst] = tmp[::sst]
 
 
+# The shm hot path of plain, contiguous numpy arrays runs in C (vkshmem.core.fast);
+# everything else, and every error, takes the Python functions above.
+iput = entry("iput", iput)
+iget = entry("iget", iget)
+
+
 def _put_device(target: Any, source: Any, pe: int, t: Any, n: int, nbytes: int) -> None:
     """put with a domain's array on either side (``pe`` a world PE, ``t`` its endpoint)."""
     if not isinstance(target, DomainArray):  # device -> host: read locally, then a host put

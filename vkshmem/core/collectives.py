@@ -75,7 +75,8 @@ Flags ``0..135`` of each team are the collectives'; ``136..255`` are free for ot
 
 Native teams. A team whose members all take the shm path (while no transport needs progress
 calls) has a :class:`~vkshmem.core.fast.NativeTeam`: its barrier, the broadcasts (pushed and
-pulled), fcollect and the one-phase butterfly all-reduce of the types C computes run in C
+pulled), fcollect, collect, alltoall and alltoalls (strided: through the scratch), and the
+all-reduces (butterfly, ring, chunked) and scans of the types C computes run in C
 (:mod:`vkshmem.core.fast`), flag for flag and region for region the algorithms below, with
 the expected counts and the phase shared through the NativeTeam's buffer: a member running
 one of these functions meets a member running the C version.

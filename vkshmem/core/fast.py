@@ -1,14 +1,16 @@
 """The per-call hot path: the CPython extension :mod:`vkshmem.core._fast` and its set-up.
 
-Each public function it serves (``put``/``get`` and their ``_nbi`` forms, the AMOs,
-``quiet``/``fence``, ``wait_until``/``test``, ``barrier_all``/``sync_all``/``sync``, small
-``broadcast``/``reduce``) is an :func:`entry`: a callable that, for plain numpy arrays on the
-shm route with the default context and team, checks its arguments and does the work in one
-call into C (buffer protocol, PE/bounds/route checks, the copy or atomic, native waits), and
-otherwise runs the Python implementation it wraps, unchanged: other array types (memoryviews,
-subclasses, a domain's arrays), contexts, transport routes, and every error, whose messages
-therefore stay those of the Python code. The entry shows the Python function's name,
-docstring and signature (``__wrapped__``).
+Each public function it serves (``put``/``get`` and their ``_nbi`` forms, ``iput``/``iget``,
+the AMOs, the signals, ``quiet``/``fence``, ``wait_until``/``test``,
+``barrier_all``/``sync_all``/``sync``, ``broadcast``, ``reduce`` of every size,
+``fcollect``/``collect``, ``alltoall``/``alltoalls``, ``sum_inscan``/``sum_exscan``,
+``set_lock``/``test_lock``/``clear_lock``) is an :func:`entry`: a callable that, for plain
+numpy arrays on the shm route with the default context and team, checks its arguments and
+does the work in one call into C (buffer protocol, PE/bounds/route checks, the copy or
+atomic, native waits), and otherwise runs the Python implementation it wraps, unchanged:
+other array types (memoryviews, subclasses, a domain's arrays), contexts, transport routes,
+and every error, whose messages therefore stay those of the Python code. The entry shows the
+Python function's name, docstring and signature (``__wrapped__``).
 
 The extension reads the peer table of :mod:`vkshmem.core._native` (:func:`bind` at import);
 the runtime :func:`configure` s it at start-up (which PEs the shm path reaches, whether
@@ -59,15 +61,18 @@ DIRECT_ARRAYS: bool = _fast.bind(int(lib.vk_table_address()), np.ndarray, _probe
 
 
 def entry(kind: str, fallback: F, *, op: int = -1, fetch: bool = False,
-          ints_only: bool = False, opmap: Mapping[Any, int] | None = None) -> F:
+          ints_only: bool = False, opmap: Mapping[Any, Any] | None = None) -> F:
     """``fallback`` with the fast path of ``kind`` in front of it. ``kind``: ``'put'``,
     ``'get'``, ``'amo'`` (``op``: the AmoOp; ``fetch``: returns the prior value;
     ``ints_only``; or ``opmap``: op argument -> ``op | inc << 4 | ints_only << 5``),
     ``'quiet'``, ``'wait_until'``/``'test'`` (``opmap``: comparison -> CMP code),
     ``'barrier_all'`` (``op=1``; ``op=0``: sync_all), ``'sync'``, ``'broadcast'``,
-    ``'reduce'`` (``op``: the reduction code, or ``opmap``). Arguments are matched to roles
-    by the fallback's parameter names (target/ivar, source, pe, size, ctx, value, cond,
-    fetch, op, cmp, root, team)."""
+    ``'reduce'`` (``op``: the reduction code, or ``opmap``), ``'fcollect'``, ``'collect'``,
+    ``'alltoall'`` (alltoall and alltoalls), ``'scan'`` (``op``: 1
+    inclusive, 0 exclusive), ``'iput'``, ``'iget'``, ``'set_lock'``/``'test_lock'``/
+    ``'clear_lock'`` (``opmap``: ``{"held": lock._held, "wait": lock._wait_ticket}``).
+    Arguments are matched to roles by the fallback's parameter names (target/ivar, source,
+    pe, size, ctx, value, cond, fetch, op, cmp, root, team, signal, sigop, tst, sst, lock)."""
     return cast(F, _fast.entry(kind, fallback, op, fetch, ints_only,
                                None if opmap is None else dict(opmap)))
 

@@ -23,6 +23,19 @@
 #define VK_CTR_EPOCH (VK_N_FLAGS + 1)
 #define VK_N_CTRS (VK_N_FLAGS + 2)
 #define VK_MAX_PARAMS 8
+#define VK_ALIGN 64                  /* teams.py: ALIGN */
+#define VK_RING_MIN_BYTES (64 << 10) /* teams.py: RING_MIN_BYTES */
+
+/* collectives.py: the flags (counters of the team slot) of the collectives */
+#define F_BCAST 0
+#define F_BRUCK 32
+#define F_RD 64
+#define F_FOLD 96
+#define F_FOLD_BACK 97
+#define F_RING_RS 98
+#define F_RING_AG 99
+#define F_A2A 100
+#define F_BCAST_DONE 104
 
 
 /* What the running runtime told this module (configure), and the peer table of _native. */
@@ -54,7 +67,7 @@ typedef struct fastcall FastCall;
 typedef int (*fast_impl)(FastCall *self, PyObject **a, PyObject **out);
 
 enum { P_TARGET, P_SOURCE, P_PE, P_SIZE, P_CTX, P_VALUE, P_COND, P_FETCH, P_OP, P_CMP,
-       P_ROOT, P_TEAM, P_SIGNAL, P_SIGOP, P_NROLES };
+       P_ROOT, P_TEAM, P_SIGNAL, P_SIGOP, P_TST, P_SST, P_LOCK, P_NROLES };
 
 struct fastcall {
     PyObject_HEAD
@@ -113,6 +126,8 @@ static inline uintptr_t fast_peer(int seg, int pe) {
 }
 
 /* fast_rma.c */
+/* the mapping of pe's copy of the symmetric bytes [p, p + n) of this PE, or 0 */
+uintptr_t fast_remote(const void *p, Py_ssize_t n, long pe);
 int fast_put(FastCall *self, PyObject **a, PyObject **out);
 int fast_get(FastCall *self, PyObject **a, PyObject **out);
 int fast_amo(FastCall *self, PyObject **a, PyObject **out);
@@ -150,6 +165,7 @@ struct native_team {
     uintptr_t internal;         /* this PE's internal segment */
     uint64_t scratch_off, half; /* CollTeam: the scratch and its halves */
     Py_ssize_t rd_fast;         /* CollTeam.rd_fast: the one-phase butterfly's limit */
+    uint64_t rd_bytes;          /* CollTeam.rd_bytes: the bytes of one butterfly phase */
     int role, nsteps;           /* CollTeam.bfly */
     int step_partner[32], step_flag[32], step_region[32];
     uint64_t ctr[VK_N_CTRS];    /* expected signal counts per flag, phase, barrier epoch */
@@ -157,6 +173,23 @@ struct native_team {
 typedef struct native_team NativeTeam;
 int team_valid(NativeTeam *t);
 int team_sync(NativeTeam *t);
+/* member m's internal segment (0: not mapped here) */
+static inline uintptr_t team_internal(NativeTeam *t, int m) {
+    return fast_peer(VK_INTERNAL_SEG, t->pes[m]);
+}
+/* +1 on counter `flag` of member m, after this PE's earlier stores */
+void team_signal(NativeTeam *t, int m, int flag);
+/* wait for `count` more signals on this PE's counter `flag` (0, or -1 with the error) */
+int team_wait(NativeTeam *t, int flag, uint64_t count, const char *what);
+/* start a phase: the offset of its half in the scratch; *flag: its many-senders flag */
+static inline uint64_t team_phase(NativeTeam *t, int *flag) {
+    uint64_t p = t->ctr[VK_CTR_PHASE]++;
+    if (flag != NULL) *flag = F_A2A + (int)(p & 1);
+    return (p & 1) * t->half;
+}
+/* one phase of the butterfly all-reduce of cnt elements (nb bytes) into tgt at (seg, off) */
+int team_reduce_rd(NativeTeam *t, char *tgt, const char *src, Py_ssize_t cnt,
+                   const char *fmt, int op, Py_ssize_t nb, int seg, uint64_t off);
 /* 1 done, 0 not handled (the Python algorithm runs), -1 error: of validated buffers */
 int team_broadcast(NativeTeam *t, struct fast_view *tb, struct fast_view *sb, Py_ssize_t nb,
                    int root);
@@ -164,11 +197,50 @@ int team_reduce(NativeTeam *t, struct fast_view *tb, struct fast_view *sb, Py_ss
                 int op);
 /* bb: the bytes of each member's block */
 int team_fcollect(NativeTeam *t, struct fast_view *tb, struct fast_view *sb, Py_ssize_t bb);
+/* views of a collective's plain numpy target (writable) and source of one type, and the
+ * bytes `size` asks for: 1, else 0 (nothing held) */
+int fast_coll_buffers(PyObject **a, struct fast_view *t, struct fast_view *s, Py_ssize_t *nb);
+/* an entry's return for team result r (1 done, -1 error, 0 not handled) */
+int fast_finish(int r, PyObject **out);
+/* raise InvalidArgumentError (vkshmem.core.errors) with this message; always -1 */
+int fast_invalid(const char *fmt, ...);
 int fast_barrier(FastCall *self, PyObject **a, PyObject **out);
 int fast_sync(FastCall *self, PyObject **a, PyObject **out);
 int fast_broadcast(FastCall *self, PyObject **a, PyObject **out);
 int fast_reduce(FastCall *self, PyObject **a, PyObject **out);
 int fast_fcollect(FastCall *self, PyObject **a, PyObject **out);
+
+/* fast_ring.c: all-reduces above one butterfly phase (ring, or butterfly in chunks) */
+int team_reduce_large(NativeTeam *t, struct fast_view *tb, struct fast_view *sb,
+                      Py_ssize_t nb, int op);
+
+/* fast_a2a.c: alltoall(s) and collect. team_alltoall: block j (cnt elements at stride sst
+ * of sb) to block me of member j's target (at stride tst); team_collect: the members' cnt elements of src
+ * concatenated into the whole target (1 done, 0 not handled, -1 error: collect's errors
+ * after the counts' exchange are raised, with the Python messages). */
+int team_alltoall(NativeTeam *t, struct fast_view *tb, struct fast_view *sb, Py_ssize_t cnt,
+                  Py_ssize_t tst, Py_ssize_t sst);
+int team_collect(NativeTeam *t, struct fast_view *tb, const char *src, Py_ssize_t cnt);
+int fast_alltoall(FastCall *self, PyObject **a, PyObject **out);
+int fast_collect(FastCall *self, PyObject **a, PyObject **out);
+
+/* fast_scan.c: sum_inscan (op 1) / sum_exscan (op 0); team_scan: of the first cnt elements
+ * of src into those of the target (1 done, 0 not handled, -1 error) */
+int team_scan(NativeTeam *t, struct fast_view *tb, const char *src, Py_ssize_t cnt,
+              int inclusive);
+int fast_scan(FastCall *self, PyObject **a, PyObject **out);
+
+/* fast_strided.c: iput / iget; n elements of isz bytes, src[i*sst] -> dst[i*tst] */
+void fast_strided_copy(char *dst, Py_ssize_t tst, const char *src, Py_ssize_t sst,
+                       Py_ssize_t n, Py_ssize_t isz);
+int fast_iput(FastCall *self, PyObject **a, PyObject **out);
+int fast_iget(FastCall *self, PyObject **a, PyObject **out);
+
+/* fast_lock.c: set_lock / test_lock / clear_lock (opmap: {"held": lock._held, "wait":
+ * the Python wait for a queued ticket}) */
+int fast_set_lock(FastCall *self, PyObject **a, PyObject **out);
+int fast_test_lock(FastCall *self, PyObject **a, PyObject **out);
+int fast_clear_lock(FastCall *self, PyObject **a, PyObject **out);
 
 /* fast_team_type.c */
 extern PyTypeObject NativeTeamType;

@@ -12,7 +12,8 @@ static const char *const ROLE_NAMES[P_NROLES][2] = {
     [P_SIZE] = {"size", NULL},       [P_CTX] = {"ctx", NULL},       [P_VALUE] = {"value", NULL},
     [P_COND] = {"cond", NULL},       [P_FETCH] = {"fetch", NULL},   [P_OP] = {"op", NULL},
     [P_CMP] = {"cmp", NULL},         [P_ROOT] = {"root", NULL},     [P_TEAM] = {"team", NULL},
-    [P_SIGNAL] = {"signal", NULL},   [P_SIGOP] = {"sigop", NULL},
+    [P_SIGNAL] = {"signal", NULL},   [P_SIGOP] = {"sigop", NULL},   [P_TST] = {"tst", NULL},
+    [P_SST] = {"sst", NULL},         [P_LOCK] = {"lock", NULL},
 };
 
 /* -- FastCall -------------------------------------------------------------------------------- */
@@ -158,6 +159,10 @@ static const struct { const char *kind; fast_impl impl; } KINDS[] = {
     {"fcollect", fast_fcollect},
     {"put_signal", fast_put_signal}, {"signal_update", fast_signal_update},
     {"signal_fetch", fast_signal_fetch}, {"signal_wait", fast_signal_wait},
+    {"alltoall", fast_alltoall},     {"collect", fast_collect},
+    {"scan", fast_scan},             {"iput", fast_iput},
+    {"iget", fast_iget},             {"set_lock", fast_set_lock},
+    {"test_lock", fast_test_lock},   {"clear_lock", fast_clear_lock},
     {NULL, NULL},
 };
 

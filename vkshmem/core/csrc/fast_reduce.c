@@ -1,5 +1,8 @@
 /* vkshmem.core._fast: the reduction operators of the all-reduce, as numpy's ufuncs compute
  * them elementwise (integers wrap; min/max propagate a NaN as np.minimum/np.maximum do). */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("O3")  /* vectorised loops (with run-time alias checks), as numpy's */
+#endif
 #include "fast.h"
 
 #include <math.h>

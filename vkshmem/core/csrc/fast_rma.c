@@ -20,8 +20,7 @@ static void copy(void *dst, const void *src, Py_ssize_t n, struct fast_view *a,
     }
 }
 
-/* The mapping of pe's copy of the symmetric bytes [p, p + n) of this PE, or 0. */
-static uintptr_t remote(const void *p, Py_ssize_t n, long pe) {
+uintptr_t fast_remote(const void *p, Py_ssize_t n, long pe) {
     int64_t r = vk_locate_in(G.table, p, (uint64_t)n);
     if (r < 0) return 0;
     uintptr_t base = fast_peer((int)(r >> 48), (int)pe);
@@ -66,7 +65,7 @@ static int rma(PyObject **a, PyObject **out, int to_peer) {
     if (fast_same_format(&t, &s) && fast_count(a[P_SIZE], &t, &s, &nbytes)) {
         if (route == ROUTE_NATIVE) {
             done = native_rma(out, to_peer, pe, &t, &s, nbytes);
-        } else if ((peer = remote(to_peer ? t.buf : s.buf, nbytes, pe)) != 0) {
+        } else if ((peer = fast_remote(to_peer ? t.buf : s.buf, nbytes, pe)) != 0) {
             if (to_peer) copy((void *)peer, s.buf, nbytes, &t, &s);
             else copy(t.buf, (const void *)peer, nbytes, &t, &s);
             *out = Py_NewRef(Py_None);
@@ -199,7 +198,7 @@ int fast_amo(FastCall *self, PyObject **a, PyObject **out) {
         if (r < 0 || (r >> 48) != 0 || (r & (width - 1))) goto done;
         off = (uint64_t)(r & VK_OFF_MASK);
     } else {
-        word = remote(t.buf, width, pe);
+        word = fast_remote(t.buf, width, pe);
         if (!word || (word & (uintptr_t)(width - 1))) goto done;
     }
     if (fetch != NULL) {

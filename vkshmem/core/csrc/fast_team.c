@@ -11,26 +11,14 @@
 
 #include <string.h>
 
-#define SLOT_HEADER 4096
-#define F_BCAST 0
-#define F_BRUCK 32
-#define F_RD 64
-#define F_FOLD 96
-#define F_FOLD_BACK 97
-#define F_BCAST_DONE 104
 #define BCAST_CHUNK (256 << 10)  /* collectives.py: larger broadcasts are pulled in chunks */
-#define ALIGN 64
 
 
 int team_valid(NativeTeam *t) { return t != NULL && G.enabled && t->generation == G.generation; }
 
-static uintptr_t peer_internal(NativeTeam *t, int m) {
-    return fast_peer(VK_INTERNAL_SEG, t->pes[m]);
-}
-
-static void signal_member(NativeTeam *t, int m, int flag) {
+void team_signal(NativeTeam *t, int m, int flag) {
     /* a sequentially consistent RMW: the stores before it are visible first */
-    vk_amo_impl(peer_internal(t, m) + t->base + VK_OFF_FLAGS + 8 * (uint64_t)flag, VK_ADD, 8, 1, 0);
+    vk_amo_impl(team_internal(t, m) + t->base + VK_OFF_FLAGS + 8 * (uint64_t)flag, VK_ADD, 8, 1, 0);
 }
 
 struct wait_ctx { NativeTeam *t; const char *what; int flag, from; };
@@ -45,10 +33,10 @@ static PyObject *what_signal(const void *p) {
 }
 
 /* CollTeam.wait: `count` more signals on this PE's counter `flag`. */
-static int wait_flag(NativeTeam *t, int flag, const char *what) {
+int team_wait(NativeTeam *t, int flag, uint64_t count, const char *what) {
     struct wait_ctx c = {t, what, flag, 0};
     struct fast_pred p = {(const void *)(t->internal + t->base + VK_OFF_FLAGS + 8 * flag), 8,
-                          'u', 6, ++t->ctr[flag]};
+                          'u', 6, t->ctr[flag] += count};
     return fast_wait(&p, what_signal, &c);
 }
 
@@ -58,7 +46,7 @@ int team_sync(NativeTeam *t) {
     uint64_t epoch = ++t->ctr[VK_CTR_EPOCH];
     for (int dist = 1, k = 0; dist < n; dist <<= 1, k++) {
         int to = (t->me + dist) % n;
-        vk_amo_impl(peer_internal(t, to) + t->base + 8 * (uint64_t)k, VK_ADD, 8, 1, 0);
+        vk_amo_impl(team_internal(t, to) + t->base + 8 * (uint64_t)k, VK_ADD, 8, 1, 0);
         struct wait_ctx c = {t, NULL, -1, k};
         struct fast_pred p = {(const void *)(t->internal + t->base + 8 * (uint64_t)k), 8, 'u',
                               6, epoch};
@@ -83,9 +71,9 @@ static int tree_of(NativeTeam *t, int root, int seg, struct tree *tr) {
         tr->flags[tr->nk++] = F_BCAST + k;
     }
     for (int i = 0; i < tr->nk; i++)  /* every member this PE writes is mapped here */
-        if (!fast_peer(seg, t->pes[tr->kids[i]]) || !peer_internal(t, tr->kids[i])) return 0;
+        if (!fast_peer(seg, t->pes[tr->kids[i]]) || !team_internal(t, tr->kids[i])) return 0;
     return v == 0 || (fast_peer(seg, t->pes[(t->me - (1 << (tr->bits - 1)) + n) % n]) &&
-                      peer_internal(t, (t->me - (1 << (tr->bits - 1)) + n) % n));
+                      team_internal(t, (t->me - (1 << (tr->bits - 1)) + n) % n));
 }
 
 #if defined(__x86_64__)
@@ -139,7 +127,7 @@ static int bcast_pull(NativeTeam *t, char *tgt, const char *src, Py_ssize_t nb,
         for (Py_ssize_t lo = 0; lo < nb; lo += chunk) {
             Py_ssize_t len = nb - lo < chunk ? nb - lo : chunk;
             if (src != tgt) copy_nogil(tgt + lo, src + lo, len, 1);
-            for (int i = 0; i < tr->nk; i++) signal_member(t, tr->kids[i], tr->flags[i]);
+            for (int i = 0; i < tr->nk; i++) team_signal(t, tr->kids[i], tr->flags[i]);
         }
         PyMem_Free(tmp);
     } else {
@@ -147,14 +135,14 @@ static int bcast_pull(NativeTeam *t, char *tgt, const char *src, Py_ssize_t nb,
         const char *from = (const char *)fast_peer(seg, t->pes[parent]) + off;
         for (Py_ssize_t lo = 0; lo < nb; lo += chunk) {
             Py_ssize_t len = nb - lo < chunk ? nb - lo : chunk;
-            if (wait_flag(t, F_BCAST + k_in, "broadcast") < 0) return -1;
+            if (team_wait(t, F_BCAST + k_in, 1, "broadcast") < 0) return -1;
             copy_nogil(tgt + lo, from + lo, len, 0);
-            for (int i = 0; i < tr->nk; i++) signal_member(t, tr->kids[i], tr->flags[i]);
+            for (int i = 0; i < tr->nk; i++) team_signal(t, tr->kids[i], tr->flags[i]);
         }
-        signal_member(t, parent, F_BCAST_DONE + k_in);
+        team_signal(t, parent, F_BCAST_DONE + k_in);
     }
     for (int i = 0; i < tr->nk && r > 0; i++)  /* the children have read this target */
-        if (wait_flag(t, F_BCAST_DONE + tr->flags[i] - F_BCAST, "broadcast") < 0) r = -1;
+        if (team_wait(t, F_BCAST_DONE + tr->flags[i] - F_BCAST, 1, "broadcast") < 0) r = -1;
     return r;
 }
 
@@ -167,15 +155,15 @@ static int bcast(NativeTeam *t, char *tgt, const char *src, Py_ssize_t nb, int r
     if (tr.v == 0) {
         for (int i = nk - 1; i >= 0; i--) {  /* largest subtree first */
             memcpy((char *)fast_peer(seg, t->pes[kids[i]]) + off, src, (size_t)nb);
-            signal_member(t, kids[i], flags[i]);
+            team_signal(t, kids[i], flags[i]);
         }
         if (tgt != src) memmove(tgt, src, (size_t)nb);
         return 1;
     }
-    if (wait_flag(t, F_BCAST + bits - 1, "broadcast") < 0) return -1;
+    if (team_wait(t, F_BCAST + bits - 1, 1, "broadcast") < 0) return -1;
     for (int i = nk - 1; i >= 0; i--) {
         memcpy((char *)fast_peer(seg, t->pes[kids[i]]) + off, tgt, (size_t)nb);
-        signal_member(t, kids[i], flags[i]);
+        team_signal(t, kids[i], flags[i]);
     }
     return 1;
 }
@@ -183,43 +171,43 @@ static int bcast(NativeTeam *t, char *tgt, const char *src, Py_ssize_t nb, int r
 /* -- all-reduce (one phase of the butterfly) ------------------------------------------------- */
 
 static void put_internal(NativeTeam *t, int m, uint64_t off, const void *src, Py_ssize_t nb) {
-    memcpy((char *)peer_internal(t, m) + off, src, (size_t)nb);
+    memcpy((char *)team_internal(t, m) + off, src, (size_t)nb);
 }
 
-static int reduce_rd(NativeTeam *t, char *tgt, const char *src, Py_ssize_t cnt,
+int team_reduce_rd(NativeTeam *t, char *tgt, const char *src, Py_ssize_t cnt,
                      const char *fmt, int op, Py_ssize_t nb, int seg, uint64_t off) {
     int me = t->me, role = t->role;
-    if ((role == 2 && !peer_internal(t, me + 1)) ||
-        (role == 1 && (!peer_internal(t, me - 1) || !fast_peer(seg, t->pes[me - 1]))))
+    if ((role == 2 && !team_internal(t, me + 1)) ||
+        (role == 1 && (!team_internal(t, me - 1) || !fast_peer(seg, t->pes[me - 1]))))
         return 0;
     for (int i = 0; i < t->nsteps; i++)
-        if (!peer_internal(t, t->step_partner[i])) return 0;
+        if (!team_internal(t, t->step_partner[i])) return 0;
     uint64_t p = t->ctr[VK_CTR_PHASE]++;
     uint64_t rel = (p & 1) * t->half, sbase = t->scratch_off + rel;
     const char *scratch = (const char *)(t->internal + t->scratch_off + rel);
     if (role == 2) {  /* folded out: the odd neighbour reduces for both */
         put_internal(t, me + 1, sbase, src, nb);
-        signal_member(t, me + 1, F_FOLD);
-        return wait_flag(t, F_FOLD_BACK, "reduce") < 0 ? -1 : 1;
+        team_signal(t, me + 1, F_FOLD);
+        return team_wait(t, F_FOLD_BACK, 1, "reduce") < 0 ? -1 : 1;
     }
-    uint64_t rb = ((uint64_t)nb + ALIGN - 1) / ALIGN * ALIGN;
+    uint64_t rb = ((uint64_t)nb + VK_ALIGN - 1) / VK_ALIGN * VK_ALIGN;
     const char *acc = src;
     if (role == 1) {
-        if (wait_flag(t, F_FOLD, "reduce") < 0) return -1;
+        if (team_wait(t, F_FOLD, 1, "reduce") < 0) return -1;
         fast_reduce_apply(fmt, op, tgt, src, scratch, cnt);
         acc = tgt;
     }
     for (int i = 0; i < t->nsteps; i++) {
         uint64_t region = (uint64_t)t->step_region[i] * rb;
         put_internal(t, t->step_partner[i], sbase + region, acc, nb);
-        signal_member(t, t->step_partner[i], t->step_flag[i]);
-        if (wait_flag(t, t->step_flag[i], "reduce") < 0) return -1;
+        team_signal(t, t->step_partner[i], t->step_flag[i]);
+        if (team_wait(t, t->step_flag[i], 1, "reduce") < 0) return -1;
         fast_reduce_apply(fmt, op, tgt, acc, scratch + region, cnt);
         acc = tgt;
     }
     if (role == 1) {  /* the folded-out neighbour's result goes straight into its target */
         memcpy((char *)fast_peer(seg, t->pes[me - 1]) + off, tgt, (size_t)nb);
-        signal_member(t, me - 1, F_FOLD_BACK);
+        team_signal(t, me - 1, F_FOLD_BACK);
     }
     return 1;
 }
@@ -234,7 +222,7 @@ static int bruck(NativeTeam *t, char *tgt, const char *src, Py_ssize_t bb, int s
     char *own = tgt + (Py_ssize_t)me * bb;
     for (int d = 1; d < n; d <<= 1) {
         int dest = (me - d + n) % n;
-        if (!fast_peer(seg, t->pes[dest]) || !peer_internal(t, dest)) return 0;
+        if (!fast_peer(seg, t->pes[dest]) || !team_internal(t, dest)) return 0;
     }
     for (int d = 1, r = 0; d < n; d <<= 1, r++) {
         int dest = (me - d + n) % n, c = d < n - d ? d : n - d;
@@ -245,9 +233,9 @@ static int bruck(NativeTeam *t, char *tgt, const char *src, Py_ssize_t bb, int s
             memcpy(to + (Py_ssize_t)me * bb, own, (size_t)((n - me) * bb));
             memcpy(to, tgt, (size_t)((me + c - n) * bb));
         }
-        signal_member(t, dest, F_BRUCK + r);
+        team_signal(t, dest, F_BRUCK + r);
         if (r == 0 && own != src) memmove(own, src, (size_t)bb);  /* while it travels */
-        if (wait_flag(t, F_BRUCK + r, "fcollect") < 0) return -1;
+        if (team_wait(t, F_BRUCK + r, 1, "fcollect") < 0) return -1;
     }
     if (n == 1 && own != src) memmove(own, src, (size_t)bb);
     return 1;
@@ -285,9 +273,10 @@ int team_broadcast(NativeTeam *t, struct fast_view *tb, struct fast_view *sb, Py
 int team_reduce(NativeTeam *t, struct fast_view *tb, struct fast_view *sb, Py_ssize_t nb,
                 int op) {
     const char *tp = tb->buf, *sp = sb->buf;
-    if (!team_valid(t) || !fast_reduce_supported(tb->format, op) ||
-        (t->n > 1 && nb > t->rd_fast) || (tp != sp && tp < sp + nb && sp < tp + nb))
-        return 0;  /* larger, another type, or a partial overlap: the Python algorithm */
+    if (!team_valid(t) || !fast_reduce_supported(tb->format, op)) return 0;
+    if (t->n > 1 && nb > t->rd_fast) return team_reduce_large(t, tb, sb, nb, op);
+    if (tp != sp && tp < sp + nb && sp < tp + nb)
+        return 0;  /* another type, or a partial overlap: the Python algorithm */
     int64_t r = vk_locate_in(G.table, tb->buf, (uint64_t)nb);
     if (r < 0) return 0;
     if (nb == 0) return 1;
@@ -295,12 +284,12 @@ int team_reduce(NativeTeam *t, struct fast_view *tb, struct fast_view *sb, Py_ss
         if (tp != sp) memmove(tb->buf, sb->buf, (size_t)nb);
         return 1;
     }
-    return reduce_rd(t, tb->buf, sp, nb / tb->itemsize, tb->format, op, nb, (int)(r >> 48),
+    return team_reduce_rd(t, tb->buf, sp, nb / tb->itemsize, tb->format, op, nb, (int)(r >> 48),
                      (uint64_t)(r & VK_OFF_MASK));
 }
 
 /* Buffers of a collective: writable target, source of its type, the bytes to move. */
-static int coll_buffers(PyObject **a, struct fast_view *t, struct fast_view *s,
+int fast_coll_buffers(PyObject **a, struct fast_view *t, struct fast_view *s,
                         Py_ssize_t *nb) {
     if (Py_TYPE(a[P_TARGET]) != G.ndarray || Py_TYPE(a[P_SOURCE]) != G.ndarray ||
         fast_view(a[P_TARGET], t, 1) < 0)
@@ -315,7 +304,7 @@ static int coll_buffers(PyObject **a, struct fast_view *t, struct fast_view *s,
     return 0;
 }
 
-static int finish(int r, PyObject **out) {
+int fast_finish(int r, PyObject **out) {
     if (r == 0) return 0;
     *out = r < 0 ? NULL : Py_NewRef(Py_None);
     return 1;
@@ -330,12 +319,12 @@ static int barrier_native(void) {
 int fast_barrier(FastCall *self, PyObject **a, PyObject **out) {
     if (!team_valid(G.world) || (self->op && !barrier_native())) return 0;
     if (self->op) __atomic_thread_fence(__ATOMIC_SEQ_CST);  /* barrier_all: quiet first */
-    return finish(team_sync(G.world) < 0 ? -1 : 1, out);
+    return fast_finish(team_sync(G.world) < 0 ? -1 : 1, out);
 }
 
 int fast_sync(FastCall *self, PyObject **a, PyObject **out) {
     if (!fast_none(a[P_TEAM]) || !team_valid(G.world)) return 0;
-    return finish(team_sync(G.world) < 0 ? -1 : 1, out);
+    return fast_finish(team_sync(G.world) < 0 ? -1 : 1, out);
 }
 
 int fast_broadcast(FastCall *self, PyObject **a, PyObject **out) {
@@ -343,12 +332,12 @@ int fast_broadcast(FastCall *self, PyObject **a, PyObject **out) {
     Py_ssize_t nb;
     long root;
     if (!fast_none(a[P_TEAM]) || !team_valid(G.world) || !fast_long(a[P_ROOT], &root) ||
-        !coll_buffers(a, &t, &s, &nb))
+        !fast_coll_buffers(a, &t, &s, &nb))
         return 0;
     int r = team_broadcast(G.world, &t, &s, nb, (int)root);
     fast_release(&s);
     fast_release(&t);
-    return finish(r, out);
+    return fast_finish(r, out);
 }
 
 int fast_reduce(FastCall *self, PyObject **a, PyObject **out) {
@@ -364,11 +353,11 @@ int fast_reduce(FastCall *self, PyObject **a, PyObject **out) {
         }
         op = (int)PyLong_AsLong(code);
     }
-    if (!coll_buffers(a, &t, &s, &nb)) return 0;
+    if (!fast_coll_buffers(a, &t, &s, &nb)) return 0;
     int r = team_reduce(G.world, &t, &s, nb, op);
     fast_release(&s);
     fast_release(&t);
-    return finish(r, out);
+    return fast_finish(r, out);
 }
 
 int fast_fcollect(FastCall *self, PyObject **a, PyObject **out) {
@@ -388,5 +377,5 @@ int fast_fcollect(FastCall *self, PyObject **a, PyObject **out) {
         r = team_fcollect(G.world, &t, &s, (Py_ssize_t)cnt * s.itemsize);
     fast_release(&s);
     fast_release(&t);
-    return finish(r, out);
+    return fast_finish(r, out);
 }

@@ -5,8 +5,6 @@
 
 #include <string.h>
 
-#define F_RD 64
-
 static PyObject *nt_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"pes", "me", "slot", "base", "internal", "scratch_off", "half",
                              "rd_fast", NULL};
@@ -55,6 +53,7 @@ static PyObject *nt_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
         t->role = 0;
         v = me - rem;
     }
+    t->rd_bytes = half / (uint64_t)(k + 2) / VK_ALIGN * VK_ALIGN;  /* teams.py: scratch_layout */
     t->nsteps = 0;
     if (t->role != 2) {
         for (int r = 0; r < k; r++) {
@@ -88,7 +87,8 @@ static PyObject *nt_sync(PyObject *o, PyObject *noargs) {
     Py_RETURN_NONE;
 }
 
-/* Views of contiguous arrays of one type, the target `times` as long as the source. */
+/* Views of contiguous arrays of one type, the target `times` as long as the source (0: any
+ * lengths). */
 static int two_buffers(PyObject *tgt, PyObject *src, struct fast_view *t, struct fast_view *s,
                        int times) {
     if (fast_view(tgt, t, 1) < 0) return 0;
@@ -96,23 +96,36 @@ static int two_buffers(PyObject *tgt, PyObject *src, struct fast_view *t, struct
         fast_release(t);
         return 0;
     }
-    if (fast_same_format(t, s) && t->len == s->len * times) return 1;
+    if (fast_same_format(t, s) && (times == 0 || t->len == s->len * times)) return 1;
     fast_release(s);
     fast_release(t);
     return 0;
 }
 
-/* which: 0 broadcast, 1 reduce, 2 fcollect */
+/* which: 0 broadcast(target, source, root), 1 reduce(target, source, op), 2 fcollect(target,
+ * source), 3 alltoall(target, source, count, tst, sst), 4 collect(target, source),
+ * 5 scan(target, source, inclusive) */
 static PyObject *nt_collective(PyObject *o, PyObject *args, int which) {
+    static const char *const formats[] = {"OOi", "OOi", "OO", "OOnnn", "OO", "OOp"};
+    NativeTeam *team = (NativeTeam *)o;
     PyObject *tgt, *src;
+    Py_ssize_t cnt = 0, tst = 0, sst = 0;
     int arg = 0, r;
     struct fast_view t, s;
-    if (!PyArg_ParseTuple(args, which == 2 ? "OO" : "OOi", &tgt, &src, &arg)) return NULL;
-    if (!two_buffers(tgt, src, &t, &s, which == 2 ? ((NativeTeam *)o)->n : 1))
+    if (!(which == 3 ? PyArg_ParseTuple(args, formats[which], &tgt, &src, &cnt, &tst, &sst)
+                     : PyArg_ParseTuple(args, formats[which], &tgt, &src, &arg)))
+        return NULL;
+    /* the target's length: the source's, n times it (fcollect), or any (alltoall, collect) */
+    if (!two_buffers(tgt, src, &t, &s, which == 2 ? team->n : which == 3 || which == 4 ? 0 : 1))
         Py_RETURN_FALSE;
-    if (which == 0) r = team_broadcast((NativeTeam *)o, &t, &s, t.len, arg);
-    else if (which == 1) r = team_reduce((NativeTeam *)o, &t, &s, t.len, arg);
-    else r = team_fcollect((NativeTeam *)o, &t, &s, s.len);
+    switch (which) {
+    case 0: r = team_broadcast(team, &t, &s, t.len, arg); break;
+    case 1: r = team_reduce(team, &t, &s, t.len, arg); break;
+    case 2: r = team_fcollect(team, &t, &s, s.len); break;
+    case 3: r = team_alltoall(team, &t, &s, cnt, tst, sst); break;
+    case 4: r = team_collect(team, &t, s.buf, s.len / s.itemsize); break;
+    default: r = team_scan(team, &t, s.buf, s.len / s.itemsize, arg); break;
+    }
     fast_release(&s);
     fast_release(&t);
     if (r < 0) return NULL;
@@ -125,6 +138,12 @@ static PyObject *nt_reduce(PyObject *o, PyObject *args) { return nt_collective(o
 
 static PyObject *nt_fcollect(PyObject *o, PyObject *args) { return nt_collective(o, args, 2); }
 
+static PyObject *nt_alltoall(PyObject *o, PyObject *args) { return nt_collective(o, args, 3); }
+
+static PyObject *nt_collect(PyObject *o, PyObject *args) { return nt_collective(o, args, 4); }
+
+static PyObject *nt_scan(PyObject *o, PyObject *args) { return nt_collective(o, args, 5); }
+
 static PyObject *nt_valid(PyObject *o, void *closure) {
     return PyBool_FromLong(team_valid((NativeTeam *)o));
 }
@@ -136,11 +155,23 @@ static PyMethodDef nt_methods[] = {
      "broadcast(target, source, root)\n--\n\nCollective: push broadcast of flat arrays of one "
      "type and length (target symmetric). False when the Python algorithm must run."},
     {"reduce", nt_reduce, METH_VARARGS,
-     "reduce(target, source, op)\n--\n\nCollective: one-phase butterfly all-reduce (op: 1 sum, "
-     "2 prod, 3 min, 4 max, 5 and, 6 or, 7 xor). False when the Python algorithm must run."},
+     "reduce(target, source, op)\n--\n\nCollective: all-reduce (one butterfly phase; larger: "
+     "the ring or the butterfly in chunks; op: 1 sum, 2 prod, 3 min, 4 max, 5 and, 6 or, "
+     "7 xor). False when the Python algorithm must run."},
     {"fcollect", nt_fcollect, METH_VARARGS,
      "fcollect(target, source)\n--\n\nCollective: dissemination allgather of a flat source "
      "into a flat target of n times its length. False when the Python algorithm must run."},
+    {"alltoall", nt_alltoall, METH_VARARGS,
+     "alltoall(target, source, count, tst, sst)\n--\n\nCollective: block j (count elements "
+     "at stride sst of the flat source) to block me of member j's flat target (at stride "
+     "tst). False when the Python algorithm must run."},
+    {"collect", nt_collect, METH_VARARGS,
+     "collect(target, source)\n--\n\nCollective: the members' flat sources (their lengths may "
+     "differ) concatenated into the whole flat target; raises the Python path's errors after "
+     "the counts' exchange. False when the Python algorithm must run."},
+    {"scan", nt_scan, METH_VARARGS,
+     "scan(target, source, inclusive)\n--\n\nCollective: prefix sums of flat arrays of one "
+     "type and length. False when the Python algorithm must run."},
     {NULL, NULL, 0, NULL},
 };
 

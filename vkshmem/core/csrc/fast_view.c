@@ -2,6 +2,7 @@
  * bytes (numpy's fields for plain arrays, the buffer protocol for anything else). */
 #include "fast.h"
 
+#include <stdarg.h>
 #include <string.h>
 
 int fast_none(PyObject *o) { return o == NULL || o == Py_None; }
@@ -194,3 +195,17 @@ int fast_layout_agrees(PyObject *o) {
     return ok;
 }
 
+
+int fast_invalid(const char *fmt, ...) {
+    va_list va;
+    va_start(va, fmt);
+    PyObject *msg = PyUnicode_FromFormatV(fmt, va);
+    va_end(va);
+    PyObject *mod = msg == NULL ? NULL : PyImport_ImportModule("vkshmem.core.errors");
+    PyObject *cls = mod == NULL ? NULL : PyObject_GetAttrString(mod, "InvalidArgumentError");
+    if (cls != NULL) PyErr_SetObject(cls, msg);
+    Py_XDECREF(cls);
+    Py_XDECREF(mod);
+    Py_XDECREF(msg);
+    return -1;
+}

@@ -1,0 +1,134 @@
+"""mpi4py reference for ``benchmarks/collectives_more.py``: the same rows, measured with MPI.
+
+Run with the Open MPI that the ``[mpi]`` extra installs, on the same machine and in the same
+session as the vkshmem numbers it is compared with::
+
+    .venv/bin/mpiexec -n 2 --mca osc sm .venv/bin/python benchmarks/mpi_collectives_more.py
+
+The collectives are ``Alltoall``, ``Allgatherv``, ``Scan``/``Exscan`` and ``Allreduce`` on
+``COMM_WORLD``; strided RMA is a ``Put``/``Get`` with a vector datatype (8 elements at stride 2
+on both sides) on a window from ``MPI.Win.Allocate`` in a ``Lock_all`` epoch, followed by
+``Flush``; the lock row is ``Win.Lock`` (exclusive) + ``Unlock`` on PE 1 of a second window
+(MPI has no ``test_lock``). Every row is the median over ``--reps`` loops of the mean time per
+call, for collectives on the slowest rank. ``--json`` prints one JSON object instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+
+import numpy as np
+from mpi4py import MPI
+
+comm = MPI.COMM_WORLD
+me, n = comm.Get_rank(), comm.Get_size()
+peer = (me + 1) % n
+reps = int(sys.argv[sys.argv.index("--reps") + 1]) if "--reps" in sys.argv else 5
+scale = float(sys.argv[sys.argv.index("--iters-scale") + 1]) if "--iters-scale" in sys.argv \
+    else 1.0
+KIB, MIB = 1 << 10, 1 << 20
+BIG = 4 * MIB // 8
+tgt = np.zeros(n * BIG, np.float64)
+src = np.random.default_rng(me).integers(0, 100, n * BIG).astype(np.float64)
+win = MPI.Win.Allocate(16 * 8, 8, comm=comm)
+win.Lock_all()
+lwin = MPI.Win.Allocate(8, 8, comm=comm)
+local16 = np.arange(16, dtype=np.int64)
+vec = MPI.INT64_T.Create_vector(8, 1, 2).Commit()
+
+
+def timed(fn: Callable[[], None], iters: int, everyone: bool = False) -> float:
+    """Median over ``reps`` loops of the mean time per call of ``fn`` on rank 0, or with
+    ``everyone`` (collectives: every rank calls it) on the slowest rank."""
+    iters = max(10, int(iters * scale))
+    active = everyone or me == 0
+    for _ in range(min(100, iters)):
+        if active:
+            fn()
+    times = []
+    for _ in range(reps):
+        comm.Barrier()
+        t0 = time.perf_counter()
+        if active:
+            for _ in range(iters):
+                fn()
+        times.append((time.perf_counter() - t0) / iters)
+    comm.Barrier()
+    mine = sorted(times)[reps // 2]
+    return comm.allreduce(mine, op=MPI.MAX) if everyone else mine
+
+
+def alltoall(nbytes: int) -> Callable[[], None]:
+    k = nbytes // 8
+    t, s = tgt[:n * k], src[:n * k]
+    return lambda: comm.Alltoall(s, t)
+
+
+def collect(nbytes: int) -> Callable[[], None]:
+    k = nbytes // 8
+    t, s = tgt[:n * k], src[:k]
+    counts = [k] * n
+    return lambda: comm.Allgatherv(s, [t, counts])
+
+
+def scan(nbytes: int, inclusive: bool) -> Callable[[], None]:
+    t, s = tgt[:nbytes // 8], src[:nbytes // 8]
+    fn = comm.Scan if inclusive else comm.Exscan
+    return lambda: fn(s, t, MPI.SUM)
+
+
+def reduce(nbytes: int) -> Callable[[], None]:
+    t, s = tgt[:nbytes // 8], src[:nbytes // 8]
+    return lambda: comm.Allreduce(s, t, MPI.SUM)
+
+
+def iput() -> None:
+    win.Put([local16, 1, vec], peer, [0, 1, vec])
+    win.Flush(peer)
+
+
+def iget() -> None:
+    win.Get([local16, 1, vec], peer, [0, 1, vec])
+    win.Flush(peer)
+
+
+def lock_unlock() -> None:
+    lwin.Lock(1, MPI.LOCK_EXCLUSIVE)
+    lwin.Unlock(1)
+
+
+if "--no-pin" not in sys.argv and len(os.sched_getaffinity(0)) >= n:  # as mpiexec binds
+    os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[me]})
+rows = {
+    "alltoall 8 B": timed(alltoall(8), 10000, True),
+    "alltoall 64 KiB": timed(alltoall(64 * KIB), 1000, True),
+    "collect 8 B": timed(collect(8), 10000, True),
+    "collect 64 KiB": timed(collect(64 * KIB), 1000, True),
+    "sum_inscan 8 B": timed(scan(8, True), 10000, True),
+    "sum_exscan 8 B": timed(scan(8, False), 10000, True),
+    "sum_inscan 64 KiB": timed(scan(64 * KIB, True), 1000, True),
+    "sum_reduce 64 KiB": timed(reduce(64 * KIB), 1000, True),
+    "sum_reduce 1 MiB": timed(reduce(MIB), 200, True),
+    "sum_reduce 4 MiB": timed(reduce(4 * MIB), 50, True),
+    "iput 8x8 B + quiet": timed(iput, 20000),
+    "iget 8x8 B": timed(iget, 20000),
+    "set_lock + clear_lock": timed(lock_unlock, 20000),
+}
+win.Unlock_all()
+vec.Free()
+win.Free()
+lwin.Free()
+if me == 0:
+    us = {k: v * 1e6 for k, v in rows.items()}
+    if "--json" in sys.argv:
+        print(json.dumps({"impl": "mpi4py", "version": MPI.Get_library_version().split(",")[0],
+                          "pes": n, "us": us}))
+    else:
+        print(f"\nmpi4py at {n} ranks ({MPI.Get_library_version().splitlines()[0]})")
+        print(f"{'operation':24s} {'latency (us)':>14s}")
+        for name, t in us.items():
+            print(f"{name:24s} {t:14.2f}")
