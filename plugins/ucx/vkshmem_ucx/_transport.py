@@ -37,6 +37,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from vkshmem.core.config import load as load_config
 from vkshmem.core.errors import ConfigError, InvalidArgumentError, TransportError
 from vkshmem.core.transport import (
     AmoOp,
@@ -130,6 +131,7 @@ class _Options:
     wait_spin_us: int
     err_peer: bool
     selftest: str  # auto | on | off
+    heap: str  # auto | ucx | core: who allocates the core's host segments (rail option heap=)
 
 
 def _parse_options(context: TransportContext) -> _Options:
@@ -190,7 +192,23 @@ def _parse_options(context: TransportContext) -> _Options:
         selftest = "off"
     elif selftest != "auto":
         raise bad(f"selftest={known['selftest']!r} (use auto, on or off)")
-    return _Options(ucx, timeout, spin, wait_spin, errmode == "peer", selftest)
+    heap = known.get("heap", "auto").lower()
+    if heap not in ("auto", "ucx", "core"):
+        raise bad(f"heap={known['heap']!r} (use auto, ucx or core)")
+    if heap != "core" and "ALLOC_PRIO" not in ucx and "UCX_ALLOC_PRIO" not in os.environ:
+        # a heap UCX allocates must be shared memory its posix transport maps into the peers
+        # (not private memory from another method), else registering it in place is better
+        ucx["ALLOC_PRIO"] = "md:posix"
+    return _Options(ucx, timeout, spin, wait_spin, errmode == "peer", selftest, heap)
+
+
+def _heap_unshared() -> bool:
+    """Whether no same-node peer maps this PE's memfd segments (``VKSHMEM_SHM=0``): then UCX
+    may allocate them in place (rail option ``heap=auto``)."""
+    try:
+        return not load_config().shm
+    except ConfigError:
+        return False
 
 
 def _destroy_ctx(ctx: Any) -> None:
@@ -215,6 +233,9 @@ class _Shared:
         self.emulated: tuple[str, ...] = ()
         #: this PE's registered segments, seg id -> (address, size): AMOs to itself
         self.local: dict[int, tuple[int, int]] = {}
+        #: the segments UCX allocated in place (rail option heap=)
+        self.allocated: set[int] = set()
+        self.connected = False
         self.cpu_amo = ffi.cast("uint64_t (*)(uintptr_t, int, int, uint64_t, uint64_t)",
                                 context.amo_function)
 
@@ -310,14 +331,23 @@ class UcxTransport(Transport):
         if not 0 <= segment.seg_id < lib.VKU_MAX_SEGS:
             raise TransportError(NAME, f"segment id {segment.seg_id} is out of range "
                                  f"(0..{lib.VKU_MAX_SEGS - 1})")
+        sh = self._shared
         buf = ffi.new("char[]", lib.VKU_RKEY_MAX)
         size = ffi.new("size_t *", lib.VKU_RKEY_MAX)
-        rc = lib.vku_mem_map(self._shared.ctx, segment.address, segment.size, buf, size)
+        heap = sh.options.heap
+        alloc = _new("int *", int(segment.fd >= 0 and not sh.connected and (
+            heap == "ucx" or (heap == "auto" and sh.context.rail == 0 and _heap_unshared()))))
+        rc = lib.vku_mem_map(sh.ctx, segment.address, segment.size, segment.fd, alloc, buf,
+                             size)
         if rc:
             raise TransportError(NAME, f"cannot register segment {segment.seg_id} "
                                  f"({segment.size} bytes at {segment.address:#x})",
                                  status=_status(rc))
-        self._shared.local[segment.seg_id] = (segment.address, segment.size)
+        if alloc[0]:
+            sh.allocated.add(segment.seg_id)
+            log.debug("ucx: segment %d (%d bytes) allocated by UCX in place", segment.seg_id,
+                      segment.size)
+        sh.local[segment.seg_id] = (segment.address, segment.size)
         return _KEY.pack(segment.seg_id, segment.address, segment.size) + \
             bytes(ffi.buffer(buf, size[0]))
 
@@ -326,6 +356,7 @@ class UcxTransport(Transport):
         May be called again (e.g. after new segments were registered)."""
         w = self._live()
         sh = self._shared
+        sh.connected = True  # segments registered from now on are not the core's heap
         for pe, info in peers.items():
             if info.address is None:
                 continue
@@ -556,6 +587,7 @@ class UcxTransport(Transport):
                 "caller_sleeps": out[3], "caller_sleep_timeouts": out[4],
                 "ucx_version": ".".join(map(str, ucx_version())), "built_with": build_info(),
                 "emulated": self._shared.emulated,
+                "ucx_allocated_segments": sorted(self._shared.allocated),
                 "settings": {f"UCX_{k}": v for k, v in self._shared.options.ucx.items()}}
 
     def close(self, _force: bool = False) -> None:

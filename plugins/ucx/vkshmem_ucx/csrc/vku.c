@@ -24,6 +24,7 @@
 #endif
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -34,6 +35,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -94,6 +96,7 @@ typedef struct vku_local {
     uintptr_t addr;
     uint64_t size;
     ucp_mem_h memh;
+    int fd; /* >= 0: UCX allocated this range over the core's memfd (a dup of it) */
 } vku_local;
 
 struct vku_ctx {
@@ -113,6 +116,8 @@ struct vku_ctx {
     volatile uint32_t emulate;
     volatile uint64_t stat_wakeups, stat_idle, stat_busy, stat_sleeps, stat_sleep_timeouts;
 };
+
+static void unmap_local(vku_ctx *c, vku_local *l);
 
 static uint64_t now_ns(void)
 {
@@ -163,6 +168,7 @@ const char *vku_status_string(int status)
     case VKU_ETOOBIG: return "blob too large";
     case VKU_ETIMEDOUT: return "timed out";
     case VKU_EFAILED: return "a PE of the job failed";
+    case VKU_EBUSY: return "another transport allocated this range";
     default: return ucs_status_string((ucs_status_t)status);
     }
 }
@@ -482,7 +488,7 @@ void vku_ctx_destroy(vku_ctx *c)
     while (c->workers)
         vku_worker_destroy(c->workers, 1);
     for (int i = 0; i < c->nlocal; i++)
-        ucp_mem_unmap(c->context, c->locals[i].memh);
+        unmap_local(c, &c->locals[i]);
     c->nlocal = 0;
     if (c->context)
         ucp_cleanup(c->context);
@@ -508,7 +514,140 @@ void vku_stats(vku_ctx *c, uint64_t *out3)
     out3[2] = c->stat_busy;
 }
 
-int vku_mem_map(vku_ctx *c, uintptr_t addr, uint64_t size, void *buf, size_t *len)
+/* Copy the pages of [src, src+size) that are resident (mincore) to dst: the bytes that can
+ * differ from zero, without touching (and so allocating) the rest of a sparse segment. */
+static void copy_resident(void *dst, const void *src, uint64_t size)
+{
+    long page = sysconf(_SC_PAGESIZE);
+    size_t npages = (size_t)((size + (uint64_t)page - 1) / (uint64_t)page);
+    unsigned char *vec = malloc(npages ? npages : 1);
+    if (!vec || mincore((void *)src, (size_t)size, vec) != 0) {
+        memcpy(dst, src, (size_t)size); /* cannot tell: copy everything */
+        free(vec);
+        return;
+    }
+    for (size_t i = 0; i < npages; i++) {
+        if (!(vec[i] & 1))
+            continue;
+        size_t j = i;
+        while (j + 1 < npages && (vec[j + 1] & 1))
+            j++;
+        uint64_t off = (uint64_t)i * (uint64_t)page;
+        uint64_t end = (uint64_t)(j + 1) * (uint64_t)page;
+        memcpy((char *)dst + off, (const char *)src + off, (size_t)((end < size ? end : size) - off));
+        i = j;
+    }
+    free(vec);
+}
+
+/* Ranges UCX allocated in place, process-wide: a second transport (another rail) must not
+ * allocate over the first one's memory, so it registers that memory as it is instead. */
+static pthread_mutex_t g_alloc_lock = PTHREAD_MUTEX_INITIALIZER;
+static uintptr_t g_alloc_addr[VKU_MAX_LOCAL];
+static uint64_t g_alloc_size[VKU_MAX_LOCAL];
+
+/* Claim [addr, addr+size) (claim=1; 0 when another transport holds an overlapping range) or
+ * release it (claim=0). */
+static int alloc_claim(uintptr_t addr, uint64_t size, int claim)
+{
+    int ok = 0, free_slot = -1;
+    pthread_mutex_lock(&g_alloc_lock);
+    for (int i = 0; i < VKU_MAX_LOCAL; i++) {
+        if (!g_alloc_size[i]) {
+            if (free_slot < 0)
+                free_slot = i;
+            continue;
+        }
+        if (!claim && g_alloc_addr[i] == addr && g_alloc_size[i] == size) {
+            g_alloc_size[i] = 0;
+            ok = 1;
+            break;
+        }
+        if (claim && addr < g_alloc_addr[i] + g_alloc_size[i] && g_alloc_addr[i] < addr + size)
+            goto out;
+    }
+    if (claim && free_slot >= 0) {
+        g_alloc_addr[free_slot] = addr;
+        g_alloc_size[free_slot] = size;
+        ok = 1;
+    }
+out:
+    pthread_mutex_unlock(&g_alloc_lock);
+    return ok;
+}
+
+/* Replace the memfd mapping at [addr, addr+size) by memory UCX allocates at the same address
+ * (ucp_mem_map ALLOCATE | FIXED), keeping its bytes: UCX's shared-memory transports then
+ * reach it directly (stores and CPU atomics into the mapping) instead of by cma and software
+ * atomics. 0 on success; else the range still holds the memfd mapping. */
+static int map_allocated(vku_ctx *c, uintptr_t addr, uint64_t size, int fd, ucp_mem_h *memh)
+{
+    if (!alloc_claim(addr, size, 1))
+        return VKU_EBUSY;
+    void *old = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (old == MAP_FAILED) {
+        alloc_claim(addr, size, 0);
+        return VKU_ENOMEM;
+    }
+    ucp_mem_map_params_t mp;
+    memset(&mp, 0, sizeof(mp));
+    mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                    UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+    mp.address = (void *)addr;
+    mp.length = size;
+    mp.flags = UCP_MEM_MAP_ALLOCATE | UCP_MEM_MAP_FIXED;
+    ucs_status_t st = ucp_mem_map(c->context, &mp, memh);
+    int rc = st;
+    if (st == UCS_OK) {
+        ucp_mem_attr_t attr;
+        memset(&attr, 0, sizeof(attr));
+        attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;
+        if (ucp_mem_query(*memh, &attr) != UCS_OK || (uintptr_t)attr.address != addr ||
+            attr.length != size) {
+            /* not where the core's mapping was (or not all of it): put the memfd back */
+            ucp_mem_unmap(c->context, *memh);
+            mmap((void *)addr, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
+                 fd, 0);
+            rc = VKU_ENOMEM;
+        } else {
+            copy_resident((void *)addr, old, size);
+            rc = 0;
+        }
+    }
+    munmap(old, (size_t)size);
+    if (rc)
+        alloc_claim(addr, size, 0);
+    return rc;
+}
+
+/* Give the range back to the memfd (with the bytes written meanwhile), then release UCX's
+ * memory: the core's mapping (and arrays still viewing it) stay valid after close. */
+static void unmap_local(vku_ctx *c, vku_local *l)
+{
+    if (l->fd < 0) {
+        ucp_mem_unmap(c->context, l->memh);
+        return;
+    }
+    void *back = mmap(NULL, (size_t)l->size, PROT_READ | PROT_WRITE, MAP_SHARED, l->fd, 0);
+    if (back != MAP_FAILED)
+        copy_resident(back, (void *)l->addr, l->size);
+    ucp_mem_unmap(c->context, l->memh); /* unmaps the range */
+    if (back == MAP_FAILED ||
+        mremap(back, (size_t)l->size, (size_t)l->size, MREMAP_MAYMOVE | MREMAP_FIXED,
+               (void *)l->addr) == MAP_FAILED) {
+        /* keep the range reserved at least (zeros), so nothing else lands in it */
+        mmap((void *)l->addr, (size_t)l->size, PROT_READ | PROT_WRITE,
+             MAP_SHARED | MAP_FIXED, l->fd, 0);
+        if (back != MAP_FAILED)
+            munmap(back, (size_t)l->size);
+    }
+    close(l->fd);
+    l->fd = -1;
+    alloc_claim(l->addr, l->size, 0);
+}
+
+int vku_mem_map(vku_ctx *c, uintptr_t addr, uint64_t size, int fd, int *allocate, void *buf,
+                size_t *len)
 {
     int rc = 0;
     pthread_mutex_lock(&c->mem_lock);
@@ -521,22 +660,34 @@ int vku_mem_map(vku_ctx *c, uintptr_t addr, uint64_t size, void *buf, size_t *le
             rc = VKU_ENOMEM;
             goto out;
         }
-        ucp_mem_map_params_t mp;
-        memset(&mp, 0, sizeof(mp));
-        mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
-        mp.address = (void *)addr;
-        mp.length = size;
         ucp_mem_h memh;
-        ucs_status_t st = ucp_mem_map(c->context, &mp, &memh);
-        if (st != UCS_OK) {
-            rc = st;
-            goto out;
+        int own = -1;
+        long page = sysconf(_SC_PAGESIZE);
+        if (*allocate && fd >= 0 && addr % (uintptr_t)page == 0 && size % (uint64_t)page == 0 &&
+            (own = fcntl(fd, F_DUPFD_CLOEXEC, 0)) >= 0 &&
+            map_allocated(c, addr, size, own, &memh) != 0) {
+            close(own);
+            own = -1;
+        }
+        if (own < 0) {
+            ucp_mem_map_params_t mp;
+            memset(&mp, 0, sizeof(mp));
+            mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+            mp.address = (void *)addr;
+            mp.length = size;
+            ucs_status_t st = ucp_mem_map(c->context, &mp, &memh);
+            if (st != UCS_OK) {
+                rc = st;
+                goto out;
+            }
         }
         l = &c->locals[c->nlocal++];
         l->addr = addr;
         l->size = size;
         l->memh = memh;
+        l->fd = own;
     }
+    *allocate = l->fd >= 0;
     void *packed;
     size_t plen;
     ucs_status_t st = ucp_rkey_pack(c->context, l->memh, &packed, &plen);
@@ -1065,8 +1216,9 @@ int vku_selftest(vku_ctx *c, uint32_t *bad_mask, char *err, size_t errlen)
         if (rc == 0)
             rc = vku_peer_set(a, 1, blob, len);
         len = sizeof(blob);
+        int no = 0;
         if (rc == 0)
-            rc = vku_mem_map(c, (uintptr_t)mem, 4096, blob, &len);
+            rc = vku_mem_map(c, (uintptr_t)mem, 4096, -1, &no, blob, &len);
         for (int32_t pe = 0; rc == 0 && pe < 2; pe++)
             rc = vku_peer_seg(a, pe, 0, (uint64_t)(uintptr_t)mem, 4096, blob, len);
         if (rc)
@@ -1114,7 +1266,7 @@ int vku_selftest(vku_ctx *c, uint32_t *bad_mask, char *err, size_t errlen)
         pthread_mutex_lock(&c->mem_lock);
         for (int i = 0; i < c->nlocal; i++) {
             if (c->locals[i].addr == (uintptr_t)mem) {
-                ucp_mem_unmap(c->context, c->locals[i].memh);
+                unmap_local(c, &c->locals[i]);
                 c->locals[i] = c->locals[--c->nlocal];
                 break;
             }

@@ -31,6 +31,7 @@
 #define VKU_ETOOBIG (-1008)  /* a blob does not fit the caller's buffer */
 #define VKU_ETIMEDOUT (-1009) /* no completion within the transport's timeout */
 #define VKU_EFAILED (-1010)  /* a PE of the job failed while the operation waited */
+#define VKU_EBUSY (-1011)    /* another transport of this process allocated the range */
 
 /* AMO op codes: the same as vkshmem.core.transport.AmoOp (checked at import). */
 #define VKU_FETCH 0
@@ -71,9 +72,13 @@ uint32_t vku_get_emulation(vku_ctx *c);
 /* wakeups of the progress thread, of which by timeout, progress calls that did work. */
 void vku_stats(vku_ctx *c, uint64_t *out3);
 
-/* ucp_mem_map the memory [addr, addr+size) (not allocating it) and pack its rkey into buf
- * (capacity *len; *len becomes the packed size). Mapping the same range again repacks it. */
-int vku_mem_map(vku_ctx *c, uintptr_t addr, uint64_t size, void *buf, size_t *len);
+/* ucp_mem_map the memory [addr, addr+size) and pack its rkey into buf (capacity *len; *len
+ * becomes the packed size). Mapping the same range again repacks it. *allocate = 1 (with fd,
+ * the memfd mapped there): let UCX allocate the range in place (ALLOCATE | FIXED, bytes kept;
+ * given back to the memfd at vku_ctx_destroy), falling back to registering the memory as it
+ * is; *allocate becomes 1 when UCX allocated it. */
+int vku_mem_map(vku_ctx *c, uintptr_t addr, uint64_t size, int fd, int *allocate, void *buf,
+                size_t *len);
 
 /* A worker with a table of n_pes peers; it joins the progress thread's set. */
 vku_worker *vku_worker_create(vku_ctx *c, int32_t n_pes, char *err, size_t errlen);
