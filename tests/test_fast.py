@@ -5,6 +5,7 @@ to that function, so errors keep their classes and messages."""
 
 from __future__ import annotations
 
+import ctypes
 import inspect
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -285,11 +286,12 @@ def test_finalized_entries_say_so(shmem: Any) -> None:
     assert b[0] == 2
 
 
+_QUIET = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
+
+
 def test_native_transport_route(shmem: Any) -> None:
     """A PE routed through a transport with a C data path (Transport.native_ops): the entries
     call it with the heap offset, and turn a failure into the transport's own error."""
-    import ctypes
-
     from vkshmem._api import state
 
     calls: list[tuple[Any, ...]] = []
@@ -300,7 +302,8 @@ def test_native_transport_route(shmem: Any) -> None:
                            ctypes.c_uint64, ctypes.c_int, ctypes.POINTER(ctypes.c_uint64))
 
     class Ops(ctypes.Structure):
-        _fields_ = [("self", ctypes.c_void_p), ("put", PUT), ("get", PUT), ("amo", AMO)]
+        _fields_ = [("self", ctypes.c_void_p), ("put", PUT), ("get", PUT), ("amo", AMO),
+                    ("quiet", _QUIET), ("fence", _QUIET)]
 
     def put(_s: Any, pe: int, seg: int, off: int, buf: int, n: int, nbi: int) -> int:
         calls.append(("put", pe, seg, off, ctypes.string_at(buf, n), nbi))
@@ -343,3 +346,4 @@ def test_native_transport_route(shmem: Any) -> None:
     assert calls[0] == ("put", 0, 0, base + 8, (7).to_bytes(8, "little"), 0)
     assert calls[1] == ("get", 0, 0, base + 16, 16) and out.tolist() == [0x2A2A2A2A2A2A2A2A] * 2
     assert calls[2] == ("amo", base + 24, 4, 8, 9, 1) and len(calls) == 4
+

@@ -28,7 +28,10 @@ typedef uint64_t (*vk_amo_fn)(uintptr_t addr, int op, int width, uint64_t operan
  * compiled hot path calls these for PEs the transport reaches, with the GIL released, instead
  * of the transport's Python methods. Each returns 0 or the transport's error status (which
  * Transport.native_error turns into the exception its Python method would raise). put and
- * get are blocking (nbi = 0): the source is reusable, the destination filled on return. */
+ * get are blocking (nbi = 0): the source is reusable, the destination filled on return.
+ * quiet and fence (NULL: not offered; then the core calls the Python methods) do what
+ * Transport.quiet/fence do; they may also return a positive value: "not done, call the
+ * Python method" (e.g. it holds buffers of non-blocking operations to release). */
 struct vk_native_ops {
     void *self;
     int (*put)(void *self, int32_t pe, uint32_t seg, uint64_t off, const void *src,
@@ -37,6 +40,8 @@ struct vk_native_ops {
                int nbi);
     int (*amo)(void *self, int32_t pe, uint32_t seg, uint64_t off, int op, int width,
                uint64_t operand, uint64_t compare, int fetch, uint64_t *result);
+    int (*quiet)(void *self);
+    int (*fence)(void *self);
 };
 
 /* The segments of this PE and where every PE's segments are mapped here. */

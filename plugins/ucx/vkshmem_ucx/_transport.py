@@ -284,6 +284,7 @@ class UcxTransport(Transport):
         if w == ffi.NULL:
             raise TransportError(NAME, f"cannot create a UCP worker: {ffi.string(err).decode()}")
         self._w = w
+        self._held_flag = lib.vku_held_flag(w)
 
     def _selftest(self, mode: str) -> None:
         """Detect (and work around) UCX releases whose AND/OR/XOR write wrong values."""
@@ -453,6 +454,7 @@ class UcxTransport(Transport):
         if rc:
             raise self._error(rc, "put to", pe, seg, offset, len(buf))
         self._held.append(buf)
+        self._held_flag[0] = 1  # the core's quiet in C must call quiet() to release it
 
     def get(self, pe: int, seg: int, offset: int, dst: memoryview) -> None:
         """``ucp_get_nbx``; returns with ``dst`` filled."""
@@ -478,6 +480,7 @@ class UcxTransport(Transport):
         if rc:
             raise self._error(rc, "get from", pe, seg, offset, len(buf))
         self._held.append(buf)
+        self._held_flag[0] = 1  # the core's quiet in C must call quiet() to release it
 
     def amo(
         self, pe: int, seg: int, offset: int, op: AmoOp, width: int,
@@ -505,8 +508,10 @@ class UcxTransport(Transport):
         return out[0] if fetch else 0
 
     def native_ops(self) -> int:
-        """vku_put/vku_get/vku_amo of this endpoint's worker, for the core's compiled hot path
-        (the same calls as :meth:`put`/:meth:`get`/:meth:`amo`, without Python)."""
+        """vku_put/vku_get/vku_amo/vku_quiet/vku_fence of this endpoint's worker, for the
+        core's compiled hot path (the same calls as :meth:`put`/:meth:`get`/:meth:`amo`/
+        :meth:`quiet`/:meth:`fence`, without Python; its quiet defers to :meth:`quiet` while
+        buffers of non-blocking operations issued from Python are held)."""
         w = self._w
         if w is None:
             return 0
@@ -519,8 +524,12 @@ class UcxTransport(Transport):
     def native_error(self, status: int, doing: str, pe: int, seg: int, offset: int,
                      nbytes: int, buffer: object) -> BaseException:
         """The exception :meth:`put`/:meth:`get`/:meth:`amo` raise for ``status``."""
-        if status == lib.VKU_ETIMEDOUT:
+        if status == lib.VKU_ETIMEDOUT and buffer is not None:
             self._graveyard.append(buffer)  # UCX may still read or write it
+        if doing == "quiet":
+            return self._quiet_error(status)
+        if doing == "fence":
+            return TransportError(NAME, "fence failed", status=_status(status))
         return self._error(status, doing, pe, seg, offset, nbytes)
 
     def fence(self) -> None:
@@ -534,15 +543,19 @@ class UcxTransport(Transport):
         every non-blocking get has filled its buffer)."""
         w = self._live()
         held, self._held = self._held, []  # only operations issued before this point
+        self._held_flag[0] = 0
         rc = lib.vku_quiet(w)
         if rc:
             self._graveyard.extend(held)  # UCX may still read or write them
-            raise TransportError(NAME, "quiet: "
-                                 + ("no completion within "
-                                    f"{self._shared.options.timeout:g} s (a peer may be dead "
-                                    "or stuck; the rail option timeout= sets this limit)"
-                                    if rc == lib.VKU_ETIMEDOUT else "an operation failed"),
-                                 status=_status(rc))
+            raise self._quiet_error(rc)
+
+    def _quiet_error(self, rc: int) -> TransportError:
+        return TransportError(NAME, "quiet: "
+                              + ("no completion within "
+                                 f"{self._shared.options.timeout:g} s (a peer may be dead "
+                                 "or stuck; the rail option timeout= sets this limit)"
+                                 if rc == lib.VKU_ETIMEDOUT else "an operation failed"),
+                              status=_status(rc))
 
     # -- contexts, introspection, shutdown ------------------------------------------------
 

@@ -324,7 +324,7 @@ static int finish(int r, PyObject **out) {
 /* barrier_all is quiet + sync + the open memory domains' error checks: native while quiet is
  * a fence and no domain is open (op 1; op 0: sync_all) */
 static int barrier_native(void) {
-    if (!G.quiet_fence || G.seg_heaps == NULL) return 0;
+    if ((!G.quiet_fence && G.nquiet < 0) || G.seg_heaps == NULL) return 0;
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(G.seg_heaps); i++)
         if (PyList_GET_ITEM(G.seg_heaps, i) != Py_None) return 0;
     return 1;
@@ -332,7 +332,11 @@ static int barrier_native(void) {
 
 int fast_barrier(FastCall *self, PyObject **a, PyObject **out) {
     if (!team_valid(G.world) || (self->op && !barrier_native())) return 0;
-    if (self->op) __atomic_thread_fence(__ATOMIC_SEQ_CST);  /* barrier_all: quiet first */
+    if (self->op) {  /* barrier_all: quiet first */
+        __atomic_thread_fence(__ATOMIC_SEQ_CST);
+        int r = G.quiet_fence ? 1 : fast_transports_quiet(0);
+        if (r <= 0) return r < 0 ? finish(-1, out) : 0;
+    }
     return finish(team_sync(G.world) < 0 ? -1 : 1, out);
 }
 

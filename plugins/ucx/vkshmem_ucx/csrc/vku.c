@@ -87,6 +87,7 @@ struct vku_worker {
     vku_pend *pend;
     size_t npend, cap;
     int deferred; /* the error of a reaped non-blocking request, reported by the next quiet */
+    int py_held;  /* Python holds buffers of non-blocking operations: quiet must run there */
     uint64_t epoch;
     int listed;
     vku_worker *next;
@@ -1294,9 +1295,20 @@ static int native_amo(void *w, int32_t pe, uint32_t seg, uint64_t off, int op, i
     return vku_amo(w, pe, seg, off, op, width, operand, compare, fetch, result);
 }
 
+/* 1 ("call the Python quiet") while Python holds buffers it must release after the flush */
+static int native_quiet(void *w) {
+    return ((vku_worker *)w)->py_held ? 1 : vku_quiet(w);
+}
+
+static int native_fence(void *w) { return vku_fence(w); }
+
 void vku_native_ops(vku_worker *w, struct vk_native_ops *ops) {
     ops->self = w;
     ops->put = native_put;
     ops->get = native_get;
     ops->amo = native_amo;
+    ops->quiet = native_quiet;
+    ops->fence = native_fence;
 }
+
+int *vku_held_flag(vku_worker *w) { return &w->py_held; }

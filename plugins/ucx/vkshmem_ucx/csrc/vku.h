@@ -99,7 +99,8 @@ int vku_amo(vku_worker *w, int32_t pe, uint32_t seg, uint64_t off, int op, int w
 int vku_fence(vku_worker *w);
 
 /* vkshmem's struct vk_native_ops (vkshmem/core/_native.h, Transport.native_ops): the core's
- * compiled hot path calls these (vku_put, vku_get, vku_amo of one worker) directly. */
+ * compiled hot path calls these (vku_put, vku_get, vku_amo, vku_quiet, vku_fence of one
+ * worker) directly. */
 struct vk_native_ops {
     void *self;
     int (*put)(void *self, int32_t pe, uint32_t seg, uint64_t off, const void *src,
@@ -108,8 +109,13 @@ struct vk_native_ops {
                int nbi);
     int (*amo)(void *self, int32_t pe, uint32_t seg, uint64_t off, int op, int width,
                uint64_t operand, uint64_t compare, int fetch, uint64_t *result);
+    int (*quiet)(void *self); /* vku_quiet; 1 while *vku_held_flag(w) is set */
+    int (*fence)(void *self); /* vku_fence */
 };
 void vku_native_ops(vku_worker *w, struct vk_native_ops *ops);
+/* Set by Python while it holds buffers of non-blocking operations (its quiet releases them):
+ * the native quiet then answers 1, "call the Python quiet". */
+int *vku_held_flag(vku_worker *w);
 int vku_quiet(vku_worker *w);
 int vku_progress(vku_worker *w);
 
