@@ -16,6 +16,7 @@ pytestmark = pytest.mark.timeout(300)
 CASES = {  # name: (mode, rail, segments UCX allocates)
     "sm-auto": ("ucx-sm", "ucx", "0,1"),
     "sm-core": ("ucx-sm", "ucx:heap=core", ""),
+    "sm-indirect": ("ucx-sm", "ucx:direct=off", "0,1"),  # UCX's own posix ops, not ours
     "tcp-auto": ("ucx-tcp", "ucx", ""),  # no posix memory domain: registered in place
 }
 

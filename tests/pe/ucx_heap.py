@@ -1,6 +1,6 @@
 """The ucx transport with the core's heap allocated by UCX (rail option heap=, see
 plugins/ucx/README.md): which segments UCX allocated, contended AMOs that mix UCX's
-shared-memory atomics (peers) with the core's own CPU atomics (this PE), puts, a Python-path
+shared-memory atomics (peers) with the core's own CPU atomics (this PE), puts, gets, a Python-path
 put_nbi completed by the quiet in C, and the heap's bytes surviving finalize (the range goes
 back to the core's memfd). Expects VKSHMEM_SHM=0 and VKSHMEM_TRANSPORTS=ucx; UCX_HEAP_WANT
 names the segments UCX must have allocated ("0,1" or "")."""
@@ -28,7 +28,7 @@ check(got == want, f"UCX allocated segments {got}, expected {want}")
 counter = shmem.zeros(1, np.int64)
 board = shmem.zeros(n, np.int64)
 shmem.barrier_all()
-for i in range(ROUNDS):  # every PE adds to every PE's counter, this PE's own included
+for _ in range(ROUNDS):  # every PE adds to every PE's counter, this PE's own included
     for pe in range(n):
         shmem.atomic_add(counter, 1, (me + pe) % n)
 for pe in range(n):  # one blocking put, one Python-path put_nbi per peer
@@ -48,6 +48,11 @@ check(counter[0] == ROUNDS * n, f"counter {counter[0]} after {ROUNDS * n} adds")
 prev = (me - 1) % n
 expect = [1000 + pe if pe == prev else 100 + pe for pe in range(n)]
 check(board.tolist() == expect, f"board {board.tolist()}, expected {expect}")
+seen = np.zeros(n, np.int64)
+for pe in range(n):  # read every PE's board back
+    shmem.get(seen, board, pe)
+    theirs = [1000 + q if q == (pe - 1) % n else 100 + q for q in range(n)]
+    check(seen.tolist() == theirs, f"board of PE {pe} read as {seen.tolist()}, not {theirs}")
 shmem.barrier_all()
 old = shmem.atomic_fetch_add(counter, 5, (me + 1) % n)
 check(old >= ROUNDS * n, f"fetch_add returned {old}")

@@ -132,6 +132,7 @@ class _Options:
     err_peer: bool
     selftest: str  # auto | on | off
     heap: str  # auto | ucx | core: who allocates the core's host segments (rail option heap=)
+    direct: bool  # loads/stores/CPU atomics on peers' segments UCX maps here (rail option)
 
 
 def _parse_options(context: TransportContext) -> _Options:
@@ -199,7 +200,11 @@ def _parse_options(context: TransportContext) -> _Options:
         # a heap UCX allocates must be shared memory its posix transport maps into the peers
         # (not private memory from another method), else registering it in place is better
         ucx["ALLOC_PRIO"] = "md:posix"
-    return _Options(ucx, timeout, spin, wait_spin, errmode == "peer", selftest, heap)
+    direct = known.get("direct", "on").lower()
+    if direct not in _TRUE + _FALSE:
+        raise bad(f"direct={known['direct']!r} (use on or off)")
+    return _Options(ucx, timeout, spin, wait_spin, errmode == "peer", selftest, heap,
+                    direct in _TRUE)
 
 
 def _heap_unshared() -> bool:
@@ -268,6 +273,7 @@ class UcxTransport(Transport):
         sh.ctx = ctx
         self._ctx_finalizer = weakref.finalize(self, _destroy_ctx, ctx)
         lib.vku_set_liveness(ctx, getattr(context, "liveness_words", 0))
+        lib.vku_set_direct(ctx, context.amo_function, int(opts.direct))
         try:
             self._selftest(opts.selftest)
             self._open_worker()

@@ -48,6 +48,9 @@
 #define VKU_DRAIN_MAX 1024          /* progress calls per drain (fairness to the caller) */
 #define VKU_REAP_AT 1024            /* pending nbi requests before completed ones are reaped */
 
+typedef uint64_t (*vku_cpu_amo)(uintptr_t addr, int op, int width, uint64_t operand,
+                                uint64_t compare);
+
 typedef struct vku_cell {
     uint64_t operand;
     uint64_t reply;
@@ -64,6 +67,7 @@ typedef struct vku_rseg {
     void *packed;
     size_t packed_len;
     ucp_rkey_h rkey; /* unpacked on first use (it needs the endpoint) */
+    char *ptr;       /* where UCX maps the segment here (ucp_rkey_ptr), or NULL */
 } vku_rseg;
 
 typedef struct vku_peer {
@@ -88,7 +92,9 @@ struct vku_worker {
     size_t npend, cap;
     int deferred; /* the error of a reaped non-blocking request, reported by the next quiet */
     int py_held;  /* Python holds buffers of non-blocking operations: quiet must run there */
+    void *reply;  /* the reply cell of blocking fetching AMOs (a vku_word) */
     uint64_t epoch;
+    int dirty;    /* a UCX put since the last quiet (whose remote completion needs a flush) */
     int listed;
     vku_worker *next;
 };
@@ -113,8 +119,10 @@ struct vku_ctx {
     int nlocal;
     uint64_t spin_ns, wait_spin_ns, timeout_ns;
     int err_peer;
+    int direct; /* use ucp_rkey_ptr mappings for loads, stores and CPU atomics */
     volatile uint64_t *failed; /* the core's liveness words, or NULL */
     volatile uint32_t emulate;
+    vku_cpu_amo cpu_amo; /* the core's CPU atomic (vk_amo), for segments mapped here */
     volatile uint64_t stat_wakeups, stat_idle, stat_busy, stat_sleeps, stat_sleep_timeouts;
 };
 
@@ -307,10 +315,12 @@ static int track(vku_worker *w, void *req, vku_cell *cell)
  * deliberately leaked since UCX may still write into them. Returns the first error. */
 static int finish_pending(vku_worker *w, uint64_t timeout_ns, int rc)
 {
-    uint64_t deadline = now_ns() + timeout_ns;
     if (rc == 0)
         rc = w->deferred;
     w->deferred = 0;
+    if (w->npend == 0) /* the common case: blocking operations only */
+        return rc;
+    uint64_t deadline = now_ns() + timeout_ns;
     for (size_t i = 0; i < w->npend; i++) {
         vku_pend p = w->pend[i];
         if (rc != 0 && ucp_request_check_status(p.req) == UCS_INPROGRESS) {
@@ -503,6 +513,12 @@ void vku_ctx_destroy(vku_ctx *c)
 }
 
 void vku_set_emulation(vku_ctx *c, uint32_t mask) { c->emulate = mask; }
+
+void vku_set_direct(vku_ctx *c, uintptr_t cpu_amo, int direct)
+{
+    c->cpu_amo = (vku_cpu_amo)cpu_amo;
+    c->direct = direct;
+}
 
 uint32_t vku_get_emulation(vku_ctx *c) { return c->emulate; }
 
@@ -812,6 +828,8 @@ void vku_worker_destroy(vku_worker *w, int force)
     pthread_mutex_unlock(&c->list_lock);
     pthread_mutex_lock(&w->lock);
     finish_pending(w, VKU_CLOSE_TIMEOUT_NS, 0);
+    free(w->reply);
+    w->reply = NULL;
     free(w->pend);
     w->pend = NULL;
     w->cap = 0;
@@ -911,7 +929,7 @@ static void on_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
 
 /* Resolve (pe, seg, off, n) to an endpoint, rkey and remote address (w->lock held). */
 static int target(vku_worker *w, int32_t pe, uint32_t seg, uint64_t off, uint64_t n,
-                  vku_peer **pp, ucp_rkey_h *rkey, uint64_t *raddr)
+                  vku_peer **pp, ucp_rkey_h *rkey, uint64_t *raddr, char **local)
 {
     if (!w->worker)
         return VKU_ECLOSED;
@@ -948,10 +966,26 @@ static int target(vku_worker *w, int32_t pe, uint32_t seg, uint64_t off, uint64_
             s->rkey = NULL;
             return st;
         }
+        /* UCX's shared memory maps memory it allocated (heap=ucx) into this process: loads,
+         * stores and CPU atomics reach it directly (as UCX's own posix transport does) */
+        void *lp;
+        if (ucp_rkey_ptr(s->rkey, s->base, &lp) == UCS_OK && w->ctx->direct)
+            s->ptr = lp;
     }
     *pp = p;
     *rkey = s->rkey;
     *raddr = s->base + off;
+    if (local)
+        *local = s->ptr ? s->ptr + off : NULL;
+    return 0;
+}
+
+/* Take the worker's lock; try: only if free at once (else 1, not taken). */
+static int lock_worker(vku_worker *w, int try)
+{
+    if (try)
+        return pthread_mutex_trylock(&w->lock) != 0;
+    pthread_mutex_lock(&w->lock);
     return 0;
 }
 
@@ -974,13 +1008,24 @@ int vku_put(vku_worker *w, int32_t pe, uint32_t seg, uint64_t off, const void *s
     vku_peer *p;
     ucp_rkey_h rkey;
     uint64_t raddr;
-    pthread_mutex_lock(&w->lock);
-    int rc = target(w, pe, seg, off, n, &p, &rkey, &raddr);
-    if (rc == 0 && n > 0) {
+    char *local;
+    int try = nbi == VKU_TRY;
+    if (lock_worker(w, try))
+        return VKU_AGAIN;
+    int rc = target(w, pe, seg, off, n, &p, &rkey, &raddr, &local);
+    if (rc == 0 && n > 0 && local) { /* after this worker's UCX writes to pe (ordering) */
+        if (try && p->dirty == w->epoch)
+            rc = VKU_AGAIN;
+        else if ((rc = order_after_writes(w, p)) == 0)
+            memcpy(local, src, n);
+    } else if (rc == 0 && n > 0 && try) {
+        rc = VKU_AGAIN;
+    } else if (rc == 0 && n > 0) {
         ucp_request_param_t prm;
         memset(&prm, 0, sizeof(prm));
         void *req = ucp_put_nbx(p->ep, src, n, raddr, rkey, &prm);
         p->dirty = w->epoch;
+        w->dirty = 1;
         rc = nbi ? track(w, req, NULL) : wait_req(w, req, w->ctx->timeout_ns);
     }
     pthread_mutex_unlock(&w->lock);
@@ -993,11 +1038,18 @@ int vku_get(vku_worker *w, int32_t pe, uint32_t seg, uint64_t off, void *dst, si
     vku_peer *p;
     ucp_rkey_h rkey;
     uint64_t raddr;
-    pthread_mutex_lock(&w->lock);
-    int rc = target(w, pe, seg, off, n, &p, &rkey, &raddr);
+    char *local;
+    int try = nbi == VKU_TRY;
+    if (lock_worker(w, try))
+        return VKU_AGAIN;
+    int rc = target(w, pe, seg, off, n, &p, &rkey, &raddr, &local);
+    if (rc == 0 && n > 0 && try && (!local || p->dirty == w->epoch))
+        rc = VKU_AGAIN;
     if (rc == 0 && n > 0)
         rc = order_after_writes(w, p);
-    if (rc == 0 && n > 0) {
+    if (rc == 0 && n > 0 && local) {
+        memcpy(dst, local, n);
+    } else if (rc == 0 && n > 0) {
         ucp_request_param_t prm;
         memset(&prm, 0, sizeof(prm));
         void *req = ucp_get_nbx(p->ep, dst, n, raddr, rkey, &prm);
@@ -1045,7 +1097,9 @@ static int amo_fetch(vku_worker *w, vku_peer *p, ucp_atomic_op_t uop, int width,
                      uint64_t *out)
 {
     vku_word op;
-    vku_word *rep = malloc(sizeof(*rep)); /* leaked if the reply never comes (timeout) */
+    /* the worker's reply cell (no allocation per AMO); abandoned to UCX, and a new one made
+     * next time, if the reply never comes (timeout) */
+    vku_word *rep = w->reply ? w->reply : (w->reply = malloc(sizeof(vku_word)));
     if (!rep)
         return VKU_ENOMEM;
     put_word(&op, width, operand);
@@ -1053,8 +1107,8 @@ static int amo_fetch(vku_worker *w, vku_peer *p, ucp_atomic_op_t uop, int width,
     int rc = wait_req(w, post_amo(p, uop, width, &op, rep, raddr, rkey), w->ctx->timeout_ns);
     if (rc == 0)
         *out = get_word(rep, width);
-    if (rc != VKU_ETIMEDOUT)
-        free(rep);
+    if (rc == VKU_ETIMEDOUT)
+        w->reply = NULL; /* leaked: UCX may still write it */
     return rc;
 }
 
@@ -1147,12 +1201,27 @@ int vku_amo(vku_worker *w, int32_t pe, uint32_t seg, uint64_t off, int op, int w
     vku_peer *p;
     ucp_rkey_h rkey;
     uint64_t raddr;
-    pthread_mutex_lock(&w->lock);
-    int rc = target(w, pe, seg, off, (uint64_t)width, &p, &rkey, &raddr);
+    char *local;
+    int try = (fetch & VKU_TRY) != 0;
+    fetch &= ~VKU_TRY;
+    if (lock_worker(w, try))
+        return VKU_AGAIN;
+    int rc = target(w, pe, seg, off, (uint64_t)width, &p, &rkey, &raddr, &local);
     if (rc == 0 && off % (uint64_t)width)
         rc = VKU_EALIGN;
-    if (rc == 0)
+    if (rc == 0 && try && (!local || !w->ctx->cpu_amo || p->dirty == w->epoch))
+        rc = VKU_AGAIN;
+    if (rc == 0 && local && w->ctx->cpu_amo) {
+        /* the core's CPU atomic on UCX's mapping: atomic with every other AMO on the word */
+        if ((rc = order_after_writes(w, p)) == 0) {
+            uint64_t old = w->ctx->cpu_amo((uintptr_t)local, op == VKU_SET && fetch ? VKU_SWAP
+                                           : op, width, operand, compare);
+            if (result)
+                *result = old;
+        }
+    } else if (rc == 0) {
         rc = amo_locked(w, p, rkey, raddr, op, width, operand, compare, fetch, 1, result);
+    }
     pthread_mutex_unlock(&w->lock);
     return rc;
 }
@@ -1168,12 +1237,21 @@ int vku_fence(vku_worker *w)
 int vku_quiet(vku_worker *w)
 {
     pthread_mutex_lock(&w->lock);
-    ucp_request_param_t prm;
-    memset(&prm, 0, sizeof(prm));
-    int rc = wait_req(w, ucp_worker_flush_nbx(w->worker, &prm), w->ctx->timeout_ns);
-    rc = finish_pending(w, w->ctx->timeout_ns, rc); /* complete by now: collect their status */
-    if (rc == 0)
-        w->epoch++; /* nothing is dirty any more */
+    int rc = 0;
+    /* Nothing to flush when every operation since the last quiet completed on return: the
+     * blocking gets and AMOs, and everything done through a direct mapping (stores there are
+     * made visible by the caller's fence). */
+    if (w->dirty || w->npend || w->deferred) {
+        ucp_request_param_t prm;
+        memset(&prm, 0, sizeof(prm));
+        rc = wait_req(w, ucp_worker_flush_nbx(w->worker, &prm), w->ctx->timeout_ns);
+        rc = finish_pending(w, w->ctx->timeout_ns, rc); /* complete by now: their status */
+        if (rc == 0) {
+            w->epoch++; /* nothing is dirty any more */
+            w->dirty = 0;
+        }
+    }
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
     pthread_mutex_unlock(&w->lock);
     return rc;
 }
@@ -1241,7 +1319,8 @@ int vku_selftest(vku_ctx *c, uint32_t *bad_mask, char *err, size_t errlen)
                     ucp_rkey_h rkey;
                     uint64_t raddr;
                     pthread_mutex_lock(&a->lock);
-                    rc = target(a, pe, 0, slot * 8, (uint64_t)width, &p, &rkey, &raddr);
+                    rc = target(a, pe, 0, slot * 8, (uint64_t)width, &p, &rkey, &raddr,
+                                NULL);
                     if (rc == 0)
                         rc = amo_locked(a, p, rkey, raddr, op, width, arg, 0, fetch, 0, &got);
                     pthread_mutex_unlock(&a->lock);
@@ -1309,6 +1388,7 @@ void vku_native_ops(vku_worker *w, struct vk_native_ops *ops) {
     ops->amo = native_amo;
     ops->quiet = native_quiet;
     ops->fence = native_fence;
+    ops->flags = VKU_CAN_TRY;
 }
 
 int *vku_held_flag(vku_worker *w) { return &w->py_held; }

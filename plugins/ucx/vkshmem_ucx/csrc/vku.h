@@ -65,6 +65,10 @@ vku_ctx *vku_ctx_create(const char *const *names, const char *const *values, int
 /* Stop the thread, destroy every worker, unmap every segment, release the context. */
 void vku_ctx_destroy(vku_ctx *c);
 void vku_set_emulation(vku_ctx *c, uint32_t mask);
+/* direct = 1: where UCX maps a peer's segment into this process (ucp_rkey_ptr: its shared
+ * memory, on memory UCX allocated), put/get are memcpy and AMOs cpu_amo (the core's vk_amo)
+ * on that mapping, after any un-flushed UCX writes of the worker to that PE. */
+void vku_set_direct(vku_ctx *c, uintptr_t cpu_amo, int direct);
 /* The core's liveness words (TransportContext.liveness_words; 0: none): a wait gives up with
  * VKU_EFAILED once words[0] says a PE of the job failed. */
 void vku_set_liveness(vku_ctx *c, uintptr_t words);
@@ -89,7 +93,13 @@ int vku_peer_set(vku_worker *w, int32_t pe, const void *addr, size_t len);
 int vku_peer_seg(vku_worker *w, int32_t pe, uint32_t seg, uint64_t base, uint64_t size,
                  const void *rkey, size_t len);
 
-/* Data path. nbi=1: the operation completes by vku_quiet (buffers must stay valid). */
+/* Data path. nbi=1: the operation completes by vku_quiet (buffers must stay valid).
+ * nbi=VKU_TRY (and fetch | VKU_TRY for vku_amo): only if it completes at once, through a
+ * direct mapping and without waiting for the worker's lock or a flush; else VKU_AGAIN,
+ * nothing done (vkshmem's VK_NATIVE_TRY protocol, _native.h). */
+#define VKU_CAN_TRY 1
+#define VKU_TRY 2
+#define VKU_AGAIN 1
 int vku_put(vku_worker *w, int32_t pe, uint32_t seg, uint64_t off, const void *src, size_t n,
             int nbi);
 int vku_get(vku_worker *w, int32_t pe, uint32_t seg, uint64_t off, void *dst, size_t n,
@@ -111,6 +121,7 @@ struct vk_native_ops {
                uint64_t operand, uint64_t compare, int fetch, uint64_t *result);
     int (*quiet)(void *self); /* vku_quiet; 1 while *vku_held_flag(w) is set */
     int (*fence)(void *self); /* vku_fence */
+    unsigned flags;           /* VKU_CAN_TRY */
 };
 void vku_native_ops(vku_worker *w, struct vk_native_ops *ops);
 /* Set by Python while it holds buffers of non-blocking operations (its quiet releases them):
