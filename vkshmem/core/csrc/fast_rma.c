@@ -29,19 +29,31 @@ static uintptr_t remote(const void *p, Py_ssize_t n, long pe) {
 }
 
 /* put or get through a transport's C data path (Transport.native_ops): the host heap only,
- * blocking (an nbi operation may complete early), the GIL released meanwhile. */
+ * blocking (an nbi operation may complete early); first, below NOGIL_BYTES, as a
+ * VK_NATIVE_TRY call with the GIL held, then (if it would wait) with the buffers held and
+ * the GIL released. */
 static int native_rma(PyObject **out, int to_peer, long pe, struct fast_view *t,
                       struct fast_view *s, Py_ssize_t nbytes) {
     struct fast_view *loc = to_peer ? s : t;
     int64_t r = vk_locate_in(G.table, (to_peer ? t : s)->buf, (uint64_t)nbytes);
-    if (r < 0 || (r >> 48) != 0 || fast_hold(t) < 0 || fast_hold(s) < 0) return 0;
+    if (r < 0 || (r >> 48) != 0) return 0;
     struct vk_native_ops *ops = G.ops[pe];
     uint64_t off = (uint64_t)(r & VK_OFF_MASK);
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    if (to_peer) rc = ops->put(ops->self, (int32_t)pe, 0, off, loc->buf, (size_t)nbytes, 0);
-    else rc = ops->get(ops->self, (int32_t)pe, 0, off, loc->buf, (size_t)nbytes, 0);
-    Py_END_ALLOW_THREADS
+    int rc = VK_NATIVE_AGAIN;
+    if ((ops->flags & VK_NATIVE_CAN_TRY) && nbytes < NOGIL_BYTES) {
+        if (to_peer) rc = ops->put(ops->self, (int32_t)pe, 0, off, loc->buf, (size_t)nbytes,
+                                   VK_NATIVE_TRY);
+        else rc = ops->get(ops->self, (int32_t)pe, 0, off, loc->buf, (size_t)nbytes,
+                           VK_NATIVE_TRY);
+    }
+    if (rc == VK_NATIVE_AGAIN) {
+        if (fast_hold(t) < 0 || fast_hold(s) < 0) return 0;
+        Py_BEGIN_ALLOW_THREADS
+        if (to_peer) rc = ops->put(ops->self, (int32_t)pe, 0, off, loc->buf, (size_t)nbytes,
+                                   0);
+        else rc = ops->get(ops->self, (int32_t)pe, 0, off, loc->buf, (size_t)nbytes, 0);
+        Py_END_ALLOW_THREADS
+    }
     *out = rc ? fast_native_error(pe, rc, to_peer ? "put to" : "get from", off, nbytes,
                                   loc->obj)
               : Py_NewRef(Py_None);
@@ -214,11 +226,16 @@ int fast_amo(FastCall *self, PyObject **a, PyObject **out) {
         u = vk_amo_impl(word, op, width, operand, compare);
     } else {
         struct vk_native_ops *ops = G.ops[pe];
-        int rc;
-        Py_BEGIN_ALLOW_THREADS
-        rc = ops->amo(ops->self, (int32_t)pe, 0, off, op, width, operand, compare,
-                      self->fetch || fetch != NULL, &u);
-        Py_END_ALLOW_THREADS
+        int fetching = self->fetch || fetch != NULL, rc = VK_NATIVE_AGAIN;
+        if (ops->flags & VK_NATIVE_CAN_TRY)  /* without releasing the GIL, if it can */
+            rc = ops->amo(ops->self, (int32_t)pe, 0, off, op, width, operand, compare,
+                          fetching | VK_NATIVE_TRY, &u);
+        if (rc == VK_NATIVE_AGAIN) {
+            Py_BEGIN_ALLOW_THREADS
+            rc = ops->amo(ops->self, (int32_t)pe, 0, off, op, width, operand, compare,
+                          fetching, &u);
+            Py_END_ALLOW_THREADS
+        }
         if (rc) {
             if (fetch != NULL) fast_release(&f);
             *out = fast_native_error(pe, rc, "AMO on", off, width, target);
