@@ -287,7 +287,7 @@ def test_finalized_entries_say_so(shmem: Any) -> None:
     assert b[0] == 2
 
 
-_QUIET = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
+_QUIET = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int)
 
 
 @contextlib.contextmanager

@@ -14,23 +14,28 @@ from test_fast import _QUIET, routed_through, shmem  # noqa: F401 - shmem: a fix
 
 from vkshmem.core import _fast, fast
 
+# _native.h: VK_NATIVE_TRY, VK_NATIVE_AGAIN, VK_NATIVE_PYTHON, VK_NATIVE_CAN_TRY
+TRY, AGAIN, PYTHON, CAN_TRY = 2, 1, 2, 1
+
 
 def test_quiet_and_fence_through_the_transports_c_functions(shmem: Any) -> None:  # noqa: F811
     """With a transport open, quiet/fence call its C quiet/fence (fence = its quiet where
-    fence_quiet says so); a positive status takes the Python path, a negative one raises the
-    transport's own error; a transport without them sends quiet to Python."""
+    fence_quiet says so); VK_NATIVE_PYTHON takes the Python path, a negative status raises
+    the transport's own error; a transport without them sends quiet to Python. Flagged
+    VK_NATIVE_CAN_TRY, it is first asked with VK_NATIVE_TRY; VK_NATIVE_AGAIN then makes a
+    blocking call."""
     from vkshmem._api import state
 
     calls: list[str] = []
-    status = {"quiet": 0, "fence": 0}
+    status = {"quiet": 0, "fence": 0, "try": AGAIN}
 
-    def quiet(_s: Any) -> int:
-        calls.append("quiet")
-        return status["quiet"]
+    def quiet(_s: Any, mode: int) -> int:
+        calls.append("quiet" if mode == 0 else "try quiet")
+        return status["quiet"] if mode == 0 else status["try"]
 
-    def fence(_s: Any) -> int:
-        calls.append("fence")
-        return status["fence"]
+    def fence(_s: Any, mode: int) -> int:
+        calls.append("fence" if mode == 0 else "try fence")
+        return status["fence"] if mode == 0 else status["try"]
 
     class Ops(ctypes.Structure):
         _fields_ = [("self", ctypes.c_void_p), ("put", ctypes.c_void_p),
@@ -43,6 +48,7 @@ def test_quiet_and_fence_through_the_transports_c_functions(shmem: Any) -> None:
             return OSError(f"{doing} PE {pe}: status {status}, buffer {buffer}")
 
     both = Ops(None, None, None, None, _QUIET(quiet), _QUIET(fence), 0)
+    trying = Ops(None, None, None, None, _QUIET(quiet), _QUIET(fence), CAN_TRY)
     no_fence = Ops(None, None, None, None, _QUIET(quiet), _QUIET(), 0)
     rt = state.rt
 
@@ -61,7 +67,7 @@ def test_quiet_and_fence_through_the_transports_c_functions(shmem: Any) -> None:
         configure(both, b"\1")  # fence is a quiet on this transport
         shmem.fence()
         assert calls[2:] == ["quiet"]
-        status["quiet"] = 1  # "call the Python quiet": no transport is open there
+        status["quiet"] = PYTHON  # "call the Python quiet": no transport is open there
         shmem.quiet()
         assert calls[3:] == ["quiet"]
         status["quiet"] = -5
@@ -71,6 +77,14 @@ def test_quiet_and_fence_through_the_transports_c_functions(shmem: Any) -> None:
         configure(both, b"\0")
         with pytest.raises(OSError, match="fence PE -1: status -6"):
             shmem.fence()
+        status.update(quiet=0, fence=0)
+        del calls[:]
+        configure(trying, b"\0")
+        shmem.quiet()  # the try call would wait: a blocking one follows
+        status["try"] = 0
+        shmem.quiet()
+        shmem.fence()
+        assert calls == ["try quiet", "quiet", "try quiet", "try fence"]
         del calls[:]
         configure(no_fence, b"\0")  # not offered: quiet and fence take Python
         shmem.quiet()
@@ -88,7 +102,6 @@ _RMA = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int32, ctypes.c_
 _AMO = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int32, ctypes.c_uint32,
                         ctypes.c_uint64, ctypes.c_int, ctypes.c_int, ctypes.c_uint64,
                         ctypes.c_uint64, ctypes.c_int, ctypes.POINTER(ctypes.c_uint64))
-TRY, AGAIN, CAN_TRY = 2, 1, 1  # _native.h: VK_NATIVE_TRY, VK_NATIVE_AGAIN, VK_NATIVE_CAN_TRY
 
 
 @pytest.mark.parametrize("can_try", [True, False])

@@ -259,18 +259,23 @@ done:
     return ok;
 }
 
-/* quiet (op 0) or fence (op 1) of every open transport through its C functions (the GIL
- * released): 1 done, 0 when one asks for its Python method (nothing left half done: the
+/* quiet (op 0) or fence (op 1) of every open transport through its C functions (first as a
+ * VK_NATIVE_TRY call with the GIL held where the transport takes one, else or then with the
+ * GIL released): 1 done, 0 when one asks for its Python method (nothing left half done: the
  * Python path then quiets every transport again), -1 with the transport's exception set. */
 int fast_transports_quiet(int fence) {
     int rc = 0, i;
     if (G.nquiet < 0) return 0;
-    Py_BEGIN_ALLOW_THREADS
     for (i = 0; i < G.nquiet && rc == 0; i++) {
         struct vk_native_ops *o = G.quiet_ops[i];
-        rc = fence && !G.fence_quiet[i] ? o->fence(o->self) : o->quiet(o->self);
+        int (*f)(void *, int) = fence && !G.fence_quiet[i] ? o->fence : o->quiet;
+        rc = (o->flags & VK_NATIVE_CAN_TRY) ? f(o->self, VK_NATIVE_TRY) : VK_NATIVE_AGAIN;
+        if (rc == VK_NATIVE_AGAIN) {
+            Py_BEGIN_ALLOW_THREADS
+            rc = f(o->self, 0);
+            Py_END_ALLOW_THREADS
+        }
     }
-    Py_END_ALLOW_THREADS
     if (rc > 0) return 0;
     if (rc < 0) {
         const char *doing = fence ? "fence" : "quiet";

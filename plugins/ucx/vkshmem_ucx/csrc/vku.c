@@ -989,6 +989,10 @@ static int lock_worker(vku_worker *w, int try)
     return 0;
 }
 
+/* Whether every operation of the worker since its last quiet is complete (w->lock held):
+ * then quiet and fence have nothing to wait for or order. */
+static int settled(vku_worker *w) { return !w->dirty && !w->npend && !w->deferred; }
+
 /* Before a get or fetching AMO: flush the endpoint if it has un-flushed writes. */
 static int order_after_writes(vku_worker *w, vku_peer *p)
 {
@@ -1241,7 +1245,7 @@ int vku_quiet(vku_worker *w)
     /* Nothing to flush when every operation since the last quiet completed on return: the
      * blocking gets and AMOs, and everything done through a direct mapping (stores there are
      * made visible by the caller's fence). */
-    if (w->dirty || w->npend || w->deferred) {
+    if (!settled(w)) {
         ucp_request_param_t prm;
         memset(&prm, 0, sizeof(prm));
         rc = wait_req(w, ucp_worker_flush_nbx(w->worker, &prm), w->ctx->timeout_ns);
@@ -1374,12 +1378,32 @@ static int native_amo(void *w, int32_t pe, uint32_t seg, uint64_t off, int op, i
     return vku_amo(w, pe, seg, off, op, width, operand, compare, fetch, result);
 }
 
-/* 1 ("call the Python quiet") while Python holds buffers it must release after the flush */
-static int native_quiet(void *w) {
-    return ((vku_worker *)w)->py_held ? 1 : vku_quiet(w);
+/* VKU_PYTHON ("call the Python quiet") while Python holds buffers it must release after the
+ * flush; try: only if nothing is to be flushed (else VKU_AGAIN) */
+static int native_quiet(void *p, int mode) {
+    vku_worker *w = p;
+    if (w->py_held)
+        return VKU_PYTHON;
+    if (mode != VKU_TRY)
+        return vku_quiet(w);
+    if (lock_worker(w, 1))
+        return VKU_AGAIN;
+    int rc = settled(w) ? 0 : VKU_AGAIN;
+    pthread_mutex_unlock(&w->lock);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    return rc;
 }
 
-static int native_fence(void *w) { return vku_fence(w); }
+static int native_fence(void *p, int mode) {
+    vku_worker *w = p;
+    if (mode != VKU_TRY)
+        return vku_fence(w);
+    if (lock_worker(w, 1))
+        return VKU_AGAIN;
+    int rc = settled(w) ? 0 : VKU_AGAIN;
+    pthread_mutex_unlock(&w->lock);
+    return rc;
+}
 
 void vku_native_ops(vku_worker *w, struct vk_native_ops *ops) {
     ops->self = w;

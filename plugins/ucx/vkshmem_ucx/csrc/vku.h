@@ -100,6 +100,7 @@ int vku_peer_seg(vku_worker *w, int32_t pe, uint32_t seg, uint64_t base, uint64_
 #define VKU_CAN_TRY 1
 #define VKU_TRY 2
 #define VKU_AGAIN 1
+#define VKU_PYTHON 2 /* native quiet: call the transport's Python quiet instead */
 int vku_put(vku_worker *w, int32_t pe, uint32_t seg, uint64_t off, const void *src, size_t n,
             int nbi);
 int vku_get(vku_worker *w, int32_t pe, uint32_t seg, uint64_t off, void *dst, size_t n,
@@ -119,8 +120,8 @@ struct vk_native_ops {
                int nbi);
     int (*amo)(void *self, int32_t pe, uint32_t seg, uint64_t off, int op, int width,
                uint64_t operand, uint64_t compare, int fetch, uint64_t *result);
-    int (*quiet)(void *self); /* vku_quiet; 1 while *vku_held_flag(w) is set */
-    int (*fence)(void *self); /* vku_fence */
+    int (*quiet)(void *self, int mode); /* vku_quiet; VKU_PYTHON while *vku_held_flag(w) */
+    int (*fence)(void *self, int mode); /* vku_fence */
     unsigned flags;           /* VKU_CAN_TRY */
 };
 void vku_native_ops(vku_worker *w, struct vk_native_ops *ops);
