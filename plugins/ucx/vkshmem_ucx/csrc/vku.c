@@ -1378,14 +1378,9 @@ static int native_amo(void *w, int32_t pe, uint32_t seg, uint64_t off, int op, i
     return vku_amo(w, pe, seg, off, op, width, operand, compare, fetch, result);
 }
 
-/* VKU_PYTHON ("call the Python quiet") while Python holds buffers it must release after the
- * flush; try: only if nothing is to be flushed (else VKU_AGAIN) */
-static int native_quiet(void *p, int mode) {
-    vku_worker *w = p;
-    if (w->py_held)
-        return VKU_PYTHON;
-    if (mode != VKU_TRY)
-        return vku_quiet(w);
+/* A try-quiet or try-fence: done (a memory fence) when the worker has nothing to flush or
+ * order, else VKU_AGAIN (also while another thread holds the worker). */
+static int try_settled(vku_worker *w) {
     if (lock_worker(w, 1))
         return VKU_AGAIN;
     int rc = settled(w) ? 0 : VKU_AGAIN;
@@ -1394,15 +1389,16 @@ static int native_quiet(void *p, int mode) {
     return rc;
 }
 
-static int native_fence(void *p, int mode) {
-    vku_worker *w = p;
-    if (mode != VKU_TRY)
-        return vku_fence(w);
-    if (lock_worker(w, 1))
-        return VKU_AGAIN;
-    int rc = settled(w) ? 0 : VKU_AGAIN;
-    pthread_mutex_unlock(&w->lock);
-    return rc;
+/* VKU_PYTHON ("call the Python quiet") while Python holds buffers it must release after the
+ * flush */
+static int native_quiet(void *w, int mode) {
+    if (((vku_worker *)w)->py_held)
+        return VKU_PYTHON;
+    return mode == VKU_TRY ? try_settled(w) : vku_quiet(w);
+}
+
+static int native_fence(void *w, int mode) {
+    return mode == VKU_TRY ? try_settled(w) : vku_fence(w);
 }
 
 void vku_native_ops(vku_worker *w, struct vk_native_ops *ops) {
