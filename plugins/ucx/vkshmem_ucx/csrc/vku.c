@@ -1101,10 +1101,12 @@ static int amo_fetch(vku_worker *w, vku_peer *p, ucp_atomic_op_t uop, int width,
                      uint64_t *out)
 {
     vku_word op;
-    /* the worker's reply cell (no allocation per AMO); abandoned to UCX, and a new one made
-     * next time, if the reply never comes (timeout) */
-    vku_word *rep = w->reply ? w->reply : (w->reply = malloc(sizeof(vku_word)));
-    if (!rep)
+    /* The worker's spare reply cell, taken while in use (the wait may release the lock to
+     * another thread, which then allocates its own), given back after: no allocation per
+     * AMO. Abandoned to UCX if the reply never comes (timeout). */
+    vku_word *rep = w->reply;
+    w->reply = NULL;
+    if (!rep && !(rep = malloc(sizeof(*rep))))
         return VKU_ENOMEM;
     put_word(&op, width, operand);
     put_word(rep, width, reply_in);
@@ -1112,7 +1114,11 @@ static int amo_fetch(vku_worker *w, vku_peer *p, ucp_atomic_op_t uop, int width,
     if (rc == 0)
         *out = get_word(rep, width);
     if (rc == VKU_ETIMEDOUT)
-        w->reply = NULL; /* leaked: UCX may still write it */
+        return rc; /* rep leaked: UCX may still write it */
+    if (!w->reply)
+        w->reply = rep;
+    else
+        free(rep);
     return rc;
 }
 
