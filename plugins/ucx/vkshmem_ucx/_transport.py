@@ -3,8 +3,12 @@
 Mapping of the core's contract onto UCP (``csrc/vku.c`` does the work, one cffi call per
 operation, with the GIL released):
 
-* ``register`` → ``ucp_mem_map`` of the segment's existing memory (nothing is allocated) and
-  ``ucp_rkey_pack``; the key blob is ``<IQQ`` (segment id, base address, size) + packed rkey.
+* ``register`` → ``ucp_mem_map`` of the segment's existing memory, or (rail option ``heap=``)
+  memory UCX allocates in place of the core's memfd mapping, and ``ucp_rkey_pack``; the key
+  blob is ``<IQQ`` (segment id, base address, size) + packed rkey.
+* Where UCX maps a peer's segment here (``ucp_rkey_ptr``, its shared memory on a heap it
+  allocated), put/get/AMOs are memcpy and the core's CPU atomics on that mapping
+  (``direct=on``).
 * ``address`` → the UCP worker address; ``connect`` stores peers' addresses and keys;
   endpoints (``ucp_ep_create``) and rkeys (``ucp_ep_rkey_unpack``) are made on first use.
 * ``put``/``get`` → ``ucp_put_nbx``/``ucp_get_nbx``; the blocking forms wait for local
@@ -34,11 +38,9 @@ import struct
 import threading
 import weakref
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
-from vkshmem.core.config import load as load_config
-from vkshmem.core.errors import ConfigError, InvalidArgumentError, TransportError
+from vkshmem.core.errors import InvalidArgumentError, TransportError
 from vkshmem.core.transport import (
     AmoOp,
     PeerInfo,
@@ -48,23 +50,17 @@ from vkshmem.core.transport import (
     TransportSpec,
 )
 
-from . import NAME, OPTIONS, SPEC
+from . import NAME, SPEC
+from ._options import DEFAULT_TIMEOUT, Options, heap_unshared, parse_options
 from ._ucx import ffi, lib
 
 __all__ = ["DEFAULT_TIMEOUT", "UcxTransport", "check_library", "ucx_version"]
 
 log = logging.getLogger("vkshmem.ucx")
 
-#: Seconds any wait (completion, flush) may last before the peer is declared stuck or dead.
-DEFAULT_TIMEOUT = 60.0
-#: Microseconds a caller polls for its operation's completion before it sleeps on the worker.
-DEFAULT_WAIT_SPIN_US = 20
 _KEY = struct.Struct("<IQQ")
 _M64 = (1 << 64) - 1
-_ATOMIC_MODES = ("cpu", "device", "guess")
 _BITWISE = (AmoOp.AND, AmoOp.OR, AmoOp.XOR)
-_TRUE = ("1", "yes", "on", "true")
-_FALSE = ("0", "no", "off", "false")
 
 if any(getattr(lib, f"VKU_{op.name}") != op.value for op in AmoOp):  # pragma: no cover
     raise ImportError("vkshmem_ucx: the native AMO op codes disagree with vkshmem's AmoOp")
@@ -123,99 +119,6 @@ def _status(rc: int) -> str:
     return ffi.string(lib.vku_status_string(rc)).decode(errors="replace")
 
 
-@dataclass(frozen=True)
-class _Options:
-    ucx: dict[str, str]  # UCX variables (without the UCX_ prefix) set for this rail
-    timeout: float
-    spin_us: int
-    wait_spin_us: int
-    err_peer: bool
-    selftest: str  # auto | on | off
-    heap: str  # auto | ucx | core: who allocates the core's host segments (rail option heap=)
-    direct: bool  # loads/stores/CPU atomics on peers' segments UCX maps here (rail option)
-
-
-def _parse_options(context: TransportContext) -> _Options:
-    var = f"VKSHMEM_RAIL{context.rail}"
-
-    def bad(message: str) -> ConfigError:
-        return ConfigError(var, f"ucx: {message}")
-
-    ucx: dict[str, str] = {}
-    known: dict[str, str] = {}
-    for key, value in context.options.items():
-        if key.upper().startswith("UCX_") and len(key) > 4:
-            ucx[key[4:].upper()] = value
-        elif key in OPTIONS:
-            known[key] = value
-        else:
-            raise bad(f"unknown option {key!r} (known: {', '.join(OPTIONS)}, or UCX_<NAME> "
-                      "for any UCX variable)")
-    if "tls" in known:
-        ucx["TLS"] = known["tls"]
-    if "dev" in known:  # ':' separates rail options, so a port is written mlx5_0/1
-        ucx["NET_DEVICES"] = known["dev"].replace("/", ":")
-    if "atomic" in known:
-        if known["atomic"] not in _ATOMIC_MODES:
-            raise bad(f"atomic={known['atomic']!r} (use {', '.join(_ATOMIC_MODES)})")
-        ucx["ATOMIC_MODE"] = known["atomic"]
-    elif "ATOMIC_MODE" not in ucx and "UCX_ATOMIC_MODE" not in os.environ:
-        # CPU atomics (or UCX's software atomics, applied by the target's CPU) are atomic with
-        # the core's own CPU atomics on the same word (shm path, this PE); NIC atomics are not.
-        ucx["ATOMIC_MODE"] = "cpu"
-    try:
-        timeout = float(known.get("timeout", DEFAULT_TIMEOUT))
-        if not timeout > 0:
-            raise ValueError
-    except ValueError:
-        raise bad(f"timeout={known['timeout']!r} is not a positive number of seconds") from None
-    try:
-        spin = int(known.get("spin", "0"))
-        if not 0 <= spin <= 10_000_000:
-            raise ValueError
-    except ValueError:
-        raise bad(f"spin={known['spin']!r} is not a number of microseconds (0 to 10000000)"
-                  ) from None
-    try:
-        wait_spin = int(known.get("wait_spin", str(DEFAULT_WAIT_SPIN_US)))
-        if not 0 <= wait_spin <= 10_000_000:
-            raise ValueError
-    except ValueError:
-        raise bad(f"wait_spin={known['wait_spin']!r} is not a number of microseconds (0 to "
-                  "10000000)") from None
-    errmode = known.get("errmode", "none")
-    if errmode not in ("peer", "none"):
-        raise bad(f"errmode={errmode!r} (use peer or none)")
-    selftest = known.get("selftest", "auto").lower()
-    if selftest in _TRUE:
-        selftest = "on"
-    elif selftest in _FALSE:
-        selftest = "off"
-    elif selftest != "auto":
-        raise bad(f"selftest={known['selftest']!r} (use auto, on or off)")
-    heap = known.get("heap", "auto").lower()
-    if heap not in ("auto", "ucx", "core"):
-        raise bad(f"heap={known['heap']!r} (use auto, ucx or core)")
-    if heap != "core" and "ALLOC_PRIO" not in ucx and "UCX_ALLOC_PRIO" not in os.environ:
-        # a heap UCX allocates must be shared memory its posix transport maps into the peers
-        # (not private memory from another method), else registering it in place is better
-        ucx["ALLOC_PRIO"] = "md:posix"
-    direct = known.get("direct", "on").lower()
-    if direct not in _TRUE + _FALSE:
-        raise bad(f"direct={known['direct']!r} (use on or off)")
-    return _Options(ucx, timeout, spin, wait_spin, errmode == "peer", selftest, heap,
-                    direct in _TRUE)
-
-
-def _heap_unshared() -> bool:
-    """Whether no same-node peer maps this PE's memfd segments (``VKSHMEM_SHM=0``): then UCX
-    may allocate them in place (rail option ``heap=auto``)."""
-    try:
-        return not load_config().shm
-    except ConfigError:
-        return False
-
-
 def _destroy_ctx(ctx: Any) -> None:
     lib.vku_ctx_destroy(ctx)
 
@@ -228,7 +131,7 @@ class _Shared:
     """What a transport and its context endpoints share: the UCP context (and its progress
     thread), the peers' blobs, and the endpoints still open."""
 
-    def __init__(self, context: TransportContext, options: _Options) -> None:
+    def __init__(self, context: TransportContext, options: Options) -> None:
         self.context = context
         self.options = options
         self.ctx: Any = None
@@ -258,7 +161,7 @@ class UcxTransport(Transport):
         self._root: UcxTransport | None = None  # set on context endpoints
         self._worker_finalizer: weakref.finalize | None = None
         self._ctx_finalizer: weakref.finalize | None = None
-        opts = _parse_options(context)
+        opts = parse_options(context)
         self._shared = sh = _Shared(context, opts)
         names = [ffi.new("char[]", k.encode()) for k in opts.ucx]
         values = [ffi.new("char[]", v.encode()) for v in opts.ucx.values()]
@@ -343,7 +246,7 @@ class UcxTransport(Transport):
         size = ffi.new("size_t *", lib.VKU_RKEY_MAX)
         heap = sh.options.heap
         alloc = _new("int *", int(segment.fd >= 0 and not sh.connected and (
-            heap == "ucx" or (heap == "auto" and sh.context.rail == 0 and _heap_unshared()))))
+            heap == "ucx" or (heap == "auto" and sh.context.rail == 0 and heap_unshared()))))
         rc = lib.vku_mem_map(sh.ctx, segment.address, segment.size, segment.fd, alloc, buf,
                              size)
         if rc:
