@@ -14,9 +14,12 @@ client processes) with the same ``UCX_TLS``, and prints one table:
 
 What differs besides Python: perftest's buffers are allocated by UCX (``ucp_mem_map`` with
 ALLOCATE), so over shared memory it stores straight into the peer's mapping and uses CPU atomics
-on it; vkshmem's heap is the core's memfd that UCX only registers, so puts go through cma
+on it. With ``VKSHMEM_SHM=0`` the plugin lets UCX allocate vkshmem's heap in place too (rail
+option ``heap=auto``) and does the same through UCX's mapping (``direct=on``); with
+``heap=core`` the heap is the core's memfd that UCX only registers, so puts go through cma
 (process_vm_writev) and atomics through UCX's software path, served by the target's progress
-thread. perftest busy-polls both sides; vkshmem's target sleeps until woken.
+thread. perftest busy-polls both sides; vkshmem's target sleeps until woken. ``vkshmem bench
+--transport ucx --compare ucx_perftest`` measures more of the same in one run.
 
 ``ucx_perftest`` is the one in the libucx-cu12 wheel (same UCX as the plugin, usually); if
 Debian's ``ucx-utils`` is installed (``/usr/bin/ucx_perftest``, UCX 1.13) its figures are added
@@ -211,8 +214,9 @@ def main() -> None:
             print(f"{f'{row} [{path}] ({unit})':28s}" + "".join(cells))
     print("\nlatencies: vkshmem put+quiet is a full round trip, ucp_put_lat half of one; "
           "perftest's\nshared-memory buffers are UCX-allocated (direct stores, CPU atomics), "
-          "vkshmem's are\nregistered memfd memory (cma copies, software atomics via the "
-          "target's progress thread).")
+          "and so is vkshmem's heap\n(rail option heap=auto with VKSHMEM_SHM=0; with heap=core "
+          "it is registered memfd memory:\ncma copies, software atomics via the target's "
+          "progress thread).")
 
 
 if __name__ == "__main__":

@@ -5,6 +5,8 @@ to that function, so errors keep their classes and messages."""
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import inspect
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -285,12 +287,30 @@ def test_finalized_entries_say_so(shmem: Any) -> None:
     assert b[0] == 2
 
 
+_QUIET = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int)
+
+
+@contextlib.contextmanager
+def routed_through(ops: ctypes.Structure, transport: object) -> Iterator[None]:
+    """The fast paths configured as if this PE were PE 5 reaching PE 0 through ``transport``,
+    whose C data path is ``ops`` (a ``struct vk_native_ops``); the real configuration after."""
+    from vkshmem._api import state
+
+    rt = state.rt
+    try:
+        table = np.array([ctypes.addressof(ops)], np.uint64).tobytes()
+        _fast.configure(my_pe=5, direct=b"\0", ops=table, transports=(transport,),
+                        quiet_fence=True, native_waits=True, crowded=False, waiter=rt.waiter,
+                        seg_heaps=rt.seg_heaps)
+        yield
+    finally:
+        fast.configure(rt)
+        fast.set_world(rt)
+
+
 def test_native_transport_route(shmem: Any) -> None:
     """A PE routed through a transport with a C data path (Transport.native_ops): the entries
     call it with the heap offset, and turn a failure into the transport's own error."""
-    import ctypes
-
-    from vkshmem._api import state
 
     calls: list[tuple[Any, ...]] = []
     PUT = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int32, ctypes.c_uint32,
@@ -300,7 +320,8 @@ def test_native_transport_route(shmem: Any) -> None:
                            ctypes.c_uint64, ctypes.c_int, ctypes.POINTER(ctypes.c_uint64))
 
     class Ops(ctypes.Structure):
-        _fields_ = [("self", ctypes.c_void_p), ("put", PUT), ("get", PUT), ("amo", AMO)]
+        _fields_ = [("self", ctypes.c_void_p), ("put", PUT), ("get", PUT), ("amo", AMO),
+                    ("quiet", _QUIET), ("fence", _QUIET), ("flags", ctypes.c_uint)]
 
     def put(_s: Any, pe: int, seg: int, off: int, buf: int, n: int, nbi: int) -> int:
         calls.append(("put", pe, seg, off, ctypes.string_at(buf, n), nbi))
@@ -324,22 +345,15 @@ def test_native_transport_route(shmem: Any) -> None:
 
     ops = Ops(None, PUT(put), PUT(get), AMO(amo))
     a = shmem.zeros(4, np.int64)
-    rt = state.rt
-    try:
-        table = np.array([ctypes.addressof(ops)], np.uint64).tobytes()
-        _fast.configure(my_pe=5, direct=b"\0", ops=table, transports=(Fake(),),
-                        quiet_fence=True, native_waits=True, crowded=False, waiter=rt.waiter,
-                        seg_heaps=rt.seg_heaps)
+    with routed_through(ops, Fake()):
         shmem.put(a[1:2], np.array([7], np.int64), 0)
         out = np.zeros(2, np.int64)
         shmem.get(out, a[2:], 0)
         assert shmem.atomic_fetch_add(a[3:], 9, 0) == 41
         with pytest.raises(OSError, match="put to PE 0: status -7, 16 bytes"):
             shmem.put(a[:2], np.zeros(2, np.int64), 0)
-    finally:
-        fast.configure(rt)
-        fast.set_world(rt)
     base = calls[0][3] - 8
     assert calls[0] == ("put", 0, 0, base + 8, (7).to_bytes(8, "little"), 0)
     assert calls[1] == ("get", 0, 0, base + 16, 16) and out.tolist() == [0x2A2A2A2A2A2A2A2A] * 2
     assert calls[2] == ("amo", base + 24, 4, 8, 9, 1) and len(calls) == 4
+

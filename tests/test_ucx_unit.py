@@ -53,9 +53,13 @@ def sm_job() -> Iterator[Job]:
         yield j
 
 
-@pytest.fixture(params=list(TLS))
+@pytest.fixture(params=[*TLS, "sm-heap"])
 def job(request: pytest.FixtureRequest) -> Iterator[Job]:
-    with Job(options={"tls": TLS[request.param]}) as j:
+    """tcp, shared memory, and shared memory on segments UCX allocated (heap=ucx), reached
+    through UCX's mapping (direct=on)."""
+    options = {"tls": TLS["sm"], "heap": "ucx"} if request.param == "sm-heap" else \
+        {"tls": TLS[request.param]}
+    with Job(options=options) as j:
         yield j
 
 
@@ -75,7 +79,8 @@ def test_the_factory_opens_a_transport_and_reports_its_ucx() -> None:
         stats = tr.stats()
         assert stats["ucx_version"] == ".".join(map(str, ucx_version()))
         assert "loaded" in stats["built_with"] and "libucp" in stats["built_with"]
-        assert stats["settings"] == {"UCX_TLS": TLS["sm"], "UCX_ATOMIC_MODE": "cpu"}
+        assert stats["settings"] == {"UCX_TLS": TLS["sm"], "UCX_ATOMIC_MODE": "cpu",
+                                     "UCX_ALLOC_PRIO": "md:posix"}  # heap=auto may allocate
     finally:
         tr.close()
 
@@ -349,7 +354,8 @@ def test_options_are_validated() -> None:
     with pytest.raises(ConfigError, match=r"VKSHMEM_RAIL3.*unknown option 'bogus'"):
         UcxTransport(context(0, 1, rail=3, options={"bogus": "1"}))
     for key, value in [("timeout", "-1"), ("spin", "x"), ("wait_spin", "-5"),
-                       ("atomic", "nic"), ("errmode", "maybe"), ("selftest", "perhaps")]:
+                       ("atomic", "nic"), ("errmode", "maybe"), ("selftest", "perhaps"),
+                       ("heap", "gpu"), ("direct", "sometimes")]:
         with pytest.raises(ConfigError, match=f"{key}="):
             UcxTransport(context(0, 1, options={key: value}))
 
@@ -357,7 +363,8 @@ def test_options_are_validated() -> None:
 def test_rail_options_set_ucx_variables() -> None:
     tr = UcxTransport(context(0, 1, options={
         "tls": "tcp,self", "dev": "lo", "atomic": "guess", "UCX_RNDV_THRESH": "16k",
-        "ucx_max_rndv_rails": "1", "spin": "5", "wait_spin": "0", "errmode": "peer"}))
+        "ucx_max_rndv_rails": "1", "spin": "5", "wait_spin": "0", "errmode": "peer",
+        "heap": "core", "direct": "off"}))  # heap=core: no UCX_ALLOC_PRIO
     try:
         assert tr.stats()["settings"] == {
             "UCX_TLS": "tcp,self", "UCX_NET_DEVICES": "lo", "UCX_ATOMIC_MODE": "guess",

@@ -270,11 +270,12 @@ def test_some_vector(ivars: np.ndarray, cmp: Any, values: Sequence[Any],
         _test_hits("test_some_vector", ivars, cmp, values, status, True)[0])]
 
 
-# The shm hot path runs in C (vkshmem.core.fast): quiet/fence while no transport is open,
+# The shm hot path runs in C (vkshmem.core.fast): quiet/fence while no transport is open or
+# every open one offers them in C (Transport.native_ops),
 # barrier_all/sync_all on a TEAM_WORLD of shm peers, wait_until/test on one plain integer.
 # Everything else, and every error, takes the Python functions above.
-fence = entry("quiet", fence)
-quiet = entry("quiet", quiet)
+fence = entry("quiet", fence, op=1)
+quiet = entry("quiet", quiet, op=0)
 barrier_all = entry("barrier_all", barrier_all, op=1)
 sync_all = entry("barrier_all", sync_all, op=0)
 wait_until = entry("wait_until", wait_until, opmap=cmp_codes())

@@ -28,7 +28,17 @@ typedef uint64_t (*vk_amo_fn)(uintptr_t addr, int op, int width, uint64_t operan
  * compiled hot path calls these for PEs the transport reaches, with the GIL released, instead
  * of the transport's Python methods. Each returns 0 or the transport's error status (which
  * Transport.native_error turns into the exception its Python method would raise). put and
- * get are blocking (nbi = 0): the source is reusable, the destination filled on return. */
+ * get are blocking (nbi = 0): the source is reusable, the destination filled on return.
+ * quiet and fence (NULL: not offered; then the core calls the Python methods) do what
+ * Transport.quiet/fence do (mode 0, or VK_NATIVE_TRY as below); they may also return
+ * VK_NATIVE_PYTHON: "not done, call the Python method" (e.g. it holds buffers of
+ * non-blocking operations to release).
+ * With VK_NATIVE_CAN_TRY in flags, put/get also take nbi = VK_NATIVE_TRY, amo takes
+ * fetch | VK_NATIVE_TRY and quiet/fence mode VK_NATIVE_TRY: "only if it completes without
+ * waiting" (the core then holds the
+ * GIL and has not pinned the buffers, so the call must neither wait nor keep the pointers);
+ * such a call returns VK_NATIVE_AGAIN, having done nothing, when it would have to wait, and
+ * the core repeats it as a blocking call with the GIL released. */
 struct vk_native_ops {
     void *self;
     int (*put)(void *self, int32_t pe, uint32_t seg, uint64_t off, const void *src,
@@ -37,7 +47,15 @@ struct vk_native_ops {
                int nbi);
     int (*amo)(void *self, int32_t pe, uint32_t seg, uint64_t off, int op, int width,
                uint64_t operand, uint64_t compare, int fetch, uint64_t *result);
+    int (*quiet)(void *self, int mode);
+    int (*fence)(void *self, int mode);
+    unsigned flags;
 };
+
+#define VK_NATIVE_CAN_TRY 1u  /* flags: put/get/amo accept VK_NATIVE_TRY */
+#define VK_NATIVE_TRY 2       /* or-ed into put/get's nbi (0) and amo's fetch */
+#define VK_NATIVE_AGAIN 1     /* a VK_NATIVE_TRY call would have to wait: nothing done */
+#define VK_NATIVE_PYTHON 2    /* quiet/fence: call the transport's Python method instead */
 
 /* The segments of this PE and where every PE's segments are mapped here. */
 struct vk_table {

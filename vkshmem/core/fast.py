@@ -81,15 +81,22 @@ def configure(rt: Runtime) -> None:
     """Enable the fast paths for runtime ``rt`` (after its routes and waiter exist, before
     its teams: their NativeTeams belong to this configuration). A PE routed through a
     transport that offers its data path in C (``Transport.native_ops``) is served by it,
-    unless large transfers to it are striped over several rails."""
+    unless large transfers to it are striped over several rails; ``quiet``/``fence`` (and
+    barrier_all's quiet) stay in C when every open transport offers them there."""
     routes = rt.route_transport
     ops = array.array("Q", (0 if t is rt.shm or rt.stripes[pe] is not None else t.native_ops()
                             for pe, t in enumerate(routes)))
+    # quiet/fence in C when every open transport offers them (as Runtime.quiet/fence do)
+    several = len(rt.rails) > 1
+    quiet_ops = array.array("Q", (t.native_ops() for t in rt.transports))
+    fence_quiet = bytes(several or not t.spec.native_fence for t in rt.transports)
     _fast.configure(my_pe=rt.my_pe, direct=bytes(t is rt.shm for t in routes),
                     ops=ops.tobytes(), transports=tuple(routes), quiet_fence=not rt.transports,
                     native_waits=not rt.waiter.progress,
                     crowded=len(rt.node_pes) > (os.cpu_count() or 1), waiter=rt.waiter,
-                    seg_heaps=rt.seg_heaps, failed=rt.waiter.failed_address)
+                    seg_heaps=rt.seg_heaps, failed=rt.waiter.failed_address,
+                    quiet_ops=quiet_ops.tobytes(), fence_quiet=fence_quiet,
+                    quiet_transports=tuple(rt.transports))
 
 
 def set_world(rt: Runtime) -> None:

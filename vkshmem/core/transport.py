@@ -263,17 +263,22 @@ class Transport(ABC):
 
     def native_ops(self) -> int:
         """Optional: the address of a ``struct vk_native_ops`` (``vkshmem/core/_native.h``)
-        whose C functions do this endpoint's blocking put/get and AMOs (kept valid until
-        ``close``), or 0 (the default). The core's compiled hot path then calls them directly
-        for plain numpy arrays of the host heap, instead of :meth:`put`/:meth:`get`/:meth:`amo`
-        (which must stay equivalent, and still serve every other call)."""
+        whose C functions do this endpoint's blocking put/get and AMOs, and optionally its
+        quiet and fence (kept valid until ``close``), or 0 (the default). The core's compiled
+        hot path then calls them directly for plain numpy arrays of the host heap, instead of
+        :meth:`put`/:meth:`get`/:meth:`amo` (which must stay equivalent, and still serve every
+        other call), and, when every open transport offers quiet and fence there, for the
+        default context's ``quiet``/``fence`` instead of :meth:`quiet`/:meth:`fence`."""
         return 0
 
     def native_error(self, status: int, doing: str, pe: int, seg: int, offset: int,
                      nbytes: int, buffer: object) -> BaseException:
         """The exception for a nonzero ``status`` of a :meth:`native_ops` function (``doing``:
-        ``'put to'``, ``'get from'`` or ``'AMO on'``), as the Python method would raise it;
-        ``buffer`` is the local array, to keep alive if the transport may still use it."""
+        ``'put to'``, ``'get from'``, ``'AMO on'``, or ``'quiet'``/``'fence'`` with ``pe``
+        -1 and ``buffer`` None), as the Python method would raise it; ``buffer`` is the local
+        array, to keep alive if the transport may still use it."""
+        if pe < 0:
+            return TransportError(self.spec.name, f"{doing} failed", status=status)
         return TransportError(self.spec.name, f"{doing} PE {pe} (segment {seg}, offset "
                               f"{offset}, {nbytes} bytes) failed", status=status)
 

@@ -26,7 +26,8 @@ __all__ = ["NAME", "OPTIONS", "SPEC", "load_native", "open_transport", "register
 
 NAME = "ucx"
 #: Rail options this transport understands (plus ``UCX_<NAME>=value`` for any UCX variable).
-OPTIONS = ("tls", "dev", "atomic", "timeout", "spin", "wait_spin", "errmode", "selftest")
+OPTIONS = ("tls", "dev", "atomic", "timeout", "spin", "wait_spin", "errmode", "selftest",
+           "heap", "direct")
 
 
 def load_native() -> Any:

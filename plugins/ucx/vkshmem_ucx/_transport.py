@@ -3,8 +3,12 @@
 Mapping of the core's contract onto UCP (``csrc/vku.c`` does the work, one cffi call per
 operation, with the GIL released):
 
-* ``register`` → ``ucp_mem_map`` of the segment's existing memory (nothing is allocated) and
-  ``ucp_rkey_pack``; the key blob is ``<IQQ`` (segment id, base address, size) + packed rkey.
+* ``register`` → ``ucp_mem_map`` of the segment's existing memory, or (rail option ``heap=``)
+  memory UCX allocates in place of the core's memfd mapping, and ``ucp_rkey_pack``; the key
+  blob is ``<IQQ`` (segment id, base address, size) + packed rkey.
+* Where UCX maps a peer's segment here (``ucp_rkey_ptr``, its shared memory on a heap it
+  allocated), put/get/AMOs are memcpy and the core's CPU atomics on that mapping
+  (``direct=on``).
 * ``address`` → the UCP worker address; ``connect`` stores peers' addresses and keys;
   endpoints (``ucp_ep_create``) and rkeys (``ucp_ep_rkey_unpack``) are made on first use.
 * ``put``/``get`` → ``ucp_put_nbx``/``ucp_get_nbx``; the blocking forms wait for local
@@ -34,10 +38,9 @@ import struct
 import threading
 import weakref
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
-from vkshmem.core.errors import ConfigError, InvalidArgumentError, TransportError
+from vkshmem.core.errors import InvalidArgumentError, TransportError
 from vkshmem.core.transport import (
     AmoOp,
     PeerInfo,
@@ -47,23 +50,17 @@ from vkshmem.core.transport import (
     TransportSpec,
 )
 
-from . import NAME, OPTIONS, SPEC
+from . import NAME, SPEC
+from ._options import DEFAULT_TIMEOUT, Options, heap_unshared, parse_options
 from ._ucx import ffi, lib
 
 __all__ = ["DEFAULT_TIMEOUT", "UcxTransport", "check_library", "ucx_version"]
 
 log = logging.getLogger("vkshmem.ucx")
 
-#: Seconds any wait (completion, flush) may last before the peer is declared stuck or dead.
-DEFAULT_TIMEOUT = 60.0
-#: Microseconds a caller polls for its operation's completion before it sleeps on the worker.
-DEFAULT_WAIT_SPIN_US = 20
 _KEY = struct.Struct("<IQQ")
 _M64 = (1 << 64) - 1
-_ATOMIC_MODES = ("cpu", "device", "guess")
 _BITWISE = (AmoOp.AND, AmoOp.OR, AmoOp.XOR)
-_TRUE = ("1", "yes", "on", "true")
-_FALSE = ("0", "no", "off", "false")
 
 if any(getattr(lib, f"VKU_{op.name}") != op.value for op in AmoOp):  # pragma: no cover
     raise ImportError("vkshmem_ucx: the native AMO op codes disagree with vkshmem's AmoOp")
@@ -122,77 +119,6 @@ def _status(rc: int) -> str:
     return ffi.string(lib.vku_status_string(rc)).decode(errors="replace")
 
 
-@dataclass(frozen=True)
-class _Options:
-    ucx: dict[str, str]  # UCX variables (without the UCX_ prefix) set for this rail
-    timeout: float
-    spin_us: int
-    wait_spin_us: int
-    err_peer: bool
-    selftest: str  # auto | on | off
-
-
-def _parse_options(context: TransportContext) -> _Options:
-    var = f"VKSHMEM_RAIL{context.rail}"
-
-    def bad(message: str) -> ConfigError:
-        return ConfigError(var, f"ucx: {message}")
-
-    ucx: dict[str, str] = {}
-    known: dict[str, str] = {}
-    for key, value in context.options.items():
-        if key.upper().startswith("UCX_") and len(key) > 4:
-            ucx[key[4:].upper()] = value
-        elif key in OPTIONS:
-            known[key] = value
-        else:
-            raise bad(f"unknown option {key!r} (known: {', '.join(OPTIONS)}, or UCX_<NAME> "
-                      "for any UCX variable)")
-    if "tls" in known:
-        ucx["TLS"] = known["tls"]
-    if "dev" in known:  # ':' separates rail options, so a port is written mlx5_0/1
-        ucx["NET_DEVICES"] = known["dev"].replace("/", ":")
-    if "atomic" in known:
-        if known["atomic"] not in _ATOMIC_MODES:
-            raise bad(f"atomic={known['atomic']!r} (use {', '.join(_ATOMIC_MODES)})")
-        ucx["ATOMIC_MODE"] = known["atomic"]
-    elif "ATOMIC_MODE" not in ucx and "UCX_ATOMIC_MODE" not in os.environ:
-        # CPU atomics (or UCX's software atomics, applied by the target's CPU) are atomic with
-        # the core's own CPU atomics on the same word (shm path, this PE); NIC atomics are not.
-        ucx["ATOMIC_MODE"] = "cpu"
-    try:
-        timeout = float(known.get("timeout", DEFAULT_TIMEOUT))
-        if not timeout > 0:
-            raise ValueError
-    except ValueError:
-        raise bad(f"timeout={known['timeout']!r} is not a positive number of seconds") from None
-    try:
-        spin = int(known.get("spin", "0"))
-        if not 0 <= spin <= 10_000_000:
-            raise ValueError
-    except ValueError:
-        raise bad(f"spin={known['spin']!r} is not a number of microseconds (0 to 10000000)"
-                  ) from None
-    try:
-        wait_spin = int(known.get("wait_spin", str(DEFAULT_WAIT_SPIN_US)))
-        if not 0 <= wait_spin <= 10_000_000:
-            raise ValueError
-    except ValueError:
-        raise bad(f"wait_spin={known['wait_spin']!r} is not a number of microseconds (0 to "
-                  "10000000)") from None
-    errmode = known.get("errmode", "none")
-    if errmode not in ("peer", "none"):
-        raise bad(f"errmode={errmode!r} (use peer or none)")
-    selftest = known.get("selftest", "auto").lower()
-    if selftest in _TRUE:
-        selftest = "on"
-    elif selftest in _FALSE:
-        selftest = "off"
-    elif selftest != "auto":
-        raise bad(f"selftest={known['selftest']!r} (use auto, on or off)")
-    return _Options(ucx, timeout, spin, wait_spin, errmode == "peer", selftest)
-
-
 def _destroy_ctx(ctx: Any) -> None:
     lib.vku_ctx_destroy(ctx)
 
@@ -205,7 +131,7 @@ class _Shared:
     """What a transport and its context endpoints share: the UCP context (and its progress
     thread), the peers' blobs, and the endpoints still open."""
 
-    def __init__(self, context: TransportContext, options: _Options) -> None:
+    def __init__(self, context: TransportContext, options: Options) -> None:
         self.context = context
         self.options = options
         self.ctx: Any = None
@@ -215,6 +141,9 @@ class _Shared:
         self.emulated: tuple[str, ...] = ()
         #: this PE's registered segments, seg id -> (address, size): AMOs to itself
         self.local: dict[int, tuple[int, int]] = {}
+        #: the segments UCX allocated in place (rail option heap=)
+        self.allocated: set[int] = set()
+        self.connected = False
         self.cpu_amo = ffi.cast("uint64_t (*)(uintptr_t, int, int, uint64_t, uint64_t)",
                                 context.amo_function)
 
@@ -232,7 +161,7 @@ class UcxTransport(Transport):
         self._root: UcxTransport | None = None  # set on context endpoints
         self._worker_finalizer: weakref.finalize | None = None
         self._ctx_finalizer: weakref.finalize | None = None
-        opts = _parse_options(context)
+        opts = parse_options(context)
         self._shared = sh = _Shared(context, opts)
         names = [ffi.new("char[]", k.encode()) for k in opts.ucx]
         values = [ffi.new("char[]", v.encode()) for v in opts.ucx.values()]
@@ -247,6 +176,7 @@ class UcxTransport(Transport):
         sh.ctx = ctx
         self._ctx_finalizer = weakref.finalize(self, _destroy_ctx, ctx)
         lib.vku_set_liveness(ctx, getattr(context, "liveness_words", 0))
+        lib.vku_set_direct(ctx, context.amo_function, int(opts.direct))
         try:
             self._selftest(opts.selftest)
             self._open_worker()
@@ -263,6 +193,7 @@ class UcxTransport(Transport):
         if w == ffi.NULL:
             raise TransportError(NAME, f"cannot create a UCP worker: {ffi.string(err).decode()}")
         self._w = w
+        self._held_flag = lib.vku_held_flag(w)
 
     def _selftest(self, mode: str) -> None:
         """Detect (and work around) UCX releases whose AND/OR/XOR write wrong values."""
@@ -310,14 +241,23 @@ class UcxTransport(Transport):
         if not 0 <= segment.seg_id < lib.VKU_MAX_SEGS:
             raise TransportError(NAME, f"segment id {segment.seg_id} is out of range "
                                  f"(0..{lib.VKU_MAX_SEGS - 1})")
+        sh = self._shared
         buf = ffi.new("char[]", lib.VKU_RKEY_MAX)
         size = ffi.new("size_t *", lib.VKU_RKEY_MAX)
-        rc = lib.vku_mem_map(self._shared.ctx, segment.address, segment.size, buf, size)
+        heap = sh.options.heap
+        alloc = _new("int *", int(segment.fd >= 0 and not sh.connected and (
+            heap == "ucx" or (heap == "auto" and sh.context.rail == 0 and heap_unshared()))))
+        rc = lib.vku_mem_map(sh.ctx, segment.address, segment.size, segment.fd, alloc, buf,
+                             size)
         if rc:
             raise TransportError(NAME, f"cannot register segment {segment.seg_id} "
                                  f"({segment.size} bytes at {segment.address:#x})",
                                  status=_status(rc))
-        self._shared.local[segment.seg_id] = (segment.address, segment.size)
+        if alloc[0]:
+            sh.allocated.add(segment.seg_id)
+            log.debug("ucx: segment %d (%d bytes) allocated by UCX in place", segment.seg_id,
+                      segment.size)
+        sh.local[segment.seg_id] = (segment.address, segment.size)
         return _KEY.pack(segment.seg_id, segment.address, segment.size) + \
             bytes(ffi.buffer(buf, size[0]))
 
@@ -326,6 +266,7 @@ class UcxTransport(Transport):
         May be called again (e.g. after new segments were registered)."""
         w = self._live()
         sh = self._shared
+        sh.connected = True  # segments registered from now on are not the core's heap
         for pe, info in peers.items():
             if info.address is None:
                 continue
@@ -422,6 +363,7 @@ class UcxTransport(Transport):
         if rc:
             raise self._error(rc, "put to", pe, seg, offset, len(buf))
         self._held.append(buf)
+        self._held_flag[0] = 1  # the core's quiet in C must call quiet() to release it
 
     def get(self, pe: int, seg: int, offset: int, dst: memoryview) -> None:
         """``ucp_get_nbx``; returns with ``dst`` filled."""
@@ -447,6 +389,7 @@ class UcxTransport(Transport):
         if rc:
             raise self._error(rc, "get from", pe, seg, offset, len(buf))
         self._held.append(buf)
+        self._held_flag[0] = 1  # the core's quiet in C must call quiet() to release it
 
     def amo(
         self, pe: int, seg: int, offset: int, op: AmoOp, width: int,
@@ -474,8 +417,10 @@ class UcxTransport(Transport):
         return out[0] if fetch else 0
 
     def native_ops(self) -> int:
-        """vku_put/vku_get/vku_amo of this endpoint's worker, for the core's compiled hot path
-        (the same calls as :meth:`put`/:meth:`get`/:meth:`amo`, without Python)."""
+        """vku_put/vku_get/vku_amo/vku_quiet/vku_fence of this endpoint's worker, for the
+        core's compiled hot path (the same calls as :meth:`put`/:meth:`get`/:meth:`amo`/
+        :meth:`quiet`/:meth:`fence`, without Python; its quiet defers to :meth:`quiet` while
+        buffers of non-blocking operations issued from Python are held)."""
         w = self._w
         if w is None:
             return 0
@@ -488,8 +433,12 @@ class UcxTransport(Transport):
     def native_error(self, status: int, doing: str, pe: int, seg: int, offset: int,
                      nbytes: int, buffer: object) -> BaseException:
         """The exception :meth:`put`/:meth:`get`/:meth:`amo` raise for ``status``."""
-        if status == lib.VKU_ETIMEDOUT:
+        if status == lib.VKU_ETIMEDOUT and buffer is not None:
             self._graveyard.append(buffer)  # UCX may still read or write it
+        if doing == "quiet":
+            return self._quiet_error(status)
+        if doing == "fence":
+            return TransportError(NAME, "fence failed", status=_status(status))
         return self._error(status, doing, pe, seg, offset, nbytes)
 
     def fence(self) -> None:
@@ -503,15 +452,19 @@ class UcxTransport(Transport):
         every non-blocking get has filled its buffer)."""
         w = self._live()
         held, self._held = self._held, []  # only operations issued before this point
+        self._held_flag[0] = 0
         rc = lib.vku_quiet(w)
         if rc:
             self._graveyard.extend(held)  # UCX may still read or write them
-            raise TransportError(NAME, "quiet: "
-                                 + ("no completion within "
-                                    f"{self._shared.options.timeout:g} s (a peer may be dead "
-                                    "or stuck; the rail option timeout= sets this limit)"
-                                    if rc == lib.VKU_ETIMEDOUT else "an operation failed"),
-                                 status=_status(rc))
+            raise self._quiet_error(rc)
+
+    def _quiet_error(self, rc: int) -> TransportError:
+        return TransportError(NAME, "quiet: "
+                              + ("no completion within "
+                                 f"{self._shared.options.timeout:g} s (a peer may be dead "
+                                 "or stuck; the rail option timeout= sets this limit)"
+                                 if rc == lib.VKU_ETIMEDOUT else "an operation failed"),
+                              status=_status(rc))
 
     # -- contexts, introspection, shutdown ------------------------------------------------
 
@@ -556,6 +509,7 @@ class UcxTransport(Transport):
                 "caller_sleeps": out[3], "caller_sleep_timeouts": out[4],
                 "ucx_version": ".".join(map(str, ucx_version())), "built_with": build_info(),
                 "emulated": self._shared.emulated,
+                "ucx_allocated_segments": sorted(self._shared.allocated),
                 "settings": {f"UCX_{k}": v for k, v in self._shared.options.ucx.items()}}
 
     def close(self, _force: bool = False) -> None:

@@ -49,6 +49,12 @@ struct fast_global {
     struct vk_native_ops **ops; /* [pe]: else the route's data path in C (NULL: none) */
     PyObject *transports;       /* [pe]: the route's transport (tuple; its native_error) */
     int quiet_fence;            /* quiet and fence are a memory fence (no transport open) */
+    int nquiet;                 /* else, with every open transport offering quiet and fence
+                                   in C: how many (-1: some do not, quiet takes Python) */
+    struct vk_native_ops **quiet_ops; /* [nquiet]: their ops */
+    uint8_t *fence_quiet;       /* [nquiet]: fence is a quiet on it (several rails, or no
+                                   native fence) */
+    PyObject *quiet_transports; /* [nquiet]: the transports (tuple; their native_error) */
     int native_waits;           /* no transport needs progress calls while this PE waits */
     PyObject *seg_heaps;        /* the runtime's list of open domain heaps per segment:
                                    while all are None, barrier_all = fence + world sync */
@@ -132,6 +138,8 @@ int fast_put(FastCall *self, PyObject **a, PyObject **out);
 int fast_get(FastCall *self, PyObject **a, PyObject **out);
 int fast_amo(FastCall *self, PyObject **a, PyObject **out);
 int fast_quiet(FastCall *self, PyObject **a, PyObject **out);
+/* quiet (fence=0) or fence of every open transport in C: 1 done, 0 not handled, -1 error */
+int fast_transports_quiet(int fence);
 
 /* fast_signal.c */
 int fast_put_signal(FastCall *self, PyObject **a, PyObject **out);

@@ -256,6 +256,12 @@ static void clear_config(void) {
     PyMem_Free(G.ops);
     G.ops = NULL;
     Py_CLEAR(G.transports);
+    PyMem_Free(G.quiet_ops);
+    G.quiet_ops = NULL;
+    PyMem_Free(G.fence_quiet);
+    G.fence_quiet = NULL;
+    G.nquiet = -1;
+    Py_CLEAR(G.quiet_transports);
     Py_CLEAR(G.seg_heaps);
     clear_world();
     Py_CLEAR(G.waiter);
@@ -270,39 +276,68 @@ static PyObject *mod_reset(PyObject *mod, PyObject *noargs) {
 
 static PyObject *mod_configure(PyObject *mod, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"my_pe", "direct", "ops", "transports", "quiet_fence",
-                             "native_waits", "crowded", "waiter", "seg_heaps", "failed", NULL};
+                             "native_waits", "crowded", "waiter", "seg_heaps", "failed",
+                             "quiet_ops", "fence_quiet", "quiet_transports", NULL};
     int my_pe, quiet_fence, native_waits, crowded, npes;
     unsigned long long failed = 0;
-    Py_buffer direct, ops;
-    PyObject *waiter, *transports, *seg_heaps;
+    Py_buffer direct, ops, qops = {0}, fq = {0};
+    PyObject *waiter, *transports, *seg_heaps, *qts = NULL;
     if (G.table == NULL || G.ndarray == NULL)
         return PyErr_Format(PyExc_RuntimeError, "vkshmem.core._fast is not bound");
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "iy*y*O!pppOO!|K", kwlist, &my_pe, &direct,
-                                     &ops, &PyTuple_Type, &transports, &quiet_fence,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "iy*y*O!pppOO!|Ky*y*O!", kwlist, &my_pe,
+                                     &direct, &ops, &PyTuple_Type, &transports, &quiet_fence,
                                      &native_waits, &crowded, &waiter, &PyList_Type, &seg_heaps,
-                                     &failed))
+                                     &failed, &qops, &fq, &PyTuple_Type, &qts))
         return NULL;
+    /* quiet/fence in C: every open transport's ops (none zero, each offering both) */
+    Py_ssize_t nq = qts == NULL ? -1 : PyTuple_GET_SIZE(qts);
+    if (nq >= 0 && (qops.len != nq * (Py_ssize_t)sizeof(void *) || fq.len != nq)) {
+        PyBuffer_Release(&direct);
+        PyBuffer_Release(&ops);
+        PyBuffer_Release(&qops);
+        PyBuffer_Release(&fq);
+        return PyErr_Format(PyExc_ValueError, "configure: quiet_ops, fence_quiet and "
+                            "quiet_transports differ in length");
+    }
+    for (Py_ssize_t i = 0; i < nq; i++) {
+        struct vk_native_ops *o = ((struct vk_native_ops **)qops.buf)[i];
+        if (o == NULL || o->quiet == NULL || o->fence == NULL) nq = -1;
+    }
     npes = G.table->npes;
     if (direct.len != npes || ops.len != npes * (Py_ssize_t)sizeof(void *) ||
         PyTuple_GET_SIZE(transports) != npes) {
         PyBuffer_Release(&direct);
         PyBuffer_Release(&ops);
+        PyBuffer_Release(&qops);
+        PyBuffer_Release(&fq);
         return PyErr_Format(PyExc_ValueError, "configure: routes do not match the %d PEs",
                             npes);
     }
     clear_config();
     G.direct = PyMem_Malloc(npes ? npes : 1);
     G.ops = PyMem_Malloc(npes ? ops.len : 1);
-    if (G.direct == NULL || G.ops == NULL) {
+    G.quiet_ops = PyMem_Malloc(nq > 0 ? qops.len : 1);
+    G.fence_quiet = PyMem_Malloc(nq > 0 ? fq.len : 1);
+    if (G.direct == NULL || G.ops == NULL || G.quiet_ops == NULL || G.fence_quiet == NULL) {
         PyBuffer_Release(&direct);
         PyBuffer_Release(&ops);
+        PyBuffer_Release(&qops);
+        PyBuffer_Release(&fq);
         clear_config();
         return PyErr_NoMemory();
     }
     memcpy(G.direct, direct.buf, direct.len);
     memcpy(G.ops, ops.buf, ops.len);
+    if (nq > 0) {
+        memcpy(G.quiet_ops, qops.buf, qops.len);
+        memcpy(G.fence_quiet, fq.buf, fq.len);
+    }
+    G.nquiet = (int)nq;
+    G.quiet_transports = nq > 0 ? Py_NewRef(qts) : NULL;
     PyBuffer_Release(&direct);
     PyBuffer_Release(&ops);
+    PyBuffer_Release(&qops);
+    PyBuffer_Release(&fq);
     G.transports = Py_NewRef(transports);
     G.my_pe = my_pe;
     G.npes = G.table->npes;
@@ -337,7 +372,8 @@ static PyMethodDef METHODS[] = {
      "type; read arrays directly when every probe array's fields agree with its buffer."},
     {"configure", (PyCFunction)(void (*)(void))mod_configure, METH_VARARGS | METH_KEYWORDS,
      "configure(my_pe, direct, ops, transports, quiet_fence, native_waits, crowded, "
-     "waiter, seg_heaps, failed=0)\n--\n\n"
+     "waiter, seg_heaps, failed=0, quiet_ops=b'', fence_quiet=b'', quiet_transports=None)"
+     "\n--\n\n"
      "Enable the fast paths for a running runtime."},
     {"set_world", mod_set_world, METH_O,
      "set_world(team)\n--\n\nTEAM_WORLD's NativeTeam (or None)."},

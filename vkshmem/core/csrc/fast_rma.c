@@ -28,19 +28,31 @@ uintptr_t fast_remote(const void *p, Py_ssize_t n, long pe) {
 }
 
 /* put or get through a transport's C data path (Transport.native_ops): the host heap only,
- * blocking (an nbi operation may complete early), the GIL released meanwhile. */
+ * blocking (an nbi operation may complete early); first, below NOGIL_BYTES, as a
+ * VK_NATIVE_TRY call with the GIL held, then (if it would wait) with the buffers held and
+ * the GIL released. */
 static int native_rma(PyObject **out, int to_peer, long pe, struct fast_view *t,
                       struct fast_view *s, Py_ssize_t nbytes) {
     struct fast_view *loc = to_peer ? s : t;
     int64_t r = vk_locate_in(G.table, (to_peer ? t : s)->buf, (uint64_t)nbytes);
-    if (r < 0 || (r >> 48) != 0 || fast_hold(t) < 0 || fast_hold(s) < 0) return 0;
+    if (r < 0 || (r >> 48) != 0) return 0;
     struct vk_native_ops *ops = G.ops[pe];
     uint64_t off = (uint64_t)(r & VK_OFF_MASK);
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    if (to_peer) rc = ops->put(ops->self, (int32_t)pe, 0, off, loc->buf, (size_t)nbytes, 0);
-    else rc = ops->get(ops->self, (int32_t)pe, 0, off, loc->buf, (size_t)nbytes, 0);
-    Py_END_ALLOW_THREADS
+    int rc = VK_NATIVE_AGAIN;
+    if ((ops->flags & VK_NATIVE_CAN_TRY) && nbytes < NOGIL_BYTES) {
+        if (to_peer) rc = ops->put(ops->self, (int32_t)pe, 0, off, loc->buf, (size_t)nbytes,
+                                   VK_NATIVE_TRY);
+        else rc = ops->get(ops->self, (int32_t)pe, 0, off, loc->buf, (size_t)nbytes,
+                           VK_NATIVE_TRY);
+    }
+    if (rc == VK_NATIVE_AGAIN) {
+        if (fast_hold(t) < 0 || fast_hold(s) < 0) return 0;
+        Py_BEGIN_ALLOW_THREADS
+        if (to_peer) rc = ops->put(ops->self, (int32_t)pe, 0, off, loc->buf, (size_t)nbytes,
+                                   0);
+        else rc = ops->get(ops->self, (int32_t)pe, 0, off, loc->buf, (size_t)nbytes, 0);
+        Py_END_ALLOW_THREADS
+    }
     *out = rc ? fast_native_error(pe, rc, to_peer ? "put to" : "get from", off, nbytes,
                                   loc->obj)
               : Py_NewRef(Py_None);
@@ -213,11 +225,16 @@ int fast_amo(FastCall *self, PyObject **a, PyObject **out) {
         u = vk_amo_impl(word, op, width, operand, compare);
     } else {
         struct vk_native_ops *ops = G.ops[pe];
-        int rc;
-        Py_BEGIN_ALLOW_THREADS
-        rc = ops->amo(ops->self, (int32_t)pe, 0, off, op, width, operand, compare,
-                      self->fetch || fetch != NULL, &u);
-        Py_END_ALLOW_THREADS
+        int fetching = self->fetch || fetch != NULL, rc = VK_NATIVE_AGAIN;
+        if (ops->flags & VK_NATIVE_CAN_TRY)  /* without releasing the GIL, if it can */
+            rc = ops->amo(ops->self, (int32_t)pe, 0, off, op, width, operand, compare,
+                          fetching | VK_NATIVE_TRY, &u);
+        if (rc == VK_NATIVE_AGAIN) {
+            Py_BEGIN_ALLOW_THREADS
+            rc = ops->amo(ops->self, (int32_t)pe, 0, off, op, width, operand, compare,
+                          fetching, &u);
+            Py_END_ALLOW_THREADS
+        }
         if (rc) {
             if (fetch != NULL) fast_release(&f);
             *out = fast_native_error(pe, rc, "AMO on", off, width, target);
@@ -241,12 +258,53 @@ done:
     return ok;
 }
 
-/* quiet and fence of the default context: a full fence while no transport and no memory
- * domain is open (the shm path's copies are complete on return, its AMOs sequentially
- * consistent; a domain may hold batched non-blocking operations). */
+/* quiet (op 0) or fence (op 1) of every open transport through its C functions (first as a
+ * VK_NATIVE_TRY call with the GIL held where the transport takes one, else or then with the
+ * GIL released): 1 done, 0 when one asks for its Python method (nothing left half done: the
+ * Python path then quiets every transport again), -1 with the transport's exception set. */
+int fast_transports_quiet(int fence) {
+    int rc = 0, i;
+    if (G.nquiet < 0) return 0;
+    for (i = 0; i < G.nquiet && rc == 0; i++) {
+        struct vk_native_ops *o = G.quiet_ops[i];
+        int (*f)(void *, int) = fence && !G.fence_quiet[i] ? o->fence : o->quiet;
+        rc = (o->flags & VK_NATIVE_CAN_TRY) ? f(o->self, VK_NATIVE_TRY) : VK_NATIVE_AGAIN;
+        if (rc == VK_NATIVE_AGAIN) {
+            Py_BEGIN_ALLOW_THREADS
+            rc = f(o->self, 0);
+            Py_END_ALLOW_THREADS
+        }
+    }
+    if (rc > 0) return 0;
+    if (rc < 0) {
+        const char *doing = fence ? "fence" : "quiet";
+        PyObject *exc = PyObject_CallMethod(PyTuple_GET_ITEM(G.quiet_transports, i - 1),
+                                            "native_error", "isliKnO", rc, doing, -1L, 0,
+                                            0ULL, (Py_ssize_t)0, Py_None);
+        if (exc != NULL) {
+            PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+            Py_DECREF(exc);
+            fast_translate_error(-1);
+        }
+        return -1;
+    }
+    return 1;
+}
+
+/* quiet and fence of the default context (op: 0 quiet, 1 fence): a full fence while no
+ * transport is open (the shm path's copies are complete on return, its AMOs sequentially
+ * consistent), then the open transports' quiet/fence in C when each offers them; the Python
+ * path while a memory domain is open (it may hold batched non-blocking operations). */
 int fast_quiet(FastCall *self, PyObject **a, PyObject **out) {
-    if (!G.quiet_fence || !fast_none(a[P_CTX]) || fast_domains_open()) return 0;
+    if (!G.enabled || !fast_none(a[P_CTX]) || fast_domains_open()) return 0;
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    if (!G.quiet_fence) {
+        int r = fast_transports_quiet(self->op == 1);
+        if (r <= 0) {
+            *out = NULL;
+            return r < 0;
+        }
+    }
     *out = Py_NewRef(Py_None);
     return 1;
 }

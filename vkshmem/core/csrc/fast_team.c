@@ -313,12 +313,17 @@ int fast_finish(int r, PyObject **out) {
 /* barrier_all is quiet + sync + the open memory domains' error checks: native while quiet is
  * a fence and no domain is open (op 1; op 0: sync_all) */
 static int barrier_native(void) {
-    return G.quiet_fence && !fast_domains_open();
+    if (!G.quiet_fence && G.nquiet < 0) return 0;
+    return !fast_domains_open();
 }
 
 int fast_barrier(FastCall *self, PyObject **a, PyObject **out) {
     if (!team_valid(G.world) || (self->op && !barrier_native())) return 0;
-    if (self->op) __atomic_thread_fence(__ATOMIC_SEQ_CST);  /* barrier_all: quiet first */
+    if (self->op) {  /* barrier_all: quiet first */
+        __atomic_thread_fence(__ATOMIC_SEQ_CST);
+        int r = G.quiet_fence ? 1 : fast_transports_quiet(0);
+        if (r <= 0) return r < 0 ? fast_finish(-1, out) : 0;
+    }
     return fast_finish(team_sync(G.world) < 0 ? -1 : 1, out);
 }
 

@@ -24,6 +24,7 @@
 #endif
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -34,6 +35,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -45,6 +47,9 @@
 #define VKU_CLOSE_TIMEOUT_NS 5000000000ull
 #define VKU_DRAIN_MAX 1024          /* progress calls per drain (fairness to the caller) */
 #define VKU_REAP_AT 1024            /* pending nbi requests before completed ones are reaped */
+
+typedef uint64_t (*vku_cpu_amo)(uintptr_t addr, int op, int width, uint64_t operand,
+                                uint64_t compare);
 
 typedef struct vku_cell {
     uint64_t operand;
@@ -62,6 +67,7 @@ typedef struct vku_rseg {
     void *packed;
     size_t packed_len;
     ucp_rkey_h rkey; /* unpacked on first use (it needs the endpoint) */
+    char *ptr;       /* where UCX maps the segment here (ucp_rkey_ptr), or NULL */
 } vku_rseg;
 
 typedef struct vku_peer {
@@ -85,7 +91,10 @@ struct vku_worker {
     vku_pend *pend;
     size_t npend, cap;
     int deferred; /* the error of a reaped non-blocking request, reported by the next quiet */
+    int py_held;  /* Python holds buffers of non-blocking operations: quiet must run there */
+    void *reply;  /* the reply cell of blocking fetching AMOs (a vku_word) */
     uint64_t epoch;
+    int dirty;    /* a UCX put since the last quiet (whose remote completion needs a flush) */
     int listed;
     vku_worker *next;
 };
@@ -94,6 +103,7 @@ typedef struct vku_local {
     uintptr_t addr;
     uint64_t size;
     ucp_mem_h memh;
+    int fd; /* >= 0: UCX allocated this range over the core's memfd (a dup of it) */
 } vku_local;
 
 struct vku_ctx {
@@ -109,10 +119,14 @@ struct vku_ctx {
     int nlocal;
     uint64_t spin_ns, wait_spin_ns, timeout_ns;
     int err_peer;
+    int direct; /* use ucp_rkey_ptr mappings for loads, stores and CPU atomics */
     volatile uint64_t *failed; /* the core's liveness words, or NULL */
     volatile uint32_t emulate;
+    vku_cpu_amo cpu_amo; /* the core's CPU atomic (vk_amo), for segments mapped here */
     volatile uint64_t stat_wakeups, stat_idle, stat_busy, stat_sleeps, stat_sleep_timeouts;
 };
+
+static void unmap_local(vku_ctx *c, vku_local *l);
 
 static uint64_t now_ns(void)
 {
@@ -163,6 +177,7 @@ const char *vku_status_string(int status)
     case VKU_ETOOBIG: return "blob too large";
     case VKU_ETIMEDOUT: return "timed out";
     case VKU_EFAILED: return "a PE of the job failed";
+    case VKU_EBUSY: return "another transport allocated this range";
     default: return ucs_status_string((ucs_status_t)status);
     }
 }
@@ -300,10 +315,12 @@ static int track(vku_worker *w, void *req, vku_cell *cell)
  * deliberately leaked since UCX may still write into them. Returns the first error. */
 static int finish_pending(vku_worker *w, uint64_t timeout_ns, int rc)
 {
-    uint64_t deadline = now_ns() + timeout_ns;
     if (rc == 0)
         rc = w->deferred;
     w->deferred = 0;
+    if (w->npend == 0) /* the common case: blocking operations only */
+        return rc;
+    uint64_t deadline = now_ns() + timeout_ns;
     for (size_t i = 0; i < w->npend; i++) {
         vku_pend p = w->pend[i];
         if (rc != 0 && ucp_request_check_status(p.req) == UCS_INPROGRESS) {
@@ -482,7 +499,7 @@ void vku_ctx_destroy(vku_ctx *c)
     while (c->workers)
         vku_worker_destroy(c->workers, 1);
     for (int i = 0; i < c->nlocal; i++)
-        ucp_mem_unmap(c->context, c->locals[i].memh);
+        unmap_local(c, &c->locals[i]);
     c->nlocal = 0;
     if (c->context)
         ucp_cleanup(c->context);
@@ -497,6 +514,12 @@ void vku_ctx_destroy(vku_ctx *c)
 
 void vku_set_emulation(vku_ctx *c, uint32_t mask) { c->emulate = mask; }
 
+void vku_set_direct(vku_ctx *c, uintptr_t cpu_amo, int direct)
+{
+    c->cpu_amo = (vku_cpu_amo)cpu_amo;
+    c->direct = direct;
+}
+
 uint32_t vku_get_emulation(vku_ctx *c) { return c->emulate; }
 
 void vku_stats(vku_ctx *c, uint64_t *out3)
@@ -508,7 +531,140 @@ void vku_stats(vku_ctx *c, uint64_t *out3)
     out3[2] = c->stat_busy;
 }
 
-int vku_mem_map(vku_ctx *c, uintptr_t addr, uint64_t size, void *buf, size_t *len)
+/* Copy the pages of [src, src+size) that are resident (mincore) to dst: the bytes that can
+ * differ from zero, without touching (and so allocating) the rest of a sparse segment. */
+static void copy_resident(void *dst, const void *src, uint64_t size)
+{
+    long page = sysconf(_SC_PAGESIZE);
+    size_t npages = (size_t)((size + (uint64_t)page - 1) / (uint64_t)page);
+    unsigned char *vec = malloc(npages ? npages : 1);
+    if (!vec || mincore((void *)src, (size_t)size, vec) != 0) {
+        memcpy(dst, src, (size_t)size); /* cannot tell: copy everything */
+        free(vec);
+        return;
+    }
+    for (size_t i = 0; i < npages; i++) {
+        if (!(vec[i] & 1))
+            continue;
+        size_t j = i;
+        while (j + 1 < npages && (vec[j + 1] & 1))
+            j++;
+        uint64_t off = (uint64_t)i * (uint64_t)page;
+        uint64_t end = (uint64_t)(j + 1) * (uint64_t)page;
+        memcpy((char *)dst + off, (const char *)src + off, (size_t)((end < size ? end : size) - off));
+        i = j;
+    }
+    free(vec);
+}
+
+/* Ranges UCX allocated in place, process-wide: a second transport (another rail) must not
+ * allocate over the first one's memory, so it registers that memory as it is instead. */
+static pthread_mutex_t g_alloc_lock = PTHREAD_MUTEX_INITIALIZER;
+static uintptr_t g_alloc_addr[VKU_MAX_LOCAL];
+static uint64_t g_alloc_size[VKU_MAX_LOCAL];
+
+/* Claim [addr, addr+size) (claim=1; 0 when another transport holds an overlapping range) or
+ * release it (claim=0). */
+static int alloc_claim(uintptr_t addr, uint64_t size, int claim)
+{
+    int ok = 0, free_slot = -1;
+    pthread_mutex_lock(&g_alloc_lock);
+    for (int i = 0; i < VKU_MAX_LOCAL; i++) {
+        if (!g_alloc_size[i]) {
+            if (free_slot < 0)
+                free_slot = i;
+            continue;
+        }
+        if (!claim && g_alloc_addr[i] == addr && g_alloc_size[i] == size) {
+            g_alloc_size[i] = 0;
+            ok = 1;
+            break;
+        }
+        if (claim && addr < g_alloc_addr[i] + g_alloc_size[i] && g_alloc_addr[i] < addr + size)
+            goto out;
+    }
+    if (claim && free_slot >= 0) {
+        g_alloc_addr[free_slot] = addr;
+        g_alloc_size[free_slot] = size;
+        ok = 1;
+    }
+out:
+    pthread_mutex_unlock(&g_alloc_lock);
+    return ok;
+}
+
+/* Replace the memfd mapping at [addr, addr+size) by memory UCX allocates at the same address
+ * (ucp_mem_map ALLOCATE | FIXED), keeping its bytes: UCX's shared-memory transports then
+ * reach it directly (stores and CPU atomics into the mapping) instead of by cma and software
+ * atomics. 0 on success; else the range still holds the memfd mapping. */
+static int map_allocated(vku_ctx *c, uintptr_t addr, uint64_t size, int fd, ucp_mem_h *memh)
+{
+    if (!alloc_claim(addr, size, 1))
+        return VKU_EBUSY;
+    void *old = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (old == MAP_FAILED) {
+        alloc_claim(addr, size, 0);
+        return VKU_ENOMEM;
+    }
+    ucp_mem_map_params_t mp;
+    memset(&mp, 0, sizeof(mp));
+    mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                    UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+    mp.address = (void *)addr;
+    mp.length = size;
+    mp.flags = UCP_MEM_MAP_ALLOCATE | UCP_MEM_MAP_FIXED;
+    ucs_status_t st = ucp_mem_map(c->context, &mp, memh);
+    int rc = st;
+    if (st == UCS_OK) {
+        ucp_mem_attr_t attr;
+        memset(&attr, 0, sizeof(attr));
+        attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;
+        if (ucp_mem_query(*memh, &attr) != UCS_OK || (uintptr_t)attr.address != addr ||
+            attr.length != size) {
+            /* not where the core's mapping was (or not all of it): put the memfd back */
+            ucp_mem_unmap(c->context, *memh);
+            mmap((void *)addr, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
+                 fd, 0);
+            rc = VKU_ENOMEM;
+        } else {
+            copy_resident((void *)addr, old, size);
+            rc = 0;
+        }
+    }
+    munmap(old, (size_t)size);
+    if (rc)
+        alloc_claim(addr, size, 0);
+    return rc;
+}
+
+/* Give the range back to the memfd (with the bytes written meanwhile), then release UCX's
+ * memory: the core's mapping (and arrays still viewing it) stay valid after close. */
+static void unmap_local(vku_ctx *c, vku_local *l)
+{
+    if (l->fd < 0) {
+        ucp_mem_unmap(c->context, l->memh);
+        return;
+    }
+    void *back = mmap(NULL, (size_t)l->size, PROT_READ | PROT_WRITE, MAP_SHARED, l->fd, 0);
+    if (back != MAP_FAILED)
+        copy_resident(back, (void *)l->addr, l->size);
+    ucp_mem_unmap(c->context, l->memh); /* unmaps the range */
+    if (back == MAP_FAILED ||
+        mremap(back, (size_t)l->size, (size_t)l->size, MREMAP_MAYMOVE | MREMAP_FIXED,
+               (void *)l->addr) == MAP_FAILED) {
+        /* keep the range reserved at least (zeros), so nothing else lands in it */
+        mmap((void *)l->addr, (size_t)l->size, PROT_READ | PROT_WRITE,
+             MAP_SHARED | MAP_FIXED, l->fd, 0);
+        if (back != MAP_FAILED)
+            munmap(back, (size_t)l->size);
+    }
+    close(l->fd);
+    l->fd = -1;
+    alloc_claim(l->addr, l->size, 0);
+}
+
+int vku_mem_map(vku_ctx *c, uintptr_t addr, uint64_t size, int fd, int *allocate, void *buf,
+                size_t *len)
 {
     int rc = 0;
     pthread_mutex_lock(&c->mem_lock);
@@ -521,22 +677,34 @@ int vku_mem_map(vku_ctx *c, uintptr_t addr, uint64_t size, void *buf, size_t *le
             rc = VKU_ENOMEM;
             goto out;
         }
-        ucp_mem_map_params_t mp;
-        memset(&mp, 0, sizeof(mp));
-        mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
-        mp.address = (void *)addr;
-        mp.length = size;
         ucp_mem_h memh;
-        ucs_status_t st = ucp_mem_map(c->context, &mp, &memh);
-        if (st != UCS_OK) {
-            rc = st;
-            goto out;
+        int own = -1;
+        long page = sysconf(_SC_PAGESIZE);
+        if (*allocate && fd >= 0 && addr % (uintptr_t)page == 0 && size % (uint64_t)page == 0 &&
+            (own = fcntl(fd, F_DUPFD_CLOEXEC, 0)) >= 0 &&
+            map_allocated(c, addr, size, own, &memh) != 0) {
+            close(own);
+            own = -1;
+        }
+        if (own < 0) {
+            ucp_mem_map_params_t mp;
+            memset(&mp, 0, sizeof(mp));
+            mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+            mp.address = (void *)addr;
+            mp.length = size;
+            ucs_status_t st = ucp_mem_map(c->context, &mp, &memh);
+            if (st != UCS_OK) {
+                rc = st;
+                goto out;
+            }
         }
         l = &c->locals[c->nlocal++];
         l->addr = addr;
         l->size = size;
         l->memh = memh;
+        l->fd = own;
     }
+    *allocate = l->fd >= 0;
     void *packed;
     size_t plen;
     ucs_status_t st = ucp_rkey_pack(c->context, l->memh, &packed, &plen);
@@ -660,6 +828,8 @@ void vku_worker_destroy(vku_worker *w, int force)
     pthread_mutex_unlock(&c->list_lock);
     pthread_mutex_lock(&w->lock);
     finish_pending(w, VKU_CLOSE_TIMEOUT_NS, 0);
+    free(w->reply);
+    w->reply = NULL;
     free(w->pend);
     w->pend = NULL;
     w->cap = 0;
@@ -759,7 +929,7 @@ static void on_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
 
 /* Resolve (pe, seg, off, n) to an endpoint, rkey and remote address (w->lock held). */
 static int target(vku_worker *w, int32_t pe, uint32_t seg, uint64_t off, uint64_t n,
-                  vku_peer **pp, ucp_rkey_h *rkey, uint64_t *raddr)
+                  vku_peer **pp, ucp_rkey_h *rkey, uint64_t *raddr, char **local)
 {
     if (!w->worker)
         return VKU_ECLOSED;
@@ -796,12 +966,32 @@ static int target(vku_worker *w, int32_t pe, uint32_t seg, uint64_t off, uint64_
             s->rkey = NULL;
             return st;
         }
+        /* UCX's shared memory maps memory it allocated (heap=ucx) into this process: loads,
+         * stores and CPU atomics reach it directly (as UCX's own posix transport does) */
+        void *lp;
+        if (ucp_rkey_ptr(s->rkey, s->base, &lp) == UCS_OK && w->ctx->direct)
+            s->ptr = lp;
     }
     *pp = p;
     *rkey = s->rkey;
     *raddr = s->base + off;
+    if (local)
+        *local = s->ptr ? s->ptr + off : NULL;
     return 0;
 }
+
+/* Take the worker's lock; try: only if free at once (else 1, not taken). */
+static int lock_worker(vku_worker *w, int try)
+{
+    if (try)
+        return pthread_mutex_trylock(&w->lock) != 0;
+    pthread_mutex_lock(&w->lock);
+    return 0;
+}
+
+/* Whether every operation of the worker since its last quiet is complete (w->lock held):
+ * then quiet and fence have nothing to wait for or order. */
+static int settled(vku_worker *w) { return !w->dirty && !w->npend && !w->deferred; }
 
 /* Before a get or fetching AMO: flush the endpoint if it has un-flushed writes. */
 static int order_after_writes(vku_worker *w, vku_peer *p)
@@ -822,13 +1012,24 @@ int vku_put(vku_worker *w, int32_t pe, uint32_t seg, uint64_t off, const void *s
     vku_peer *p;
     ucp_rkey_h rkey;
     uint64_t raddr;
-    pthread_mutex_lock(&w->lock);
-    int rc = target(w, pe, seg, off, n, &p, &rkey, &raddr);
-    if (rc == 0 && n > 0) {
+    char *local;
+    int try = nbi == VKU_TRY;
+    if (lock_worker(w, try))
+        return VKU_AGAIN;
+    int rc = target(w, pe, seg, off, n, &p, &rkey, &raddr, &local);
+    if (rc == 0 && n > 0 && local) { /* after this worker's UCX writes to pe (ordering) */
+        if (try && p->dirty == w->epoch)
+            rc = VKU_AGAIN;
+        else if ((rc = order_after_writes(w, p)) == 0)
+            memcpy(local, src, n);
+    } else if (rc == 0 && n > 0 && try) {
+        rc = VKU_AGAIN;
+    } else if (rc == 0 && n > 0) {
         ucp_request_param_t prm;
         memset(&prm, 0, sizeof(prm));
         void *req = ucp_put_nbx(p->ep, src, n, raddr, rkey, &prm);
         p->dirty = w->epoch;
+        w->dirty = 1;
         rc = nbi ? track(w, req, NULL) : wait_req(w, req, w->ctx->timeout_ns);
     }
     pthread_mutex_unlock(&w->lock);
@@ -841,11 +1042,18 @@ int vku_get(vku_worker *w, int32_t pe, uint32_t seg, uint64_t off, void *dst, si
     vku_peer *p;
     ucp_rkey_h rkey;
     uint64_t raddr;
-    pthread_mutex_lock(&w->lock);
-    int rc = target(w, pe, seg, off, n, &p, &rkey, &raddr);
+    char *local;
+    int try = nbi == VKU_TRY;
+    if (lock_worker(w, try))
+        return VKU_AGAIN;
+    int rc = target(w, pe, seg, off, n, &p, &rkey, &raddr, &local);
+    if (rc == 0 && n > 0 && try && (!local || p->dirty == w->epoch))
+        rc = VKU_AGAIN;
     if (rc == 0 && n > 0)
         rc = order_after_writes(w, p);
-    if (rc == 0 && n > 0) {
+    if (rc == 0 && n > 0 && local) {
+        memcpy(dst, local, n);
+    } else if (rc == 0 && n > 0) {
         ucp_request_param_t prm;
         memset(&prm, 0, sizeof(prm));
         void *req = ucp_get_nbx(p->ep, dst, n, raddr, rkey, &prm);
@@ -893,15 +1101,23 @@ static int amo_fetch(vku_worker *w, vku_peer *p, ucp_atomic_op_t uop, int width,
                      uint64_t *out)
 {
     vku_word op;
-    vku_word *rep = malloc(sizeof(*rep)); /* leaked if the reply never comes (timeout) */
-    if (!rep)
+    /* The worker's spare reply cell, taken while in use (the wait may release the lock to
+     * another thread, which then allocates its own), given back after: no allocation per
+     * AMO. Abandoned to UCX if the reply never comes (timeout). */
+    vku_word *rep = w->reply;
+    w->reply = NULL;
+    if (!rep && !(rep = malloc(sizeof(*rep))))
         return VKU_ENOMEM;
     put_word(&op, width, operand);
     put_word(rep, width, reply_in);
     int rc = wait_req(w, post_amo(p, uop, width, &op, rep, raddr, rkey), w->ctx->timeout_ns);
     if (rc == 0)
         *out = get_word(rep, width);
-    if (rc != VKU_ETIMEDOUT)
+    if (rc == VKU_ETIMEDOUT)
+        return rc; /* rep leaked: UCX may still write it */
+    if (!w->reply)
+        w->reply = rep;
+    else
         free(rep);
     return rc;
 }
@@ -995,12 +1211,27 @@ int vku_amo(vku_worker *w, int32_t pe, uint32_t seg, uint64_t off, int op, int w
     vku_peer *p;
     ucp_rkey_h rkey;
     uint64_t raddr;
-    pthread_mutex_lock(&w->lock);
-    int rc = target(w, pe, seg, off, (uint64_t)width, &p, &rkey, &raddr);
+    char *local;
+    int try = (fetch & VKU_TRY) != 0;
+    fetch &= ~VKU_TRY;
+    if (lock_worker(w, try))
+        return VKU_AGAIN;
+    int rc = target(w, pe, seg, off, (uint64_t)width, &p, &rkey, &raddr, &local);
     if (rc == 0 && off % (uint64_t)width)
         rc = VKU_EALIGN;
-    if (rc == 0)
+    if (rc == 0 && try && (!local || !w->ctx->cpu_amo || p->dirty == w->epoch))
+        rc = VKU_AGAIN;
+    if (rc == 0 && local && w->ctx->cpu_amo) {
+        /* the core's CPU atomic on UCX's mapping: atomic with every other AMO on the word */
+        if ((rc = order_after_writes(w, p)) == 0) {
+            uint64_t old = w->ctx->cpu_amo((uintptr_t)local, op == VKU_SET && fetch ? VKU_SWAP
+                                           : op, width, operand, compare);
+            if (result)
+                *result = old;
+        }
+    } else if (rc == 0) {
         rc = amo_locked(w, p, rkey, raddr, op, width, operand, compare, fetch, 1, result);
+    }
     pthread_mutex_unlock(&w->lock);
     return rc;
 }
@@ -1016,12 +1247,21 @@ int vku_fence(vku_worker *w)
 int vku_quiet(vku_worker *w)
 {
     pthread_mutex_lock(&w->lock);
-    ucp_request_param_t prm;
-    memset(&prm, 0, sizeof(prm));
-    int rc = wait_req(w, ucp_worker_flush_nbx(w->worker, &prm), w->ctx->timeout_ns);
-    rc = finish_pending(w, w->ctx->timeout_ns, rc); /* complete by now: collect their status */
-    if (rc == 0)
-        w->epoch++; /* nothing is dirty any more */
+    int rc = 0;
+    /* Nothing to flush when every operation since the last quiet completed on return: the
+     * blocking gets and AMOs, and everything done through a direct mapping (stores there are
+     * made visible by the caller's fence). */
+    if (!settled(w)) {
+        ucp_request_param_t prm;
+        memset(&prm, 0, sizeof(prm));
+        rc = wait_req(w, ucp_worker_flush_nbx(w->worker, &prm), w->ctx->timeout_ns);
+        rc = finish_pending(w, w->ctx->timeout_ns, rc); /* complete by now: their status */
+        if (rc == 0) {
+            w->epoch++; /* nothing is dirty any more */
+            w->dirty = 0;
+        }
+    }
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
     pthread_mutex_unlock(&w->lock);
     return rc;
 }
@@ -1065,8 +1305,9 @@ int vku_selftest(vku_ctx *c, uint32_t *bad_mask, char *err, size_t errlen)
         if (rc == 0)
             rc = vku_peer_set(a, 1, blob, len);
         len = sizeof(blob);
+        int no = 0;
         if (rc == 0)
-            rc = vku_mem_map(c, (uintptr_t)mem, 4096, blob, &len);
+            rc = vku_mem_map(c, (uintptr_t)mem, 4096, -1, &no, blob, &len);
         for (int32_t pe = 0; rc == 0 && pe < 2; pe++)
             rc = vku_peer_seg(a, pe, 0, (uint64_t)(uintptr_t)mem, 4096, blob, len);
         if (rc)
@@ -1088,7 +1329,8 @@ int vku_selftest(vku_ctx *c, uint32_t *bad_mask, char *err, size_t errlen)
                     ucp_rkey_h rkey;
                     uint64_t raddr;
                     pthread_mutex_lock(&a->lock);
-                    rc = target(a, pe, 0, slot * 8, (uint64_t)width, &p, &rkey, &raddr);
+                    rc = target(a, pe, 0, slot * 8, (uint64_t)width, &p, &rkey, &raddr,
+                                NULL);
                     if (rc == 0)
                         rc = amo_locked(a, p, rkey, raddr, op, width, arg, 0, fetch, 0, &got);
                     pthread_mutex_unlock(&a->lock);
@@ -1114,7 +1356,7 @@ int vku_selftest(vku_ctx *c, uint32_t *bad_mask, char *err, size_t errlen)
         pthread_mutex_lock(&c->mem_lock);
         for (int i = 0; i < c->nlocal; i++) {
             if (c->locals[i].addr == (uintptr_t)mem) {
-                ucp_mem_unmap(c->context, c->locals[i].memh);
+                unmap_local(c, &c->locals[i]);
                 c->locals[i] = c->locals[--c->nlocal];
                 break;
             }
@@ -1142,9 +1384,37 @@ static int native_amo(void *w, int32_t pe, uint32_t seg, uint64_t off, int op, i
     return vku_amo(w, pe, seg, off, op, width, operand, compare, fetch, result);
 }
 
+/* A try-quiet or try-fence: done (a memory fence) when the worker has nothing to flush or
+ * order, else VKU_AGAIN (also while another thread holds the worker). */
+static int try_settled(vku_worker *w) {
+    if (lock_worker(w, 1))
+        return VKU_AGAIN;
+    int rc = settled(w) ? 0 : VKU_AGAIN;
+    pthread_mutex_unlock(&w->lock);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    return rc;
+}
+
+/* VKU_PYTHON ("call the Python quiet") while Python holds buffers it must release after the
+ * flush */
+static int native_quiet(void *w, int mode) {
+    if (((vku_worker *)w)->py_held)
+        return VKU_PYTHON;
+    return mode == VKU_TRY ? try_settled(w) : vku_quiet(w);
+}
+
+static int native_fence(void *w, int mode) {
+    return mode == VKU_TRY ? try_settled(w) : vku_fence(w);
+}
+
 void vku_native_ops(vku_worker *w, struct vk_native_ops *ops) {
     ops->self = w;
     ops->put = native_put;
     ops->get = native_get;
     ops->amo = native_amo;
+    ops->quiet = native_quiet;
+    ops->fence = native_fence;
+    ops->flags = VKU_CAN_TRY;
 }
+
+int *vku_held_flag(vku_worker *w) { return &w->py_held; }

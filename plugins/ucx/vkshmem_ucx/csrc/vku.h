@@ -31,6 +31,7 @@
 #define VKU_ETOOBIG (-1008)  /* a blob does not fit the caller's buffer */
 #define VKU_ETIMEDOUT (-1009) /* no completion within the transport's timeout */
 #define VKU_EFAILED (-1010)  /* a PE of the job failed while the operation waited */
+#define VKU_EBUSY (-1011)    /* another transport of this process allocated the range */
 
 /* AMO op codes: the same as vkshmem.core.transport.AmoOp (checked at import). */
 #define VKU_FETCH 0
@@ -64,6 +65,10 @@ vku_ctx *vku_ctx_create(const char *const *names, const char *const *values, int
 /* Stop the thread, destroy every worker, unmap every segment, release the context. */
 void vku_ctx_destroy(vku_ctx *c);
 void vku_set_emulation(vku_ctx *c, uint32_t mask);
+/* direct = 1: where UCX maps a peer's segment into this process (ucp_rkey_ptr: its shared
+ * memory, on memory UCX allocated), put/get are memcpy and AMOs cpu_amo (the core's vk_amo)
+ * on that mapping, after any un-flushed UCX writes of the worker to that PE. */
+void vku_set_direct(vku_ctx *c, uintptr_t cpu_amo, int direct);
 /* The core's liveness words (TransportContext.liveness_words; 0: none): a wait gives up with
  * VKU_EFAILED once words[0] says a PE of the job failed. */
 void vku_set_liveness(vku_ctx *c, uintptr_t words);
@@ -71,9 +76,13 @@ uint32_t vku_get_emulation(vku_ctx *c);
 /* wakeups of the progress thread, of which by timeout, progress calls that did work. */
 void vku_stats(vku_ctx *c, uint64_t *out3);
 
-/* ucp_mem_map the memory [addr, addr+size) (not allocating it) and pack its rkey into buf
- * (capacity *len; *len becomes the packed size). Mapping the same range again repacks it. */
-int vku_mem_map(vku_ctx *c, uintptr_t addr, uint64_t size, void *buf, size_t *len);
+/* ucp_mem_map the memory [addr, addr+size) and pack its rkey into buf (capacity *len; *len
+ * becomes the packed size). Mapping the same range again repacks it. *allocate = 1 (with fd,
+ * the memfd mapped there): let UCX allocate the range in place (ALLOCATE | FIXED, bytes kept;
+ * given back to the memfd at vku_ctx_destroy), falling back to registering the memory as it
+ * is; *allocate becomes 1 when UCX allocated it. */
+int vku_mem_map(vku_ctx *c, uintptr_t addr, uint64_t size, int fd, int *allocate, void *buf,
+                size_t *len);
 
 /* A worker with a table of n_pes peers; it joins the progress thread's set. */
 vku_worker *vku_worker_create(vku_ctx *c, int32_t n_pes, char *err, size_t errlen);
@@ -84,7 +93,14 @@ int vku_peer_set(vku_worker *w, int32_t pe, const void *addr, size_t len);
 int vku_peer_seg(vku_worker *w, int32_t pe, uint32_t seg, uint64_t base, uint64_t size,
                  const void *rkey, size_t len);
 
-/* Data path. nbi=1: the operation completes by vku_quiet (buffers must stay valid). */
+/* Data path. nbi=1: the operation completes by vku_quiet (buffers must stay valid).
+ * nbi=VKU_TRY (and fetch | VKU_TRY for vku_amo): only if it completes at once, through a
+ * direct mapping and without waiting for the worker's lock or a flush; else VKU_AGAIN,
+ * nothing done (vkshmem's VK_NATIVE_TRY protocol, _native.h). */
+#define VKU_CAN_TRY 1
+#define VKU_TRY 2
+#define VKU_AGAIN 1
+#define VKU_PYTHON 2 /* native quiet: call the transport's Python quiet instead */
 int vku_put(vku_worker *w, int32_t pe, uint32_t seg, uint64_t off, const void *src, size_t n,
             int nbi);
 int vku_get(vku_worker *w, int32_t pe, uint32_t seg, uint64_t off, void *dst, size_t n,
@@ -94,7 +110,8 @@ int vku_amo(vku_worker *w, int32_t pe, uint32_t seg, uint64_t off, int op, int w
 int vku_fence(vku_worker *w);
 
 /* vkshmem's struct vk_native_ops (vkshmem/core/_native.h, Transport.native_ops): the core's
- * compiled hot path calls these (vku_put, vku_get, vku_amo of one worker) directly. */
+ * compiled hot path calls these (vku_put, vku_get, vku_amo, vku_quiet, vku_fence of one
+ * worker) directly. */
 struct vk_native_ops {
     void *self;
     int (*put)(void *self, int32_t pe, uint32_t seg, uint64_t off, const void *src,
@@ -103,8 +120,14 @@ struct vk_native_ops {
                int nbi);
     int (*amo)(void *self, int32_t pe, uint32_t seg, uint64_t off, int op, int width,
                uint64_t operand, uint64_t compare, int fetch, uint64_t *result);
+    int (*quiet)(void *self, int mode); /* vku_quiet; VKU_PYTHON while *vku_held_flag(w) */
+    int (*fence)(void *self, int mode); /* vku_fence */
+    unsigned flags;           /* VKU_CAN_TRY */
 };
 void vku_native_ops(vku_worker *w, struct vk_native_ops *ops);
+/* Set by Python while it holds buffers of non-blocking operations (its quiet releases them):
+ * the native quiet then answers 1, "call the Python quiet". */
+int *vku_held_flag(vku_worker *w);
 int vku_quiet(vku_worker *w);
 int vku_progress(vku_worker *w);
 
