@@ -179,7 +179,12 @@ def run_side(name: str, cmd: list[str], env: dict[str, str], timeout: float,
         err.seek(0)
         errors = err.read().splitlines()
     if rc != 0 or not out.meta:
-        tail = "\n".join(f"  | {line}" for line in (other + errors)[-15:])
+        # The launcher's own lines name the first PE that failed and why; PEs that failed
+        # because of it (a peer gone during start-up) may print after them: keep them all.
+        lines = other + errors
+        ours = [line for line in lines if line.startswith("vkshmem run:")]
+        rest = [line for line in lines if not line.startswith("vkshmem run:")][-15:]
+        tail = "\n".join(f"  | {line}" for line in rest + ours)
         why = (f"exit status {rc}" if rc not in (0, 124) else
                "it ran past --timeout" if rc == 124 else "it printed no results")
         raise BenchError(f"{name} side failed ({why}): {' '.join(cmd)}\n{tail}")
