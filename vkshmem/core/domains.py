@@ -13,7 +13,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from ._native import ffi, lib
-from .domain import DomainSpec
+from .domain import DomainSpec, MemoryDomain
 from .domainheap import DomainHeap
 from .errors import ConfigError, FeatureNotAvailableError, InvalidArgumentError
 from .teams import INTERNAL_SEG
@@ -40,6 +40,7 @@ class MemoryDomains:
     seg_heaps: list[DomainHeap | None]
     heaps: dict[str, DomainHeap]
     domain_heaps: dict[object, DomainHeap]
+    nbi_heaps: list[DomainHeap]
     _resolved: dict[str, str]
 
     def resolve_domain(self, name: str) -> str:
@@ -114,6 +115,8 @@ class MemoryDomains:
             self.seg_heaps[seg] = heap
             self.heaps[real] = heap
             self.domain_heaps[heap.domain] = heap
+            if type(heap.domain).quiet is not MemoryDomain.quiet:  # it may batch *_nbi ops
+                self.nbi_heaps.append(heap)
             if heap.info is not None and heap.info.kind == "host" and heap.info.address:
                 self._map_host_domain(heap)
         self.heaps[name] = heap

@@ -107,6 +107,8 @@ class Runtime(TransportRoutes, MemoryDomains):
         self.heaps: dict[str, DomainHeap] = {}
         #: the open heap of each open domain object (what a domain's array points to)
         self.domain_heaps: dict[object, DomainHeap] = {}
+        #: open heaps whose domain has its own quiet (non-blocking operations to complete)
+        self.nbi_heaps: list[DomainHeap] = []
         self._resolved: dict[str, str] = {}
         try:
             self._start()
@@ -196,7 +198,7 @@ class Runtime(TransportRoutes, MemoryDomains):
         lib.vk_fence()
         for t in self.transports:
             t.quiet()
-        for heap in self.domain_heaps.values():
+        for heap in self.nbi_heaps:
             heap.quiet()
 
     def fence(self) -> None:
@@ -209,7 +211,7 @@ class Runtime(TransportRoutes, MemoryDomains):
                 t.fence()
             else:
                 t.quiet()
-        for heap in self.domain_heaps.values():
+        for heap in self.nbi_heaps:
             heap.fence()
 
     def sync_all(self) -> None:
