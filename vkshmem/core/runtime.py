@@ -18,15 +18,12 @@ first used (:meth:`Runtime.domain`, collective), never at start-up.
 from __future__ import annotations
 
 import atexit
-import ctypes
 import json
 import logging
 import os
 import secrets
 import socket
-import struct
 import sys
-from collections.abc import Callable
 from typing import Any
 
 from ._native import lib
@@ -39,7 +36,6 @@ from .domainheap import DomainHeap
 from .domains import FIRST_DOMAIN_SEG, MemoryDomains
 from .errors import (
     ConfigError,
-    InvalidArgumentError,
     VkshmemError,
 )
 from .fast import configure as configure_fast
@@ -47,6 +43,7 @@ from .fast import reset as reset_fast
 from .fast import set_world as set_fast_world
 from .fdshare import exchange_fds
 from .heap import Allocator, HostSegment
+from .hostalloc import CHECK_RECORD, HOST_SEG, HostAllocation
 from .liveness import open_liveness
 from .plugins import Registry, load_plugins
 from .rails import Rail, Route, TransportRoutes
@@ -59,9 +56,6 @@ __all__ = ["HOST_SEG", "Route", "Runtime", "current", "start", "stop"]
 
 log = logging.getLogger("vkshmem")
 
-HOST_SEG = 0
-_CHECK = struct.Struct("<QQQQ")  # seq, kind+nbytes, align, offset
-_CHECK_OPS = ("?", "alloc", "free", "realloc")  # kind = segment * 4 + index
 
 current: Runtime | None = None
 #: seconds a failing PE whose failure report ends the job at once (mpi) first leaves the
@@ -82,7 +76,7 @@ def _node_id() -> str:
     return ":".join(parts)
 
 
-class Runtime(TransportRoutes, MemoryDomains):
+class Runtime(TransportRoutes, MemoryDomains, HostAllocation):
     """Everything one PE holds while vkshmem is initialised (its transports and routes:
     :class:`~vkshmem.core.rails.TransportRoutes`; its memory domains:
     :class:`~vkshmem.core.domains.MemoryDomains`)."""
@@ -187,7 +181,7 @@ class Runtime(TransportRoutes, MemoryDomains):
         self.world.reset_slot()
         self.shared.reset_slot()
         self._alloc_seq = 0
-        self._check_buf = bytearray(_CHECK.size)
+        self._check_buf = bytearray(CHECK_RECORD.size)
         self.bootstrap.barrier()
 
     # -- ordering and synchronisation ---------------------------------------------------------
@@ -227,20 +221,6 @@ class Runtime(TransportRoutes, MemoryDomains):
             if heap is not None:
                 heap.domain.check_errors()
 
-    # -- collective allocation ----------------------------------------------------------------
-
-    def alloc(self, nbytes: int, align: int, clear: bool,
-              fill: Callable[[memoryview], None] | None = None) -> int:
-        """Collective: allocate ``nbytes`` on the host heap. It is zero-filled when ``clear``,
-        or handed to ``fill``, before the closing barrier, so peers never see it unready."""
-        off = self.heap.alloc(nbytes, align)
-        if clear:
-            ctypes.memset(self.host.address + off, 0, self.heap.block_size(off))
-        elif fill is not None:
-            fill(self.host.buffer[off:off + nbytes])
-        self.collective_check("alloc", nbytes, align, off)
-        return off
-
     def peer_buffer(self, pe: int, seg: int) -> Any:
         """Memory of ``pe``'s segment ``seg`` mapped here, if loads/stores reach it (the shm
         path is on and ``pe`` is on this node), else None."""
@@ -253,66 +233,6 @@ class Runtime(TransportRoutes, MemoryDomains):
         if pe == self.my_pe:
             return self.segments[seg].buffer
         return self.shm.peer_buffer(pe, seg)
-
-    def free(self, off: int) -> None:
-        """Collective: release the allocation at ``off`` after every PE arrived."""
-        if off not in self.heap.used:
-            raise InvalidArgumentError(
-                f"free: offset {off} is not the start of a live symmetric allocation (double "
-                "free, or a slice instead of the allocated array?)")
-        self.quiet()
-        self.collective_check("free", self.heap.block_size(off), 0, off)
-        self.heap.free(off)
-
-    def realloc(self, off: int, nbytes: int, align: int) -> int:
-        """Collective: resize the allocation at ``off``; contents kept up to the smaller size."""
-        self.quiet()
-        self.sync_all()  # nobody may still be writing the old block
-        old = self.heap.block_size(off)
-        if self.heap.can_grow(off, nbytes) and off % max(align, 1) == 0:
-            self.heap.resize(off, nbytes)
-            new = off
-        else:
-            new = self.heap.alloc(nbytes, align)
-            n = min(old, nbytes)
-            self.host.buffer[new:new + n] = self.host.buffer[off:off + n]
-            self.heap.free(off)
-        self.collective_check("realloc", nbytes, align, new)
-        return new
-
-    def collective_check(self, op: str, nbytes: int, align: int, off: int,
-                         seg: int = HOST_SEG) -> None:
-        """Barrier that also proves every PE made the same allocation call ``op``
-        (``'alloc'``, ``'free'`` or ``'realloc'``) on segment ``seg`` cheaply: each PE
-        compares its call with its right neighbour's, so any difference is seen somewhere."""
-        kind = seg * 4 + _CHECK_OPS.index(op)
-        self._alloc_seq += 1
-        seq = self._alloc_seq
-        slot = self.world.check_offset + (seq % 2) * _CHECK.size
-        record = (seq, (kind << 56) | nbytes, align, off)
-        _CHECK.pack_into(self.internal.buffer, slot, *record)
-        self.sync_all()
-        if self.n_pes == 1:
-            return
-        right = (self.my_pe + 1) % self.n_pes
-        view = memoryview(self._check_buf)
-        self.route_transport[right].get(right, INTERNAL_SEG, slot, view)
-        theirs = _CHECK.unpack(self._check_buf)
-        if theirs != record:
-            def name(k: int) -> str:
-                seg, op = divmod(k, 4)
-                heap = self.seg_heaps[seg] if seg < len(self.seg_heaps) else None
-                where = "" if seg == HOST_SEG else f"{heap.name if heap else seg} "
-                return where + (_CHECK_OPS[op] if op else "?")
-
-            def say(r: tuple[int, ...]) -> str:
-                return (f"call #{r[0]} = {name(r[1] >> 56)}({r[1] & (2**56 - 1)} "
-                        f"bytes, align {r[2]}) at offset {r[3]}")
-
-            raise InvalidArgumentError(
-                f"symmetric allocation mismatch: PE {self.my_pe} made {say(record)} but PE "
-                f"{right} made {say(theirs)}; every PE must make the same collective "
-                "allocation calls in the same order")
 
     # -- shutdown ---------------------------------------------------------------------------
 
