@@ -28,6 +28,10 @@
 #   (optional, for benchmarks/multi_gpu.py) the same download with --platform manylinux_2_34_x86_64
 #       into .devcarry/nvshmem: nvshmem4py-cu12 nvshmem4py-cu13 cuda-core cuda-pathfinder
 #
+# On NVIDIA machines step 3b installs the cuda plugin, whose domain then answers domain='gpu'
+# (priority 20 > vulkan's 10): run the Vulkan GPU suite with VKSHMEM_GPU_PROVIDER=vulkan, and
+# the same scripts over the cuda domain with VKSHMEM_GPU_PROVIDER=cuda. tests/test_cuda_plugin.py
+# uninstalls the plugin at its end (step 3b's pip command puts it back).
 # Variables: VKSHMEM_DEVRUN_AFTER (a command run after pytest, same environment), PYTHON (default python3), VKSHMEM_DEVCARRY (default .devcarry),
 # VKSHMEM_TEST_TIMEOUT (per-test seconds, default 180), VKSHMEM_GPU_TESTS (default `require`:
 # a GPU test fails instead of skipping when Vulkan is unusable), VKSHMEM_DEVRUN_NO_NVIDIA=1
