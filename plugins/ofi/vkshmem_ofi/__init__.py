@@ -28,8 +28,8 @@ NAME = "ofi"
 #: The environment variable naming the provider where the rail option ``provider=`` does not.
 PROVIDER_VAR = "VKSHMEM_OFI_PROVIDER"
 #: Rail options this transport understands.
-OPTIONS = ("provider", "timeout", "poll_us", "idle_poll_us", "spin_us", "emulate", "inject_amo",
-           "force")
+OPTIONS = ("provider", "timeout", "poll_us", "idle_poll_us", "busy_us", "spin_us", "emulate",
+           "inject_amo", "force")
 
 
 def load_native() -> Any:

@@ -224,7 +224,7 @@ class DataPath:
         from ._transport import libfabric_version
 
         sh = self._shared
-        out = ffi.new("uint64_t[3]")
+        out = ffi.new("uint64_t[5]")
         info = ffi.new("uint64_t[6]")
         if sh.ctx is not None:
             lib.vko_stats(sh.ctx, out)
@@ -235,7 +235,9 @@ class DataPath:
                 "max_msg_size": int(info[3]), "progress_waits": bool(info[4]),
                 "amo_valid": int(lib.vko_amo_valid(sh.ctx)) if sh.ctx is not None else 0,
                 "emulated": sh.emulated, "completions": int(out[0]), "errors": int(out[1]),
-                "progress_wakeups": int(out[2])}
+                "progress_wakeups": int(out[2]),
+                "remote_ops": None if out[3] == 2**64 - 1 else int(out[3]),
+                "busy_windows": int(out[4])}
 
     def close(self) -> None:
         """Close this endpoint (after a bounded wait for its operations) and, for the

@@ -86,7 +86,9 @@ struct vko_ctx {
     pthread_t thread;
     int thread_started;
     uint64_t n_done, n_err, n_wakeups, n_issued;
-    uint32_t idle_poll_us;
+    uint32_t idle_poll_us, busy_us;
+    struct fid_cntr *rcntr; /* peers' RMA/atomics that landed here (polling providers) */
+    uint64_t n_remote, n_busy;
     char lasterr[VKO_ERRLEN];
 };
 
@@ -187,6 +189,14 @@ static int drain_contexts(vko_ctx *c) {
     return n;
 }
 
+/* The remote-access counter's value (peers' operations served here), or the last one seen. */
+static uint64_t remote_count(vko_ctx *c, uint64_t last) {
+    if (!c->rcntr)
+        return last;
+    uint64_t v = fi_cntr_read(c->rcntr);
+    return v + fi_cntr_readerr(c->rcntr);
+}
+
 static void *progress_main(void *arg) {
     vko_ctx *c = arg;
     sigset_t all;
@@ -195,7 +205,8 @@ static void *progress_main(void *arg) {
     prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0); /* poll_us means poll_us, not +50 us */
     struct timespec nap = {0, (long)c->poll_us * 1000};
     struct timespec idle_nap = {0, (long)c->idle_poll_us * 1000};
-    uint64_t seen = 0, last_active = now_ns();
+    uint64_t seen = 0, last_active = now_ns(), busy_until = 0, rseen = remote_count(c, 0);
+    uint64_t busy_ns = (uint64_t)c->busy_us * 1000;
     while (!__atomic_load_n(&c->stop, __ATOMIC_ACQUIRE)) {
         int got = 0;
         pthread_rwlock_rdlock(&c->cqlock);
@@ -215,15 +226,37 @@ static void *progress_main(void *arg) {
         got += drain_contexts(c);
         pthread_rwlock_unlock(&c->cqlock);
         uint64_t issued = __atomic_load_n(&c->n_issued, __ATOMIC_RELAXED);
+        uint64_t remote = remote_count(c, rseen);
         if (got)
             __atomic_add_fetch(&c->n_wakeups, 1, __ATOMIC_RELAXED);
-        if (got || issued != seen) {
+        int peer = remote != rseen;
+        if (peer) {
+            /* a peer's operation was served here: more are likely to follow at once, and
+             * each waits for this thread (the provider's progress is manual), so poll
+             * without sleeping for busy_us */
+            __atomic_add_fetch(&c->n_remote, remote - rseen, __ATOMIC_RELAXED);
+            rseen = remote;
+            if (busy_ns) {
+                uint64_t t = now_ns();
+                if (t >= busy_until)
+                    __atomic_add_fetch(&c->n_busy, 1, __ATOMIC_RELAXED);
+                busy_until = t + busy_ns;
+            }
+        }
+        if (got || issued != seen || peer) {
             seen = issued;
             last_active = now_ns();
         } else if (!c->waitable) {
-            /* polling: every poll_us while this PE was active in the last VKO_IDLE_AFTER_NS,
-             * then every idle_poll_us (peers' requests then wait up to that long) */
-            nanosleep(now_ns() - last_active > VKO_IDLE_AFTER_NS ? &idle_nap : &nap, NULL);
+            /* polling: yield-polls within busy_us of a peer's operation, then every poll_us
+             * while this PE was active in the last VKO_IDLE_AFTER_NS, then every
+             * idle_poll_us (peers' requests then wait up to that long) */
+            uint64_t t = now_ns();
+            if (t < busy_until) {
+                last_active = t;
+                sched_yield();
+            } else {
+                nanosleep(t - last_active > VKO_IDLE_AFTER_NS ? &idle_nap : &nap, NULL);
+            }
         }
     }
     return NULL;
