@@ -57,6 +57,7 @@ class Options:
     spin_us: int
     emulate: int  # VKO_AMO bits
     inject_amo: str  # auto | on | off
+    fence: str  # auto | quiet
 
 
 def _emulate_mask(text: str, bad: type[Exception], var: str) -> int:
@@ -125,6 +126,10 @@ def parse_options(context: TransportContext) -> Options:
     elif inject != "auto":
         raise ConfigError(var, f"{NAME}: inject_amo={known['inject_amo']!r} (use auto, on "
                           "or off)")
+    fence = known.get("fence", "auto").lower()
+    if fence not in ("auto", "quiet"):
+        raise ConfigError(var, f"{NAME}: fence={known['fence']!r} (use auto: rely on the "
+                          "provider's write-after-write ordering where granted, or quiet)")
     return Options(
         provider=provider, provider_from=source,
         timeout=_number(known, "timeout", DEFAULT_TIMEOUT, 0.001, 1e6, var, "seconds"),
@@ -133,5 +138,5 @@ def parse_options(context: TransportContext) -> Options:
         busy_us=int(_number(known, "busy_us", DEFAULT_BUSY_US, 0, 1e7, var, "microseconds")),
         spin_us=int(_number(known, "spin_us", 50, 0, 1e7, var, "microseconds")),
         emulate=_emulate_mask(known.get("emulate", ""), ConfigError, var),
-        inject_amo=inject,
+        inject_amo=inject, fence=fence,
     )

@@ -135,6 +135,7 @@ class OfiTransport(DataPath, Transport):
         inject = opts.inject_amo == "on" or (opts.inject_amo == "auto" and
                                              sh.provider.split(";")[0] == "shm")
         lib.vko_set_inject_amo(sh.ctx, int(inject))
+        lib.vko_set_fence_quiet(sh.ctx, int(opts.fence == "quiet"))
 
     def address(self) -> bytes:
         """This PE's endpoint name (``fi_getname``)."""

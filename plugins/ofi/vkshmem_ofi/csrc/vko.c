@@ -60,6 +60,7 @@ struct vko_ep {
     struct fid_ep *ep;
     struct fid_cq *cq;           /* the context's shared CQ (root), or its own (contexts) */
     int64_t outstanding, writes, puts; /* atomics; writes = puts + non-fetching AMOs */
+    int64_t amos;                /* atomic: non-fetching AMOs in flight (writes - puts) */
     int first_err;               /* atomic: first failed operation since the last quiet */
     unsigned char *dirty;        /* PEs with inject atomics not yet flushed */
     vko_ep *next;
@@ -81,6 +82,7 @@ struct vko_ctx {
     vko_ep *eps;
     uint32_t valid, emulate;
     int valid_done, inject_amo, waitable, stop, eps_n, root_taken;
+    int puts_ordered; /* fence leaves puts in flight (the provider orders write after write) */
     uint32_t poll_us, spin_us;
     uint64_t timeout_ns;
     pthread_t thread;
@@ -133,6 +135,8 @@ static void complete(vko_ctx *c, vko_req *r, int err) {
         __atomic_add_fetch(&c->n_err, 1, __ATOMIC_RELAXED);
     }
     r->err = err;
+    if (r->is_write == VKO_W_WRITE)
+        __atomic_sub_fetch(&e->amos, 1, __ATOMIC_RELEASE);
     if (r->is_write & VKO_W_PUT)
         __atomic_sub_fetch(&e->puts, 1, __ATOMIC_RELEASE);
     if (r->is_write)
@@ -322,10 +326,14 @@ static vko_req *new_req(vko_ep *e, int is_write, int autofree) {
         __atomic_add_fetch(&e->writes, 1, __ATOMIC_ACQ_REL);
     if (is_write & VKO_W_PUT)
         __atomic_add_fetch(&e->puts, 1, __ATOMIC_ACQ_REL);
+    if (is_write == VKO_W_WRITE)
+        __atomic_add_fetch(&e->amos, 1, __ATOMIC_ACQ_REL);
     return r;
 }
 
 static void drop_req(vko_req *r) { /* the post failed: it never went out */
+    if (r->is_write == VKO_W_WRITE)
+        __atomic_sub_fetch(&r->ep->amos, 1, __ATOMIC_RELEASE);
     if (r->is_write & VKO_W_PUT)
         __atomic_sub_fetch(&r->ep->puts, 1, __ATOMIC_RELEASE);
     if (r->is_write)

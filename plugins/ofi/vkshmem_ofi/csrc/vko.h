@@ -113,6 +113,10 @@ int vko_get(vko_ep *e, int32_t pe, uint32_t seg, uint64_t off, void *dst, size_t
 int vko_amo(vko_ep *e, int32_t pe, uint32_t seg, uint64_t off, int op, int width,
             uint64_t operand, uint64_t compare, int fetch, uint64_t *result);
 int vko_fence(vko_ep *e);
+/* fence: on=1 waits for every outstanding write; on=0 (the default once called) leaves puts
+ * in flight where tx and rx msg_order grant FI_ORDER_WAW or FI_ORDER_RMA_WAW. */
+void vko_set_fence_quiet(vko_ctx *c, int on);
+int vko_puts_ordered(vko_ctx *c);
 /* Wait for this endpoint's outstanding puts (before an AMO applied by the CPU). */
 int vko_settle_puts(vko_ep *e);
 int vko_quiet(vko_ep *e);
