@@ -360,4 +360,5 @@ static void drop_req(vko_req *r) { /* the post failed: it never went out */
     })
 
 #include "vko_setup.c"
+#include "vko_query.c"
 #include "vko_data.c"

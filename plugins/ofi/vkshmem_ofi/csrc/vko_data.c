@@ -256,12 +256,6 @@ int vko_fence(vko_ep *e) {
     return rc ? rc : wait_zero(e, &e->amos);
 }
 
-int vko_puts_ordered(vko_ctx *c) { return c->puts_ordered; }
-
-void vko_set_fence_quiet(vko_ctx *c, int on) {
-    uint64_t both = c->info->tx_attr->msg_order & c->info->rx_attr->msg_order;
-    c->puts_ordered = !on && (both & (FI_ORDER_WAW | FI_ORDER_RMA_WAW)) != 0;
-}
 
 int vko_quiet(vko_ep *e) {
     if (!e->ep)
