@@ -67,7 +67,7 @@ def test_spec_is_registered_through_the_entry_point() -> None:
     assert reg.origin["ofi"] == "vkshmem-ofi"
     assert spec is vkshmem_ofi.SPEC and OfiTransport.spec is spec
     assert spec.amo_ops == set(AmoOp) and spec.amo_widths == {4, 8}
-    assert not spec.native_fence  # fence = quiet of writes on every provider here
+    assert spec.native_fence  # fence = completion of AMOs (and puts unless ordered)
     assert reg.transports["hostproxy"].priority < spec.priority
 
 

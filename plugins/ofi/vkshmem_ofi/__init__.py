@@ -28,8 +28,8 @@ NAME = "ofi"
 #: The environment variable naming the provider where the rail option ``provider=`` does not.
 PROVIDER_VAR = "VKSHMEM_OFI_PROVIDER"
 #: Rail options this transport understands.
-OPTIONS = ("provider", "timeout", "poll_us", "idle_poll_us", "spin_us", "emulate", "inject_amo",
-           "force")
+OPTIONS = ("provider", "timeout", "poll_us", "idle_poll_us", "busy_us", "spin_us", "emulate",
+           "inject_amo", "fence", "force")
 
 
 def load_native() -> Any:
@@ -61,7 +61,7 @@ SPEC = TransportSpec(
     reach=frozenset({"intra", "inter"}),
     amo_ops=frozenset(AmoOp),
     amo_widths=frozenset({4, 8}),
-    native_fence=False,
+    native_fence=True,
     put_signal=False,
     description="libfabric (OFI) RDM one-sided put/get/atomics (tcp;ofi_rxm by default, shm, "
                 "sockets, or a site provider such as verbs;ofi_rxm); native progress thread",

@@ -172,8 +172,9 @@ class DataPath:
         return int(out[0]) if fetch else 0
 
     def fence(self) -> None:
-        """Wait for this endpoint's outstanding writes (fence = quiet of writes: no provider
-        here orders a put before a later AMO)."""
+        """Order this endpoint's earlier puts and AMOs before its later ones: wait for its
+        outstanding AMOs, and for its puts too unless the provider grants write-after-write
+        ordering (``stats()["fence"]``; the rail option ``fence=quiet`` always waits)."""
         rc = lib.vko_fence(self._live())
         if rc:
             raise self._error(rc, "fence towards", -1, -1, 0, 0)
@@ -224,7 +225,7 @@ class DataPath:
         from ._transport import libfabric_version
 
         sh = self._shared
-        out = ffi.new("uint64_t[3]")
+        out = ffi.new("uint64_t[5]")
         info = ffi.new("uint64_t[6]")
         if sh.ctx is not None:
             lib.vko_stats(sh.ctx, out)
@@ -235,7 +236,11 @@ class DataPath:
                 "max_msg_size": int(info[3]), "progress_waits": bool(info[4]),
                 "amo_valid": int(lib.vko_amo_valid(sh.ctx)) if sh.ctx is not None else 0,
                 "emulated": sh.emulated, "completions": int(out[0]), "errors": int(out[1]),
-                "progress_wakeups": int(out[2])}
+                "progress_wakeups": int(out[2]),
+                "remote_ops": None if out[3] == 2**64 - 1 else int(out[3]),
+                "busy_windows": int(out[4]),
+                "fence": ("amos" if sh.ctx is not None and lib.vko_puts_ordered(sh.ctx)
+                          else "writes")}
 
     def close(self) -> None:
         """Close this endpoint (after a bounded wait for its operations) and, for the

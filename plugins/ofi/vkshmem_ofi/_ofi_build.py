@@ -1,8 +1,8 @@
 """cffi (API mode) build of ``vkshmem_ofi._ofi``, the libfabric binding and its progress thread.
 
-The C source is ``csrc/vko.c`` (which includes ``vko_setup.c`` and ``vko_data.c``). The data
-path of libfabric (``fi_writemsg``, ``fi_atomicmsg``, ...) is static inline in its headers, so
-the binding must be compiled (API mode); ABI mode could not call it.
+The C source is ``csrc/vko.c`` (which includes ``vko_setup.c``, ``vko_query.c`` and
+``vko_data.c``). The data path of libfabric (``fi_writemsg``, ``fi_atomicmsg``, ...) is static
+inline in its headers, so the binding must be compiled (API mode); ABI mode could not call it.
 
 ``VKSHMEM_OFI_PREFIX`` chooses the libfabric at build time: unset or ``/usr`` for Debian's
 ``libfabric-dev`` (1.17 on Debian 12), or a site prefix holding ``include/rdma/fabric.h`` and

@@ -10,12 +10,15 @@ from vkshmem.core.transport import AmoOp, TransportContext
 
 from . import NAME, OPTIONS, PROVIDER_VAR
 
-__all__ = ["BROKEN", "DEFAULT_PROVIDER", "DEFAULT_TIMEOUT", "KNOWN", "Options", "amo_bit",
-           "parse_options"]
+__all__ = ["BROKEN", "DEFAULT_BUSY_US", "DEFAULT_PROVIDER", "DEFAULT_TIMEOUT", "KNOWN",
+           "Options", "amo_bit", "parse_options"]
 
 #: Seconds any wait (completion, quiet) may last before the peer is declared stuck or dead.
 DEFAULT_TIMEOUT = 60.0
 DEFAULT_PROVIDER = "tcp;ofi_rxm"
+#: Microseconds the progress thread of a polling provider (shm) polls without sleeping after a
+#: peer's operation was served here (the rail option busy_us; 0: never).
+DEFAULT_BUSY_US = 2000
 #: Providers measured correct on libfabric 1.17 (Debian 12), with what they need.
 KNOWN = {
     "tcp;ofi_rxm": "correct for RMA and every AMO at 32/64 bit; orders put-after-put and "
@@ -50,9 +53,11 @@ class Options:
     timeout: float
     poll_us: int
     idle_poll_us: int
+    busy_us: int
     spin_us: int
     emulate: int  # VKO_AMO bits
     inject_amo: str  # auto | on | off
+    fence: str  # auto | quiet
 
 
 def _emulate_mask(text: str, bad: type[Exception], var: str) -> int:
@@ -121,12 +126,17 @@ def parse_options(context: TransportContext) -> Options:
     elif inject != "auto":
         raise ConfigError(var, f"{NAME}: inject_amo={known['inject_amo']!r} (use auto, on "
                           "or off)")
+    fence = known.get("fence", "auto").lower()
+    if fence not in ("auto", "quiet"):
+        raise ConfigError(var, f"{NAME}: fence={known['fence']!r} (use auto: rely on the "
+                          "provider's write-after-write ordering where granted, or quiet)")
     return Options(
         provider=provider, provider_from=source,
         timeout=_number(known, "timeout", DEFAULT_TIMEOUT, 0.001, 1e6, var, "seconds"),
         poll_us=int(_number(known, "poll_us", 50, 1, 1e6, var, "microseconds")),
         idle_poll_us=int(_number(known, "idle_poll_us", 500, 1, 1e6, var, "microseconds")),
+        busy_us=int(_number(known, "busy_us", DEFAULT_BUSY_US, 0, 1e7, var, "microseconds")),
         spin_us=int(_number(known, "spin_us", 50, 0, 1e7, var, "microseconds")),
         emulate=_emulate_mask(known.get("emulate", ""), ConfigError, var),
-        inject_amo=inject,
+        inject_amo=inject, fence=fence,
     )

@@ -85,7 +85,8 @@ class OfiTransport(DataPath, Transport):
         self._shared = sh = Shared(context, opts)
         err = ffi.new("char[]", lib.VKO_ERRLEN)
         ctx = lib.vko_open(opts.provider.encode(), context.n_pes, opts.poll_us,
-                           opts.idle_poll_us, opts.spin_us, opts.timeout, err, lib.VKO_ERRLEN)
+                           opts.idle_poll_us, opts.busy_us, opts.spin_us, opts.timeout, err,
+                           lib.VKO_ERRLEN)
         if ctx == ffi.NULL:
             raise TransportError(NAME, f"cannot open provider {opts.provider!r} (from "
                                  f"{opts.provider_from}): {ffi.string(err).decode()}; "
@@ -134,6 +135,7 @@ class OfiTransport(DataPath, Transport):
         inject = opts.inject_amo == "on" or (opts.inject_amo == "auto" and
                                              sh.provider.split(";")[0] == "shm")
         lib.vko_set_inject_amo(sh.ctx, int(inject))
+        lib.vko_set_fence_quiet(sh.ctx, int(opts.fence == "quiet"))
 
     def address(self) -> bytes:
         """This PE's endpoint name (``fi_getname``)."""

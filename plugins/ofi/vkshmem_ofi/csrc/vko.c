@@ -60,6 +60,7 @@ struct vko_ep {
     struct fid_ep *ep;
     struct fid_cq *cq;           /* the context's shared CQ (root), or its own (contexts) */
     int64_t outstanding, writes, puts; /* atomics; writes = puts + non-fetching AMOs */
+    int64_t amos;                /* atomic: non-fetching AMOs in flight (writes - puts) */
     int first_err;               /* atomic: first failed operation since the last quiet */
     unsigned char *dirty;        /* PEs with inject atomics not yet flushed */
     vko_ep *next;
@@ -81,12 +82,15 @@ struct vko_ctx {
     vko_ep *eps;
     uint32_t valid, emulate;
     int valid_done, inject_amo, waitable, stop, eps_n, root_taken;
+    int puts_ordered; /* fence leaves puts in flight (the provider orders write after write) */
     uint32_t poll_us, spin_us;
     uint64_t timeout_ns;
     pthread_t thread;
     int thread_started;
     uint64_t n_done, n_err, n_wakeups, n_issued;
-    uint32_t idle_poll_us;
+    uint32_t idle_poll_us, busy_us;
+    struct fid_cntr *rcntr; /* peers' RMA/atomics that landed here (polling providers) */
+    uint64_t n_remote, n_busy;
     char lasterr[VKO_ERRLEN];
 };
 
@@ -131,6 +135,8 @@ static void complete(vko_ctx *c, vko_req *r, int err) {
         __atomic_add_fetch(&c->n_err, 1, __ATOMIC_RELAXED);
     }
     r->err = err;
+    if (r->is_write == VKO_W_WRITE)
+        __atomic_sub_fetch(&e->amos, 1, __ATOMIC_RELEASE);
     if (r->is_write & VKO_W_PUT)
         __atomic_sub_fetch(&e->puts, 1, __ATOMIC_RELEASE);
     if (r->is_write)
@@ -187,6 +193,14 @@ static int drain_contexts(vko_ctx *c) {
     return n;
 }
 
+/* The remote-access counter's value (peers' operations served here), or the last one seen. */
+static uint64_t remote_count(vko_ctx *c, uint64_t last) {
+    if (!c->rcntr)
+        return last;
+    uint64_t v = fi_cntr_read(c->rcntr);
+    return v + fi_cntr_readerr(c->rcntr);
+}
+
 static void *progress_main(void *arg) {
     vko_ctx *c = arg;
     sigset_t all;
@@ -195,7 +209,8 @@ static void *progress_main(void *arg) {
     prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0); /* poll_us means poll_us, not +50 us */
     struct timespec nap = {0, (long)c->poll_us * 1000};
     struct timespec idle_nap = {0, (long)c->idle_poll_us * 1000};
-    uint64_t seen = 0, last_active = now_ns();
+    uint64_t seen = 0, last_active = now_ns(), busy_until = 0, rseen = remote_count(c, 0);
+    uint64_t busy_ns = (uint64_t)c->busy_us * 1000;
     while (!__atomic_load_n(&c->stop, __ATOMIC_ACQUIRE)) {
         int got = 0;
         pthread_rwlock_rdlock(&c->cqlock);
@@ -215,15 +230,37 @@ static void *progress_main(void *arg) {
         got += drain_contexts(c);
         pthread_rwlock_unlock(&c->cqlock);
         uint64_t issued = __atomic_load_n(&c->n_issued, __ATOMIC_RELAXED);
+        uint64_t remote = remote_count(c, rseen);
         if (got)
             __atomic_add_fetch(&c->n_wakeups, 1, __ATOMIC_RELAXED);
-        if (got || issued != seen) {
+        int peer = remote != rseen;
+        if (peer) {
+            /* a peer's operation was served here: more are likely to follow at once, and
+             * each waits for this thread (the provider's progress is manual), so poll
+             * without sleeping for busy_us */
+            __atomic_add_fetch(&c->n_remote, remote - rseen, __ATOMIC_RELAXED);
+            rseen = remote;
+            if (busy_ns) {
+                uint64_t t = now_ns();
+                if (t >= busy_until)
+                    __atomic_add_fetch(&c->n_busy, 1, __ATOMIC_RELAXED);
+                busy_until = t + busy_ns;
+            }
+        }
+        if (got || issued != seen || peer) {
             seen = issued;
             last_active = now_ns();
         } else if (!c->waitable) {
-            /* polling: every poll_us while this PE was active in the last VKO_IDLE_AFTER_NS,
-             * then every idle_poll_us (peers' requests then wait up to that long) */
-            nanosleep(now_ns() - last_active > VKO_IDLE_AFTER_NS ? &idle_nap : &nap, NULL);
+            /* polling: yield-polls within busy_us of a peer's operation, then every poll_us
+             * while this PE was active in the last VKO_IDLE_AFTER_NS, then every
+             * idle_poll_us (peers' requests then wait up to that long) */
+            uint64_t t = now_ns();
+            if (t < busy_until) {
+                last_active = t;
+                sched_yield();
+            } else {
+                nanosleep(t - last_active > VKO_IDLE_AFTER_NS ? &idle_nap : &nap, NULL);
+            }
         }
     }
     return NULL;
@@ -289,10 +326,14 @@ static vko_req *new_req(vko_ep *e, int is_write, int autofree) {
         __atomic_add_fetch(&e->writes, 1, __ATOMIC_ACQ_REL);
     if (is_write & VKO_W_PUT)
         __atomic_add_fetch(&e->puts, 1, __ATOMIC_ACQ_REL);
+    if (is_write == VKO_W_WRITE)
+        __atomic_add_fetch(&e->amos, 1, __ATOMIC_ACQ_REL);
     return r;
 }
 
 static void drop_req(vko_req *r) { /* the post failed: it never went out */
+    if (r->is_write == VKO_W_WRITE)
+        __atomic_sub_fetch(&r->ep->amos, 1, __ATOMIC_RELEASE);
     if (r->is_write & VKO_W_PUT)
         __atomic_sub_fetch(&r->ep->puts, 1, __ATOMIC_RELEASE);
     if (r->is_write)
@@ -319,4 +360,5 @@ static void drop_req(vko_req *r) { /* the post failed: it never went out */
     })
 
 #include "vko_setup.c"
+#include "vko_query.c"
 #include "vko_data.c"

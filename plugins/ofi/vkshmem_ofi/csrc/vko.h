@@ -64,10 +64,13 @@ const char *vko_strerror(int rc);
  * "shm", ...; NULL or "" lets libfabric choose), then fabric, domain, AV and CQ, and start the
  * progress thread. n_pes sizes the peer table; poll_us: how long the progress thread sleeps
  * between polls where the CQ has no wait object, idle_poll_us: the same once this PE issued
- * nothing for a second; spin_us: how long a waiting caller spins
+ * nothing for a second; busy_us: how long it polls without sleeping (yielding the CPU between
+ * polls) after a peer's operation landed here (seen by a remote-access counter, where the
+ * provider offers FI_RMA_EVENT; 0: never); spin_us: how long a waiting caller spins
  * before it yields; timeout_s bounds every wait. NULL on failure, with err filled. */
 vko_ctx *vko_open(const char *prov, int32_t n_pes, uint32_t poll_us, uint32_t idle_poll_us,
-                  uint32_t spin_us, double timeout_s, char *err, size_t errlen);
+                  uint32_t busy_us, uint32_t spin_us, double timeout_s, char *err,
+                  size_t errlen);
 /* Stop the thread, close every endpoint and MR, the CQ, AV, domain and fabric. */
 void vko_close(vko_ctx *c);
 /* What the provider granted: name, mr_mode, tx msg_order, inject size, max message size,
@@ -80,8 +83,9 @@ uint32_t vko_amo_valid(vko_ctx *c);
 void vko_set_emulation(vko_ctx *c, uint32_t mask);
 /* Non-fetching AMOs as fi_inject_atomic (quiet then flushes each PE with a fetching read). */
 void vko_set_inject_amo(vko_ctx *c, int on);
-/* requests done, errors, progress-thread wakeups that found completions */
-void vko_stats(vko_ctx *c, uint64_t *out3);
+/* requests done, errors, progress-thread wakeups that found completions, peers' operations
+ * counted here by the remote-access counter (UINT64_MAX: no counter), busy-poll windows */
+void vko_stats(vko_ctx *c, uint64_t *out5);
 
 /* Register [addr, addr+size) (not allocating it), or the dma-buf fd (offset 0, size bytes,
  * mapped at addr by the caller) where dmabuf_fd >= 0; the key and the remote address of its
@@ -109,6 +113,10 @@ int vko_get(vko_ep *e, int32_t pe, uint32_t seg, uint64_t off, void *dst, size_t
 int vko_amo(vko_ep *e, int32_t pe, uint32_t seg, uint64_t off, int op, int width,
             uint64_t operand, uint64_t compare, int fetch, uint64_t *result);
 int vko_fence(vko_ep *e);
+/* fence: on=1 waits for every outstanding write; on=0 (the default once called) leaves puts
+ * in flight where tx and rx msg_order grant FI_ORDER_WAW or FI_ORDER_RMA_WAW. */
+void vko_set_fence_quiet(vko_ctx *c, int on);
+int vko_puts_ordered(vko_ctx *c);
 /* Wait for this endpoint's outstanding puts (before an AMO applied by the CPU). */
 int vko_settle_puts(vko_ep *e);
 int vko_quiet(vko_ep *e);

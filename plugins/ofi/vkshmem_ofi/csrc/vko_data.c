@@ -1,4 +1,6 @@
 /* vkshmem-ofi: the data path (put, get, AMOs, fence, quiet). Included by vko.c.
+ * fence: where the provider grants write-after-write ordering on both sides, only the
+ * outstanding AMOs are waited for (puts stay in flight); elsewhere all outstanding writes.
  *
  * Ordering extras: a get or a fetching AMO first waits for this endpoint's outstanding writes
  * (puts and non-fetching AMOs), so it observes them; a non-fetching AMO waits for the
@@ -245,8 +247,15 @@ int vko_settle_puts(vko_ep *e) {
 int vko_fence(vko_ep *e) {
     if (!e->ep)
         return VKO_ECLOSED;
-    return settle_writes(e, -1);
+    if (!e->c->puts_ordered)
+        return settle_writes(e, -1);
+    /* The provider orders write after write (tx and rx msg_order FI_ORDER_WAW or
+     * FI_ORDER_RMA_WAW): a later put lands after the earlier ones, a later AMO or get waits
+     * for them itself (see above); only the AMOs need to be complete. */
+    int rc = flush_injects(e, -1);
+    return rc ? rc : wait_zero(e, &e->amos);
 }
+
 
 int vko_quiet(vko_ep *e) {
     if (!e->ep)

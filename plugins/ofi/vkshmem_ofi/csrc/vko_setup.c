@@ -6,8 +6,10 @@ static void seterr(char *err, size_t errlen, const char *what, int rc) {
         snprintf(err, errlen, "%s: %s (%d)", what, fi_strerror(rc < 0 ? -rc : rc), rc);
 }
 
-vko_ctx *vko_open(const char *prov, int32_t n_pes, uint32_t poll_us, uint32_t idle_poll_us,
-                  uint32_t spin_us, double timeout_s, char *err, size_t errlen) {
+/* vko_open's work; rma_event: ask for FI_RMA_EVENT and open the remote-access counter. */
+static vko_ctx *open_ctx(const char *prov, int32_t n_pes, uint32_t poll_us,
+                         uint32_t idle_poll_us, uint32_t busy_us, uint32_t spin_us,
+                         double timeout_s, int rma_event, char *err, size_t errlen) {
     struct fi_info *hints = fi_allocinfo();
     vko_ctx *c = calloc(1, sizeof *c);
     int rc;
@@ -26,11 +28,13 @@ vko_ctx *vko_open(const char *prov, int32_t n_pes, uint32_t poll_us, uint32_t id
     c->n_pes = n_pes;
     c->poll_us = poll_us ? poll_us : 1;
     c->idle_poll_us = idle_poll_us > c->poll_us ? idle_poll_us : c->poll_us;
+    c->busy_us = busy_us;
     c->spin_us = spin_us;
     c->timeout_ns = (uint64_t)(timeout_s * 1e9);
     c->next_key = 1;
     hints->ep_attr->type = FI_EP_RDM;
-    hints->caps = FI_RMA | FI_ATOMIC | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+    hints->caps = FI_RMA | FI_ATOMIC | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE |
+                  (rma_event ? FI_RMA_EVENT : 0);
     hints->mode = FI_CONTEXT | FI_CONTEXT2;
     hints->domain_attr->mr_mode = FI_MR_VIRT_ADDR | FI_MR_PROV_KEY | FI_MR_ALLOCATED;
     hints->domain_attr->threading = FI_THREAD_SAFE;
@@ -75,6 +79,15 @@ vko_ctx *vko_open(const char *prov, int32_t n_pes, uint32_t poll_us, uint32_t id
             return NULL;
         }
     }
+    if (rma_event) {
+        struct fi_cntr_attr ca = {.events = FI_CNTR_EVENTS_COMP, .wait_obj = FI_WAIT_NONE};
+        if ((rc = fi_cntr_open(c->domain, &ca, &c->rcntr, NULL))) {
+            c->rcntr = NULL;
+            seterr(err, errlen, "fi_cntr_open", rc);
+            vko_close(c);
+            return NULL;
+        }
+    }
     c->peers = calloc((size_t)n_pes, sizeof *c->peers);
     if (!c->peers) {
         seterr(err, errlen, "out of memory", FI_ENOMEM);
@@ -82,6 +95,29 @@ vko_ctx *vko_open(const char *prov, int32_t n_pes, uint32_t poll_us, uint32_t id
         return NULL;
     }
     return c; /* the progress thread starts with the root endpoint */
+}
+
+vko_ctx *vko_open(const char *prov, int32_t n_pes, uint32_t poll_us, uint32_t idle_poll_us,
+                  uint32_t busy_us, uint32_t spin_us, double timeout_s, char *err,
+                  size_t errlen) {
+    vko_ctx *c = open_ctx(prov, n_pes, poll_us, idle_poll_us, busy_us, spin_us, timeout_s, 0,
+                          err, errlen);
+    if (!c || c->waitable || !busy_us)
+        return c;
+    /* A polling provider (no CQ wait object: shm): where it offers FI_RMA_EVENT, a counter
+     * of the peers' operations tells the progress thread when to busy-poll. */
+    char err2[VKO_ERRLEN];
+    vko_ctx *c2 = open_ctx(prov, n_pes, poll_us, idle_poll_us, busy_us, spin_us, timeout_s, 1,
+                           err2, sizeof err2);
+    if (!c2)
+        return c;
+    if (c2->waitable || strcmp(c2->info->fabric_attr->prov_name,
+                               c->info->fabric_attr->prov_name)) {
+        vko_close(c2);
+        return c;
+    }
+    vko_close(c);
+    return c2;
 }
 
 /* Wait (bounded) for the endpoint's operations, then close it and its own CQ. The caller has
@@ -139,6 +175,8 @@ void vko_close(vko_ctx *c) {
     free(c->mrs);
     if (c->cq)
         fi_close(&c->cq->fid);
+    if (c->rcntr)
+        fi_close(&c->rcntr->fid);
     if (c->av)
         fi_close(&c->av->fid);
     if (c->domain)
@@ -152,29 +190,6 @@ void vko_close(vko_ctx *c) {
     pthread_rwlock_destroy(&c->cqlock);
     free(c);
 }
-
-const char *vko_provider(vko_ctx *c) { return c->info->fabric_attr->prov_name; }
-
-void vko_info(vko_ctx *c, uint64_t *out) {
-    out[0] = (uint64_t)c->info->domain_attr->mr_mode;
-    out[1] = c->info->tx_attr->msg_order;
-    out[2] = c->info->tx_attr->inject_size;
-    out[3] = c->info->ep_attr->max_msg_size;
-    out[4] = (uint64_t)c->waitable;
-    out[5] = c->info->caps;
-}
-
-uint32_t vko_amo_valid(vko_ctx *c) { return c->valid; }
-void vko_set_emulation(vko_ctx *c, uint32_t mask) { c->emulate = mask; }
-void vko_set_inject_amo(vko_ctx *c, int on) { c->inject_amo = on; }
-
-void vko_stats(vko_ctx *c, uint64_t *out) {
-    out[0] = __atomic_load_n(&c->n_done, __ATOMIC_RELAXED);
-    out[1] = __atomic_load_n(&c->n_err, __ATOMIC_RELAXED);
-    out[2] = __atomic_load_n(&c->n_wakeups, __ATOMIC_RELAXED);
-}
-
-const char *vko_last_error(vko_ctx *c) { return c->lasterr; }
 
 int vko_mr_reg(vko_ctx *c, uintptr_t addr, uint64_t size, int dmabuf_fd, uint64_t *key,
                uint64_t *remote_base) {
@@ -316,6 +331,13 @@ vko_ep *vko_ep_open(vko_ctx *c, char *err, size_t errlen) {
         seterr(err, errlen, "fi_ep_bind(av)", rc);
     } else if ((rc = fi_ep_bind(e->ep, &e->cq->fid, FI_TRANSMIT | FI_RECV))) {
         seterr(err, errlen, "fi_ep_bind(cq)", rc);
+    } else if (root && c->rcntr &&
+               fi_ep_bind(e->ep, &c->rcntr->fid, FI_REMOTE_WRITE | FI_REMOTE_READ)) {
+        fi_close(&c->rcntr->fid); /* no busy-polling window then, nothing worse */
+        c->rcntr = NULL;
+        rc = fi_enable(e->ep);
+        if (rc)
+            seterr(err, errlen, "fi_enable", rc);
     } else if ((rc = fi_enable(e->ep))) {
         seterr(err, errlen, "fi_enable", rc);
     }

@@ -1,0 +1,34 @@
+/* vkshmem-ofi: what the provider granted, the settings chosen after opening, the counters.
+ * Included by vko.c. */
+
+const char *vko_provider(vko_ctx *c) { return c->info->fabric_attr->prov_name; }
+
+void vko_info(vko_ctx *c, uint64_t *out) {
+    out[0] = (uint64_t)c->info->domain_attr->mr_mode;
+    out[1] = c->info->tx_attr->msg_order;
+    out[2] = c->info->tx_attr->inject_size;
+    out[3] = c->info->ep_attr->max_msg_size;
+    out[4] = (uint64_t)c->waitable;
+    out[5] = c->info->caps;
+}
+
+uint32_t vko_amo_valid(vko_ctx *c) { return c->valid; }
+void vko_set_emulation(vko_ctx *c, uint32_t mask) { c->emulate = mask; }
+void vko_set_inject_amo(vko_ctx *c, int on) { c->inject_amo = on; }
+
+void vko_stats(vko_ctx *c, uint64_t *out) {
+    out[0] = __atomic_load_n(&c->n_done, __ATOMIC_RELAXED);
+    out[1] = __atomic_load_n(&c->n_err, __ATOMIC_RELAXED);
+    out[2] = __atomic_load_n(&c->n_wakeups, __ATOMIC_RELAXED);
+    out[3] = c->rcntr ? __atomic_load_n(&c->n_remote, __ATOMIC_RELAXED) : UINT64_MAX;
+    out[4] = __atomic_load_n(&c->n_busy, __ATOMIC_RELAXED);
+}
+
+const char *vko_last_error(vko_ctx *c) { return c->lasterr; }
+
+int vko_puts_ordered(vko_ctx *c) { return c->puts_ordered; }
+
+void vko_set_fence_quiet(vko_ctx *c, int on) {
+    uint64_t both = c->info->tx_attr->msg_order & c->info->rx_attr->msg_order;
+    c->puts_ordered = !on && (both & (FI_ORDER_WAW | FI_ORDER_RMA_WAW)) != 0;
+}

@@ -1,0 +1,70 @@
+"""The ofi progress thread's polling policy over ``shm`` (a provider whose CQ has no wait fd):
+a peer's operation landing on a PE (seen by a remote-access counter) makes that PE's progress
+thread poll without sleeping for ``busy_us``, so the next requests are served at once instead of
+at the next ``poll_us`` nap; ``busy_us=0`` turns the window (and the counter) off.
+
+Real libfabric between two transports of this process; timings are medians with wide margins
+(a 20 ms nap against a 2 ms bound), so load on the machine does not decide them.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import pytest
+
+from vkshmem.core.errors import ConfigError
+from vkshmem.core.transport import AmoOp
+
+pytest.importorskip("vkshmem_ofi")
+from test_ofi_unit import Job, context
+from vkshmem_ofi._transport import OfiTransport
+
+pytestmark = pytest.mark.timeout(120)
+
+SLOW = {"provider": "shm", "poll_us": "20000", "idle_poll_us": "20000"}
+
+
+def _fetch_add_times(job: Job, rounds: int) -> list[float]:
+    tr = job.t[0][0]
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        tr.amo(1, 0, 0, AmoOp.ADD, 8, 1, 0, True)
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def test_a_served_request_opens_a_busy_window_on_the_target() -> None:
+    """With 20 ms naps, fetch_adds to a PE whose thread busy-polls after the first one take
+    well under 2 ms each (median), and the target counted the peer's operations."""
+    with Job(options={**SLOW, "busy_us": "200000"}) as job:
+        times = _fetch_add_times(job, 30)
+        stats = job.t[0][1].stats()
+    assert stats["remote_ops"] is not None and stats["remote_ops"] >= 30
+    assert stats["busy_windows"] >= 1
+    assert statistics.median(times[1:]) < 0.002, times
+
+
+def test_busy_us_zero_keeps_the_naps() -> None:
+    """busy_us=0: no counter, no window; each request waits for the target's next nap to end
+    (20 ms naps: a median well above 2 ms), which is what the knob trades against CPU."""
+    with Job(options={**SLOW, "busy_us": "0"}) as job:
+        times = _fetch_add_times(job, 10)
+        stats = job.t[0][1].stats()
+    assert stats["remote_ops"] is None and stats["busy_windows"] == 0
+    assert statistics.median(times) > 0.002, times
+
+
+def test_tcp_sleeps_on_its_wait_fd_without_a_counter() -> None:
+    with Job(options={"provider": "tcp;ofi_rxm"}) as job:
+        job.t[0][0].amo(1, 0, 0, AmoOp.ADD, 8, 1, 0, True)
+        stats = job.t[0][1].stats()
+    assert stats["progress_waits"] and stats["remote_ops"] is None
+
+
+@pytest.mark.parametrize("value", ["-1", "x", "1e9"])
+def test_busy_us_is_validated(value: str) -> None:
+    with pytest.raises(ConfigError, match=r"VKSHMEM_RAIL0.*busy_us"):
+        OfiTransport(context(0, 1, options={"provider": "shm", "busy_us": value}))
