@@ -15,22 +15,18 @@ measure a transport instead of the shm path.
 from __future__ import annotations
 
 import json
-import os
 import sys
-import time
 from collections.abc import Callable
 
 import numpy as np
+from _timing import knobs, make_timer, pin
 
 from vkshmem import shmem
 
 me, n = shmem.my_pe(), shmem.n_pes()
 peer = (me + 1) % n
-reps = int(sys.argv[sys.argv.index("--reps") + 1]) if "--reps" in sys.argv else 5
-scale = float(sys.argv[sys.argv.index("--iters-scale") + 1]) if "--iters-scale" in sys.argv \
-    else 1.0
-if "--no-pin" not in sys.argv and len(os.sched_getaffinity(0)) >= n:  # as MPI binds
-    os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[me]})
+reps, scale = knobs()
+pin(me, n)
 KIB, MIB = 1 << 10, 1 << 20
 small = shmem.zeros(1, np.int64)
 src8 = np.ones(1, np.int64)
@@ -43,29 +39,13 @@ local_big = np.empty_like(src_big)
 slowest = shmem.zeros(1, np.float64)
 
 
-def timed(fn: Callable[[], None], iters: int, everyone: bool = False) -> float:
-    """Median over ``reps`` loops of the mean time per call of ``fn`` on PE 0, or with
-    ``everyone`` (collectives: every PE calls it) on the slowest PE."""
-    iters = max(10, int(iters * scale))
-    active = everyone or me == 0
-    for _ in range(min(100, iters)):
-        if active:
-            fn()
-    times = []
-    for _ in range(reps):
-        shmem.barrier_all()
-        t0 = time.perf_counter()
-        if active:
-            for _ in range(iters):
-                fn()
-        times.append((time.perf_counter() - t0) / iters)
+def _max_over_pes(x: float) -> float:
+    shmem.max_reduce(slowest, np.array([x]))
     shmem.barrier_all()
-    mine = np.array([sorted(times)[reps // 2]])
-    if everyone:
-        shmem.max_reduce(slowest, mine)
-        shmem.barrier_all()
-        return float(slowest[0])
-    return float(mine[0])
+    return float(slowest[0])
+
+
+timed = make_timer(me, reps, scale, shmem.barrier_all, _max_over_pes)
 
 
 def put_quiet(nbytes: int) -> Callable[[], None]:

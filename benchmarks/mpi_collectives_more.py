@@ -16,20 +16,19 @@ call, for collectives on the slowest rank. ``--json`` prints one JSON object ins
 from __future__ import annotations
 
 import json
-import os
 import sys
-import time
 from collections.abc import Callable
 
 import numpy as np
+from _timing import knobs, make_timer, pin
 from mpi4py import MPI
 
 comm = MPI.COMM_WORLD
 me, n = comm.Get_rank(), comm.Get_size()
 peer = (me + 1) % n
-reps = int(sys.argv[sys.argv.index("--reps") + 1]) if "--reps" in sys.argv else 5
-scale = float(sys.argv[sys.argv.index("--iters-scale") + 1]) if "--iters-scale" in sys.argv \
-    else 1.0
+reps, scale = knobs()
+timed = make_timer(me, reps, scale, comm.Barrier,
+                   lambda x: comm.allreduce(x, op=MPI.MAX))
 KIB, MIB = 1 << 10, 1 << 20
 BIG = 4 * MIB // 8
 tgt = np.zeros(n * BIG, np.float64)
@@ -39,27 +38,6 @@ win.Lock_all()
 lwin = MPI.Win.Allocate(8, 8, comm=comm)
 local16 = np.arange(16, dtype=np.int64)
 vec = MPI.INT64_T.Create_vector(8, 1, 2).Commit()
-
-
-def timed(fn: Callable[[], None], iters: int, everyone: bool = False) -> float:
-    """Median over ``reps`` loops of the mean time per call of ``fn`` on rank 0, or with
-    ``everyone`` (collectives: every rank calls it) on the slowest rank."""
-    iters = max(10, int(iters * scale))
-    active = everyone or me == 0
-    for _ in range(min(100, iters)):
-        if active:
-            fn()
-    times = []
-    for _ in range(reps):
-        comm.Barrier()
-        t0 = time.perf_counter()
-        if active:
-            for _ in range(iters):
-                fn()
-        times.append((time.perf_counter() - t0) / iters)
-    comm.Barrier()
-    mine = sorted(times)[reps // 2]
-    return comm.allreduce(mine, op=MPI.MAX) if everyone else mine
 
 
 def alltoall(nbytes: int) -> Callable[[], None]:
@@ -101,8 +79,7 @@ def lock_unlock() -> None:
     lwin.Unlock(1)
 
 
-if "--no-pin" not in sys.argv and len(os.sched_getaffinity(0)) >= n:  # as mpiexec binds
-    os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[me]})
+pin(me, n)
 rows = {
     "alltoall 8 B": timed(alltoall(8), 10000, True),
     "alltoall 64 KiB": timed(alltoall(64 * KIB), 1000, True),

@@ -17,20 +17,18 @@ rank. ``--json`` prints one JSON object (row -> microseconds) instead of the tab
 from __future__ import annotations
 
 import json
-import os
 import sys
-import time
-from collections.abc import Callable
 
 import numpy as np
+from _timing import knobs, make_timer, pin
 from mpi4py import MPI
 
 comm = MPI.COMM_WORLD
 me, n = comm.Get_rank(), comm.Get_size()
 peer = (me + 1) % n
-reps = int(sys.argv[sys.argv.index("--reps") + 1]) if "--reps" in sys.argv else 5
-scale = float(sys.argv[sys.argv.index("--iters-scale") + 1]) if "--iters-scale" in sys.argv \
-    else 1.0
+reps, scale = knobs()
+timed = make_timer(me, reps, scale, comm.Barrier,
+                   lambda x: comm.allreduce(x, op=MPI.MAX))
 MIB = 1 << 20
 
 win = MPI.Win.Allocate(2 * MIB, 8, comm=comm)
@@ -44,27 +42,6 @@ b8 = np.zeros(1, np.float64)
 bbig = np.zeros(MIB // 8, np.float64)
 r8 = np.zeros(1, np.float64)
 s8 = np.ones(1, np.float64)
-
-
-def timed(fn: Callable[[], None], iters: int, everyone: bool = False) -> float:
-    """Median over ``reps`` loops of the mean time per call of ``fn`` on rank 0, or with
-    ``everyone`` (collectives: every rank calls it) on the slowest rank."""
-    iters = max(10, int(iters * scale))
-    active = everyone or me == 0
-    for _ in range(min(100, iters)):
-        if active:
-            fn()
-    times = []
-    for _ in range(reps):
-        comm.Barrier()
-        t0 = time.perf_counter()
-        if active:
-            for _ in range(iters):
-                fn()
-        times.append((time.perf_counter() - t0) / iters)
-    comm.Barrier()
-    mine = sorted(times)[reps // 2]
-    return comm.allreduce(mine, op=MPI.MAX) if everyone else mine
 
 
 def put8() -> None:
@@ -96,8 +73,7 @@ def put_big() -> None:
     win.Flush(peer)
 
 
-if "--no-pin" not in sys.argv and len(os.sched_getaffinity(0)) >= n:  # as mpiexec binds
-    os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[me]})
+pin(me, n)
 rows = {
     "put 8 B + quiet": timed(put8, 20000),
     "get 8 B": timed(get8, 20000),
