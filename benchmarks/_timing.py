@@ -4,12 +4,16 @@ so both sides of a comparison measure the same way."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
-__all__ = ["knobs", "make_timer", "pin"]
+import numpy as np
+
+__all__ = ["knobs", "make_timer", "pin", "report", "shmem_timer"]
 
 
 def knobs() -> tuple[int, float]:
@@ -53,3 +57,31 @@ def make_timer(me: int, reps: int, scale: float, barrier: Callable[[], object],
         return slowest(mine) if everyone else mine
 
     return timed
+
+
+def shmem_timer(shmem: Any, reps: int, scale: float) -> Callable[..., float]:
+    """Collective (it allocates a symmetric word): :func:`make_timer` for vkshmem PEs."""
+    slowest = shmem.zeros(1, np.float64)
+
+    def max_over_pes(x: float) -> float:
+        shmem.max_reduce(slowest, np.array([x]))
+        shmem.barrier_all()
+        return float(slowest[0])
+
+    return make_timer(shmem.my_pe(), reps, scale, shmem.barrier_all, max_over_pes)
+
+
+def report(rows: dict[str, float], meta: dict[str, Any], title: str,
+           sizes: dict[str, int] | None = None) -> None:
+    """Print ``rows`` (seconds per call) in microseconds: one JSON object (``meta`` + ``us``)
+    with ``--json``, else a table under ``title`` (with GB/s for the rows in ``sizes``)."""
+    us = {k: v * 1e6 for k, v in rows.items()}
+    if "--json" in sys.argv:
+        print(json.dumps({**meta, "us": us}))
+        return
+    width = max(20, *(len(k) + 1 for k in us))
+    print(f"\n{title}")
+    print(f"{'operation':{width}s} {'latency (us)':>14s}")
+    for name, t in us.items():
+        gbs = f"   {sizes[name] / (t * 1e-6) / 1e9:.2f} GB/s" if sizes and name in sizes else ""
+        print(f"{name:{width}s} {t:14.2f}{gbs}")

@@ -15,12 +15,10 @@ of the table.
 
 from __future__ import annotations
 
-import json
-import sys
 from collections.abc import Callable
 
 import numpy as np
-from _timing import knobs, make_timer, pin
+from _timing import knobs, pin, report, shmem_timer
 
 from vkshmem import shmem
 
@@ -35,16 +33,7 @@ src = np.random.default_rng(me).integers(0, 100, n * BIG).astype(np.float64)
 small = shmem.zeros(16, np.int64)
 local16 = np.arange(16, dtype=np.int64)
 lock = shmem.new_lock()
-slowest = shmem.zeros(1, np.float64)
-
-
-def _max_over_pes(x: float) -> float:
-    shmem.max_reduce(slowest, np.array([x]))
-    shmem.barrier_all()
-    return float(slowest[0])
-
-
-timed = make_timer(me, reps, scale, shmem.barrier_all, _max_over_pes)
+timed = shmem_timer(shmem, reps, scale)
 
 
 def elems(nbytes: int) -> int:
@@ -117,12 +106,5 @@ rows = {
     "test_lock + clear_lock": timed(test_clear, 20000),
 }
 if me == 0:
-    us = {k: v * 1e6 for k, v in rows.items()}
-    if "--json" in sys.argv:
-        routes = sorted({r.name for r in shmem._state.rt.routes})
-        print(json.dumps({"impl": "vkshmem", "routes": routes, "pes": n, "us": us}))
-    else:
-        print(f"\nvkshmem at {n} PEs")
-        print(f"{'operation':24s} {'latency (us)':>14s}")
-        for name, t in us.items():
-            print(f"{name:24s} {t:14.2f}")
+    routes = sorted({r.name for r in shmem._state.rt.routes})
+    report(rows, {"impl": "vkshmem", "routes": routes, "pes": n}, f"vkshmem at {n} PEs")

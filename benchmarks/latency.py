@@ -14,12 +14,10 @@ measure a transport instead of the shm path.
 
 from __future__ import annotations
 
-import json
-import sys
 from collections.abc import Callable
 
 import numpy as np
-from _timing import knobs, make_timer, pin
+from _timing import knobs, pin, report, shmem_timer
 
 from vkshmem import shmem
 
@@ -36,16 +34,7 @@ s8 = np.ones(1, np.float64)
 big = shmem.zeros(4 * MIB // 8, np.float64)
 src_big = np.random.default_rng(0).standard_normal(4 * MIB // 8)
 local_big = np.empty_like(src_big)
-slowest = shmem.zeros(1, np.float64)
-
-
-def _max_over_pes(x: float) -> float:
-    shmem.max_reduce(slowest, np.array([x]))
-    shmem.barrier_all()
-    return float(slowest[0])
-
-
-timed = make_timer(me, reps, scale, shmem.barrier_all, _max_over_pes)
+timed = shmem_timer(shmem, reps, scale)
 
 
 def put_quiet(nbytes: int) -> Callable[[], None]:
@@ -86,13 +75,6 @@ for size, iters in ((64 * KIB, 5000), (MIB, 500), (4 * MIB, 100)):
         rows[name] = timed(fn(size), iters)
         sizes[name] = size
 if me == 0:
-    us = {k: v * 1e6 for k, v in rows.items()}
     routes = sorted({r.name for r in shmem._state.rt.routes})
-    if "--json" in sys.argv:
-        print(json.dumps({"impl": "vkshmem", "routes": routes, "pes": n, "us": us}))
-    else:
-        print(f"\nvkshmem latency at {n} PEs over {', '.join(routes)}")
-        print(f"{'operation':20s} {'latency (us)':>14s}")
-        for name, t in us.items():
-            gbs = f"   {sizes[name] / (t * 1e-6) / 1e9:.2f} GB/s" if name in sizes else ""
-            print(f"{name:20s} {t:14.2f}{gbs}")
+    report(rows, {"impl": "vkshmem", "routes": routes, "pes": n},
+           f"vkshmem latency at {n} PEs over {', '.join(routes)}", sizes)

@@ -15,12 +15,10 @@ call, for collectives on the slowest rank. ``--json`` prints one JSON object ins
 
 from __future__ import annotations
 
-import json
-import sys
 from collections.abc import Callable
 
 import numpy as np
-from _timing import knobs, make_timer, pin
+from _timing import knobs, make_timer, pin, report
 from mpi4py import MPI
 
 comm = MPI.COMM_WORLD
@@ -100,12 +98,5 @@ vec.Free()
 win.Free()
 lwin.Free()
 if me == 0:
-    us = {k: v * 1e6 for k, v in rows.items()}
-    if "--json" in sys.argv:
-        print(json.dumps({"impl": "mpi4py", "version": MPI.Get_library_version().split(",")[0],
-                          "pes": n, "us": us}))
-    else:
-        print(f"\nmpi4py at {n} ranks ({MPI.Get_library_version().splitlines()[0]})")
-        print(f"{'operation':24s} {'latency (us)':>14s}")
-        for name, t in us.items():
-            print(f"{name:24s} {t:14.2f}")
+    report(rows, {"impl": "mpi4py", "version": MPI.Get_library_version().split(",")[0], "pes": n},
+           f"mpi4py at {n} ranks ({MPI.Get_library_version().splitlines()[0]})")

@@ -217,6 +217,10 @@ int fast_sync(FastCall *self, PyObject **a, PyObject **out);
 int fast_broadcast(FastCall *self, PyObject **a, PyObject **out);
 int fast_reduce(FastCall *self, PyObject **a, PyObject **out);
 int fast_fcollect(FastCall *self, PyObject **a, PyObject **out);
+/* (target, source, size) of a TEAM_WORLD collective on plain numpy arrays: 1 with both views
+ * held (release them) and *cnt the element count, or -1 when the size or the formats do not
+ * suit the C path; 0 (nothing held) to take the Python path */
+int fast_world_views(PyObject **a, struct fast_view *t, struct fast_view *s, long *cnt);
 
 /* fast_ring.c: all-reduces above one butterfly phase (ring, or butterfly in chunks) */
 int team_reduce_large(NativeTeam *t, struct fast_view *tb, struct fast_view *sb,

@@ -203,18 +203,10 @@ done:
 /* collect(target, source, size, team) */
 int fast_collect(FastCall *self, PyObject **a, PyObject **out) {
     struct fast_view t, s;
-    long cnt = -1;
+    long cnt;
     int r = 0;
-    if (!fast_none(a[P_TEAM]) || !team_valid(G.world) || Py_TYPE(a[P_TARGET]) != G.ndarray ||
-        Py_TYPE(a[P_SOURCE]) != G.ndarray || fast_view(a[P_TARGET], &t, 1) < 0)
-        return 0;
-    if (fast_view(a[P_SOURCE], &s, 0) < 0) {
-        fast_release(&t);
-        return 0;
-    }
-    if (fast_none(a[P_SIZE])) cnt = (long)(s.len / s.itemsize);
-    else if (!fast_long(a[P_SIZE], &cnt) || cnt < 0 || cnt > s.len / s.itemsize) cnt = -1;
-    if (cnt >= 0 && fast_same_format(&t, &s)) r = team_collect(G.world, &t, s.buf, cnt);
+    if (!fast_world_views(a, &t, &s, &cnt)) return 0;
+    if (cnt >= 0) r = team_collect(G.world, &t, s.buf, cnt);
     fast_release(&s);
     fast_release(&t);
     return fast_finish(r, out);
