@@ -202,8 +202,7 @@ class Slot:
             return
         cmd, queue, info, fence = self._addr
         check(nat.lib.vks_copy_many(nat.dev, cmd, queue, info, fence, n,
-                                    nat.ffi.from_buffer("uint64_t[]", desc),
-                                    self.device.in_flight[self.qi] > 0),
+                                    nat.ffi.from_buffer("uint64_t[]", desc), self.lead()),
               f"copies ({self.name})")
         self._submitted()
 
@@ -213,7 +212,7 @@ class Slot:
         nat = self._native
         cmd, queue, info, fence = self._addr
         check(nat.lib.vks_dispatch1(nat.dev, cmd, queue, info, fence, pipeline, layout, x,
-                                    push, len(push), self.device.in_flight[self.qi] > 0),
+                                    push, len(push), self.lead()),
               f"dispatch ({self.name})")
         self._submitted()
 
