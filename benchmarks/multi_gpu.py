@@ -3,7 +3,8 @@
     python benchmarks/multi_gpu.py --json benchmarks/results/nvidia-h200x2.json
 
 runs ``vkshmem run -n 2 benchmarks/multi_gpu_pe.py`` once per GPU domain (``--domains``,
-default ``cuda,vulkan``; the first job also measures NVSHMEM through nvshmem4py and the
+default ``cuda,vulkan``, plus a ``cuda`` job of the per-call rows with the service kernel off;
+the first job also measures NVSHMEM through nvshmem4py and the
 ``cudaMemcpyPeer`` ceiling through CuPy, when they import), one PE per GPU, then prints one table
 and writes the rows ``{"op", "bytes", "domain", "vkshmem", "nvshmem", "ceiling", "unit"}`` with the
 date, the devices, the driver and the command. Ratios: vkshmem/ceiling for GB/s rows,
@@ -43,7 +44,8 @@ def _driver() -> str:
     return "; ".join(out)
 
 
-def _job(domain: str, extra: list[str], quick: bool, timeout: float) -> dict[str, Any]:
+def _job(domain: str, extra: list[str], quick: bool, timeout: float,
+         env_extra: dict[str, str] | None = None, label: str = "") -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "rows.json"
         cmd = [sys.executable, "-m", "vkshmem", "run", "-n", "2", "--timeout", str(int(timeout)),
@@ -54,12 +56,15 @@ def _job(domain: str, extra: list[str], quick: bool, timeout: float) -> dict[str
         env = dict(os.environ)
         env.setdefault("VKSHMEM_GPU_SYMMETRIC_SIZE", "1200M")
         env.setdefault("NVSHMEM_SYMMETRIC_SIZE", "2G")
+        env.update(env_extra or {})
         proc = subprocess.run(cmd, env=env, timeout=timeout + 60, check=False)
         if proc.returncode != 0 or not out.exists():
             print(f"multi_gpu: the {domain} job failed (exit status {proc.returncode})",
                   flush=True)
-            return {"domain": domain, "failed": proc.returncode, "rows": []}
-        return json.loads(out.read_text())
+            return {"domain": label or domain, "failed": proc.returncode, "rows": []}
+        job = json.loads(out.read_text())
+        job["domain"] = label or job["domain"]
+        return job
 
 
 def _ratio(row: dict[str, Any], other: str) -> str:
@@ -75,18 +80,23 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="fewer sizes, shorter rounds")
     ap.add_argument("--timeout", type=float, default=280, help="seconds per job")
     ap.add_argument("--json", help="write the merged table here")
+    ap.add_argument("--no-service-job", action="store_true",
+                    help="skip the cuda job with VKSHMEM_CUDA_SERVICE=off (per-call rows only)")
     args = ap.parse_args()
     extra = [x for x, ok in (("--nvshmem", _have("nvshmem.core")), ("--ceiling", _have("cupy")))
              if ok]
     jobs = []
     for i, domain in enumerate(d for d in args.domains.split(",") if d):
         jobs.append(_job(domain, extra if i == 0 else [], args.quick, args.timeout))
+        if domain == "cuda" and not args.no_service_job:  # the per-call rows without it
+            jobs.append(_job(domain, ["--latency-only"], args.quick, args.timeout,
+                             {"VKSHMEM_CUDA_SERVICE": "off"}, "cuda, service off"))
     rows = [dict(r, domain=j["domain"]) for j in jobs for r in j["rows"]]
-    print(f"\n{'op':<18} {'bytes':>10} {'domain':<7} {'vkshmem':>9} {'nvshmem':>9} "
+    print(f"\n{'op':<20} {'bytes':>10} {'domain':<17} {'vkshmem':>9} {'nvshmem':>9} "
           f"{'ceiling':>9} {'unit':>5} {'/ceil':>6} {'/nvshm':>6}")
     for r in rows:
         cells = [("-" if r[k] is None else r[k]) for k in ("vkshmem", "nvshmem", "ceiling")]
-        print(f"{r['op']:<18} {r['bytes']:>10} {r['domain']:<7} {cells[0]:>9} {cells[1]:>9} "
+        print(f"{r['op']:<20} {r['bytes']:>10} {r['domain']:<17} {cells[0]:>9} {cells[1]:>9} "
               f"{cells[2]:>9} {r['unit']:>5} {_ratio(r, 'ceiling'):>6} "
               f"{_ratio(r, 'nvshmem'):>6}")
     failed = [j["domain"] for j in jobs if "failed" in j]

@@ -77,3 +77,25 @@ def test_cuda_domain_multipe(cuda_installed: bool, npes: int, mode: str) -> None
         pytest.skip("no CUDA GPU here (tests/gpu/device_run.sh runs this on one)")
     check_run(launch("cuda_domain", npes, MODES[mode]), "cuda_domain", npes, mode)
 
+
+
+@pytest.mark.parametrize("mode", ["shm", "hostproxy"])
+@pytest.mark.parametrize("npes", [1, 2, 4])
+def test_cuda_service_multipe(cuda_installed: bool, npes: int, mode: str) -> None:
+    if not cuda_installed:
+        pytest.skip("no CUDA GPU here (tests/gpu/device_run.sh runs this on one)")
+    env = {**MODES[mode], "VKSHMEM_CUDA_SERVICE": "on", "VKSHMEM_CUDA_SERVICE_IDLE_US": "2000"}
+    check_run(launch("cuda_service", npes, env), "cuda_service", npes, mode)
+
+
+def test_cuda_service_setting_is_checked(cuda_installed: bool) -> None:
+    from vkshmem_cuda.service import service_mode
+
+    from vkshmem.core.errors import ConfigError
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("VKSHMEM_CUDA_SERVICE", "sometimes")
+        with pytest.raises(ConfigError, match="VKSHMEM_CUDA_SERVICE"):
+            service_mode()
+        mp.setenv("VKSHMEM_CUDA_SERVICE", " ON ")
+        assert service_mode() == "on"

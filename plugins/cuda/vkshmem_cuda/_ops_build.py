@@ -13,7 +13,12 @@ at :func:`vkc_load` (so the helper builds on machines without CUDA, and says so 
 handles are pointers and device addresses 64-bit integers, as in ``cuda.h`` on 64-bit Linux.
 """
 
+from pathlib import Path
+
 from cffi import FFI
+
+#: the service kernel's host side (see ``csrc/svc.c``), appended to SOURCE
+SERVICE_C = (Path(__file__).resolve().parent / "csrc" / "svc.c").read_text()
 
 CDEF = """
 int vkc_load(void);
@@ -31,10 +36,25 @@ int vkc_amo(uintptr_t ctx, uintptr_t stream, uintptr_t fn, uint64_t addr, int op
 int vkc_reduce(uintptr_t ctx, uintptr_t stream, uintptr_t fn, uint64_t dst,
                const uint64_t *srcs, int nsrc, uint64_t count, unsigned grid, unsigned block,
                int64_t spin_ns);
+typedef struct vkc_svc vkc_svc;
+vkc_svc *vkc_svc_new(uintptr_t ctx, uintptr_t stream, uintptr_t fn, uintptr_t box,
+                     uint64_t box_dev, unsigned threads, uint64_t idle_ns, int64_t spin_ns);
+int vkc_svc_call(vkc_svc *s, int op, int width, uint64_t dst, uint64_t src, uint64_t nbytes,
+                 uint64_t operand, uint64_t compare, uintptr_t host_in, uintptr_t host_out,
+                 uint64_t *result, int64_t timeout_ns);
+int vkc_svc_stop(vkc_svc *s, int64_t timeout_ns);
+uint64_t vkc_svc_launches(vkc_svc *s);
+void vkc_svc_free(vkc_svc *s);
+#define VKC_SVC_TIMEOUT 1100
+#define VKC_SVC_BROKEN 1101
 """
 
 SOURCE = r"""
 #include <dlfcn.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stddef.h>
+#include <stdlib.h>
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
@@ -218,7 +238,7 @@ int vkc_reduce(uintptr_t ctx, uintptr_t stream, uintptr_t fn, uint64_t dst,
     r = cu.launch((CUfunction)fn, grid, 1, 1, block, 1, 1, 0, (CUstream)stream, params, 0);
     return r ? r : finish((CUstream)stream, spin_ns);
 }
-"""
+""" + SERVICE_C
 
 ffibuilder = FFI()
 ffibuilder.cdef(CDEF)

@@ -30,6 +30,7 @@ from vkshmem.core.transport import AmoOp, SegmentInfo
 from .array import CudaArray, PeerView
 from .driver import CudaError, Device, Mapping, device_count, host_address
 from .kernels import reduce_source
+from .service import Service, service_mode
 
 __all__ = ["CudaDomain"]
 
@@ -66,6 +67,14 @@ class CudaDomain(MemoryDomain):
         n = device_count()
         ordinal = pick if pick is not None else ctx.local_rank % max(n, 1)
         self.device = Device(ordinal)
+        #: the service kernel for small operations (see .service): decided at first use,
+        #: once the peers on this node are known (None: not decided; False: not used)
+        self._svc: Service | bool | None = None if service_mode() != "off" else False
+        self._node_pes = (sum(1 for node in ctx.runtime.node_ids if node == ctx.node_id)
+                          if ctx.runtime is not None else 0)
+        self._gpu_peers = 0  # node peers imported, and how many of them share this GPU
+        self._gpu_shared = False
+        self._timeout = ctx.config.gpu_timeout
         size = _env_int(ENV_SIZE) or ctx.config.gpu_symmetric_size
         self.size = self.device.round_up(size)
         try:
@@ -96,8 +105,29 @@ class CudaDomain(MemoryDomain):
         return DomainExport([self.fd], _META.pack(self.size, self.device.uuid), group="node")
 
     def import_peer(self, pe: int, fds: list[int], meta: bytes) -> Mapping:
-        size, _uuid = _META.unpack(meta)
-        return self.device.import_fd(fds[0], size)
+        size, uuid = _META.unpack(meta)
+        mapping = self.device.import_fd(fds[0], size)
+        self._gpu_peers += 1
+        self._gpu_shared |= uuid == self.device.uuid
+        return mapping
+
+    @property
+    def service(self) -> Service | None:
+        """The service kernel this domain's small operations use (None: the stream paths)."""
+        return self._service()
+
+    def _service(self) -> Service | None:
+        """The service kernel where it is wanted: ``on``, or ``auto`` where this PE is known
+        to be the only one on its GPU (every other PE of the node mapped, none on this GPU)."""
+        svc = self._svc
+        if svc is None:
+            alone = (self._node_pes > 0 and self._gpu_peers == self._node_pes - 1
+                     and not self._gpu_shared)
+            svc = self._svc = (Service(self.device, self._timeout)
+                               if service_mode() == "on" or alone else False)
+        if svc is False or svc.broken:
+            return None
+        return svc
 
     def release_peer(self, handle: Any) -> None:
         self.device.release(handle)
@@ -116,20 +146,33 @@ class CudaDomain(MemoryDomain):
     def write(self, mem: Mapping, offset: int, src: Any) -> None:
         n = memoryview(src).nbytes
         self.check_range(offset, n, "CUDA write")
-        if n:
+        if not n:
+            return
+        svc = self._service() if n <= Service.max_bytes else None
+        if svc is not None:
+            svc.write(mem.va + offset, host_address(src), n)
+        else:
             self.device.htod(mem.va + offset, src, n)
 
     def read(self, mem: Mapping, offset: int, dst: Any) -> None:
         n = memoryview(dst).nbytes
         self.check_range(offset, n, "CUDA read")
-        if n:
+        if not n:
+            return
+        svc = self._service() if n <= Service.max_bytes else None
+        if svc is not None:
+            svc.read(host_address(dst), mem.va + offset, n)
+        else:
             self.device.dtoh(dst, mem.va + offset, n)
 
     def copy(self, dst: Mapping, dst_offset: int, src: Mapping, src_offset: int,
              nbytes: int) -> None:
         self.check_range(dst_offset, nbytes, "CUDA copy")
         self.check_range(src_offset, nbytes, "CUDA copy")
-        if nbytes:
+        svc = self._service() if 0 < nbytes <= Service.max_bytes else None
+        if svc is not None:
+            svc.copy(dst.va + dst_offset, src.va + src_offset, nbytes)
+        elif nbytes:
             self.device.dtod(dst.va + dst_offset, src.va + src_offset, nbytes)
 
     # Non-blocking forms: issued on the domain's stream, completed by quiet (a stream
@@ -159,6 +202,9 @@ class CudaDomain(MemoryDomain):
 
     def amo(self, mem: Mapping, offset: int, op: AmoOp, width: int, operand: int,
             compare: int) -> int:
+        svc = self._service()
+        if svc is not None:
+            return svc.amo(mem.va + offset, int(op), width, operand, compare)
         return self.device.amo(mem.va + offset, int(op), width, operand, compare)
 
     def zero(self, offset: int, nbytes: int) -> None:
@@ -199,6 +245,8 @@ class CudaDomain(MemoryDomain):
             return
         self.closed = True
         try:
+            if isinstance(self._svc, Service):
+                self._svc.close()
             if self.host_pinned:
                 self.device.unregister_host(self.host_pinned)
             self.device.release(self.local)

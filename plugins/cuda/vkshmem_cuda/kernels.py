@@ -10,20 +10,20 @@ import numpy as np
 
 from vkshmem.core.errors import FeatureNotAvailableError
 
-__all__ = ["AMO_NAME", "AMO_SOURCE", "MAX_SOURCES", "REDUCE_NAME", "compile_kernel",
-           "reduce_source"]
+__all__ = ["AMO_NAME", "AMO_SOURCE", "MAX_SOURCES", "REDUCE_NAME", "SERVICE_NAME",
+           "SERVICE_SOURCE", "compile_kernel", "reduce_source"]
 
 AMO_NAME = b"vkshmem_amo"
 REDUCE_NAME = b"vkshmem_reduce"
+SERVICE_NAME = b"vkshmem_service"
 #: sources one reduce launch takes (a struct of pointers passed by value; see ``_ops_build``)
 MAX_SOURCES = 8
 
-AMO_SOURCE = r"""
+_AMO_APPLY = r"""
 typedef unsigned long long u64;
-/* out[0] = the old value, then out[1] = seq: the host (out is mapped pinned memory) returns
-   once it sees seq, without waiting for the kernel's completion to reach the stream. */
-extern "C" __global__ void vkshmem_amo(u64 addr, int op, int width, u64 operand, u64 compare,
-                                       u64 *out, u64 seq) {
+/* The OpenSHMEM AMO ``op`` (vkshmem's AmoOp numbers) on the word at addr; the old value. */
+__device__ __forceinline__ u64 amo_apply(u64 addr, int op, int width, u64 operand,
+                                         u64 compare) {
     u64 old = 0;
     if (width == 8) {
         u64 *p = (u64 *)addr;
@@ -49,9 +49,104 @@ extern "C" __global__ void vkshmem_amo(u64 addr, int op, int width, u64 operand,
         case 7: old = atomicXor(p, v); break;
         }
     }
+    return old;
+}
+"""
+
+AMO_SOURCE = _AMO_APPLY + r"""
+/* out[0] = the old value, then out[1] = seq: the host (out is mapped pinned memory) returns
+   once it sees seq, without waiting for the kernel's completion to reach the stream. */
+extern "C" __global__ void vkshmem_amo(u64 addr, int op, int width, u64 operand, u64 compare,
+                                       u64 *out, u64 seq) {
+    u64 old = amo_apply(addr, op, width, operand, compare);
     out[0] = old;
     __threadfence_system();
     ((volatile u64 *)out)[1] = seq;
+}
+"""
+
+#: bytes one service request carries inline (host data of a put, or what a get returns)
+SERVICE_MAX = 4096
+#: threads of the service kernel's one block (they share a request's copy)
+SERVICE_THREADS = 128
+
+SERVICE_SOURCE = _AMO_APPLY + r"""
+/* The service kernel: one block that stays resident while requests keep coming and serves the
+   mailbox ``b`` (mapped pinned host memory, layout in _ops_build.py's SERVICE_C): the host
+   stores a request and then its sequence number; the block copies (device addresses: this
+   GPU's heap, peers' heaps mapped here, or the mailbox's payload for host data) or runs the
+   AMO, fences system-wide and stores the sequence number into ``done``. No request for
+   ``idle_ns`` (the GPU's global timer): it stores ``alive = 0`` and ends, so that a
+   device-wide synchronize of the application's (cudaDeviceSynchronize) is held up at most
+   that long; the host launches it again for its next request. ``last``: the request served
+   before this launch. Loads are volatile (the L1 would keep an earlier request's bytes). */
+struct box {
+    u64 seq; unsigned op, width; u64 dst, src, nbytes, operand, compare, alive;
+    u64 done, value, pad[6];
+};
+enum { OP_STOP = 0, OP_COPY = 1, OP_AMO = 2 };
+
+__device__ __forceinline__ u64 ld_acquire(const u64 *p) {
+    u64 v;
+    asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ u64 gtime(void) {
+    u64 t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+extern "C" __global__ void vkshmem_service(struct box *b, u64 last, u64 idle_ns) {
+    /* the request header as warp 0 read it: seq, op | width << 32, dst, src, nbytes,
+       operand, compare */
+    __shared__ u64 h[8];
+    for (;;) {
+        if (threadIdx.x < 32) {
+            u64 seq = last;
+            if (threadIdx.x == 0) {
+                const u64 since = gtime();
+                while ((seq = ld_acquire(&b->seq)) == last && gtime() - since <= idle_ns) {
+                }
+            }
+            seq = __shfl_sync(0xffffffffu, seq, 0);
+            __syncwarp();
+            /* one coalesced read of the header (seven dependent loads over PCIe cost ~1 us
+               each); ordered after lane 0's acquire by the warp barrier */
+            if (seq != last && threadIdx.x > 0 && threadIdx.x < 7)
+                h[threadIdx.x] = ((const volatile u64 *)b)[threadIdx.x];
+            if (threadIdx.x == 0) h[0] = seq;
+            if (seq == last && threadIdx.x == 0) h[1] = OP_STOP;
+        }
+        __syncthreads();
+        const u64 seq = h[0];
+        const unsigned op = (unsigned)h[1];
+        if (op == OP_STOP) {
+            if (threadIdx.x == 0) {
+                ((volatile struct box *)b)->alive = 0;
+                __threadfence_system();
+                if (seq != last) ((volatile struct box *)b)->done = seq;
+            }
+            return;
+        }
+        if (op == OP_COPY) {
+            const u64 src = h[3], dst = h[2], n = h[4];
+            if (((src | dst | n) & 7) == 0) {
+                for (u64 i = threadIdx.x; i < n / 8; i += blockDim.x)
+                    ((u64 *)dst)[i] = ((const volatile u64 *)src)[i];
+            } else {
+                for (u64 i = threadIdx.x; i < n; i += blockDim.x)
+                    ((unsigned char *)dst)[i] = ((const volatile unsigned char *)src)[i];
+            }
+        } else if (op == OP_AMO && threadIdx.x == 0) {
+            /* AMO requests: dst the word, src the AmoOp number */
+            b->value = amo_apply(h[2], (int)h[3], (int)(h[1] >> 32), h[5], h[6]);
+        }
+        __threadfence_system();
+        __syncthreads();  /* also: h is read by every thread before warp 0 overwrites it */
+        if (threadIdx.x == 0) ((volatile struct box *)b)->done = seq;
+        last = seq;
+    }
 }
 """
 
@@ -64,7 +159,7 @@ _OPS = {"sum": "a + b", "prod": "a * b", "min": "(b < a ? b : a)", "max": "(b > 
 _REDUCE = r"""
 typedef unsigned long long u64;
 typedef %(T)s T;
-enum { VEC = 16 / sizeof(T) };
+enum { VEC = 16 / sizeof(T), UNROLL = 4 };
 struct sources { const T *p[%(N)d]; };
 struct __align__(16) pack { T v[VEC]; };
 __device__ __forceinline__ T combine(T a, T b) { return %(OP)s; }
@@ -76,7 +171,27 @@ extern "C" __global__ void vkshmem_reduce(T *dst, struct sources src, int n, u64
     bool wide = ((u64)dst %% 16) == 0;
     for (int j = 0; j < n; ++j) wide = wide && ((u64)src.p[j] %% 16) == 0;
     u64 packs = wide ? count / VEC : 0;
-    for (u64 i = tid; i < packs; i += stride) {
+    u64 i = tid;
+    /* UNROLL packs per thread per step, every load of a source issued before any combine:
+       more reads in flight per thread hide NVLink's latency */
+    for (; i + (UNROLL - 1) * stride < packs; i += UNROLL * stride) {
+        struct pack a[UNROLL];
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) a[u] = ((const struct pack *)src.p[0])[i + u * stride];
+        for (int j = 1; j < n; ++j) {
+            struct pack b[UNROLL];
+#pragma unroll
+            for (int u = 0; u < UNROLL; ++u)
+                b[u] = ((const struct pack *)src.p[j])[i + u * stride];
+#pragma unroll
+            for (int u = 0; u < UNROLL; ++u)
+#pragma unroll
+                for (int k = 0; k < VEC; ++k) a[u].v[k] = combine(a[u].v[k], b[u].v[k]);
+        }
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) ((struct pack *)dst)[i + u * stride] = a[u];
+    }
+    for (; i < packs; i += stride) {
         struct pack a = ((const struct pack *)src.p[0])[i];
         for (int j = 1; j < n; ++j) {
             struct pack b = ((const struct pack *)src.p[j])[i];
