@@ -254,7 +254,10 @@ class MemoryDomain(ABC):
         on the device, where each source is (memory handle this PE maps: its own ``local`` or
         a peer's imported one, offset), folded in the order given; called only where
         :meth:`can_reduce_from`. Otherwise the core gathers through its scratch and uses
-        :meth:`reduce`."""
+        :meth:`reduce`. Collective: every member of the team calls it with its sources in the
+        same order, between the same two barriers, and ``dst_offset`` is symmetric; so a domain
+        may instead compute a share of the elements and write it into every member's target
+        (``dst_offset`` in each source's memory handle)."""
         raise NotImplementedError
 
     # -- arrays -------------------------------------------------------------------------------

@@ -33,9 +33,9 @@ int vkc_memset(uintptr_t ctx, uintptr_t stream, uint64_t dst, size_t nbytes, int
 int vkc_amo(uintptr_t ctx, uintptr_t stream, uintptr_t fn, uint64_t addr, int op, int width,
             uint64_t operand, uint64_t compare, uint64_t out_dev, uintptr_t out_host,
             uint64_t seq, uint64_t *result, int64_t spin_ns);
-int vkc_reduce(uintptr_t ctx, uintptr_t stream, uintptr_t fn, uint64_t dst,
-               const uint64_t *srcs, int nsrc, uint64_t count, unsigned grid, unsigned block,
-               int64_t spin_ns);
+int vkc_reduce(uintptr_t ctx, uintptr_t stream, uintptr_t fn, const uint64_t *dsts,
+               int ndst, const uint64_t *srcs, int nsrc, uint64_t count, unsigned grid,
+               unsigned block, int64_t spin_ns);
 typedef struct vkc_svc vkc_svc;
 vkc_svc *vkc_svc_new(uintptr_t ctx, uintptr_t stream, uintptr_t fn, uintptr_t box,
                      uint64_t box_dev, unsigned threads, uint64_t idle_ns, int64_t spin_ns);
@@ -223,18 +223,21 @@ int vkc_amo(uintptr_t ctx, uintptr_t stream, uintptr_t fn, uint64_t addr, int op
     return 0;
 }
 
-/* The reduce kernel takes its sources by value, as a struct of VKC_MAX_SOURCES pointers. */
+/* The reduce kernel takes its destinations and sources by value, as structs of
+   VKC_MAX_SOURCES pointers. */
 #define VKC_MAX_SOURCES 8
-int vkc_reduce(uintptr_t ctx, uintptr_t stream, uintptr_t fn, uint64_t dst,
-               const uint64_t *srcs, int nsrc, uint64_t count, unsigned grid, unsigned block,
-               int64_t spin_ns) {
+int vkc_reduce(uintptr_t ctx, uintptr_t stream, uintptr_t fn, const uint64_t *dsts,
+               int ndst, const uint64_t *srcs, int nsrc, uint64_t count, unsigned grid,
+               unsigned block, int64_t spin_ns) {
     if (!cu.loaded) return VKC_NO_DRIVER;
-    if (nsrc < 1 || nsrc > VKC_MAX_SOURCES) return 1;  /* CUDA_ERROR_INVALID_VALUE */
+    if (nsrc < 1 || nsrc > VKC_MAX_SOURCES || ndst < 1 || ndst > VKC_MAX_SOURCES)
+        return 1;  /* CUDA_ERROR_INVALID_VALUE */
     CUresult r = current(ctx);
     if (r) return r;
-    uint64_t by_value[VKC_MAX_SOURCES] = {0};
-    memcpy(by_value, srcs, (size_t)nsrc * sizeof(uint64_t));
-    void *params[] = {&dst, by_value, &nsrc, &count};
+    uint64_t src_by_value[VKC_MAX_SOURCES] = {0}, dst_by_value[VKC_MAX_SOURCES] = {0};
+    memcpy(src_by_value, srcs, (size_t)nsrc * sizeof(uint64_t));
+    memcpy(dst_by_value, dsts, (size_t)ndst * sizeof(uint64_t));
+    void *params[] = {dst_by_value, &ndst, src_by_value, &nsrc, &count};
     r = cu.launch((CUfunction)fn, grid, 1, 1, block, 1, 1, 0, (CUstream)stream, params, 0);
     return r ? r : finish((CUstream)stream, spin_ns);
 }

@@ -29,7 +29,7 @@ from vkshmem.core.transport import AmoOp, SegmentInfo
 
 from .array import CudaArray, PeerView
 from .driver import CudaError, Device, Mapping, device_count, host_address
-from .kernels import reduce_source
+from .kernels import MAX_SOURCES, reduce_source
 from .service import Service, service_mode
 
 __all__ = ["CudaDomain"]
@@ -39,6 +39,7 @@ log = logging.getLogger("vkshmem")
 ENV_DEVICE = "VKSHMEM_CUDA_DEVICE"
 ENV_SIZE = "VKSHMEM_CUDA_SYMMETRIC_SIZE"
 _META = struct.Struct("<Q16s")  # size, owner's GPU UUID
+_SHARE_ALIGN = 256  # elements: each member's share of a reduction starts 16-byte aligned
 
 
 def _env_int(name: str) -> int | None:
@@ -216,13 +217,28 @@ class CudaDomain(MemoryDomain):
 
     def reduce_from(self, dst_offset: int, sources: list[tuple[Any, int]], count: int, op: str,
                     dtype: np.dtype) -> None:
-        """One kernel reads every source where it lives (over NVLink for peers' heaps)."""
+        """A share of the result per member: this PE reduces its slice of the elements, reading
+        every member's source where it lives, and writes it into every member's target (the
+        same offset in each member's heap, mapped here): each byte crosses NVLink once each way
+        instead of every member reading every other's whole source. Every member calls this
+        between the same two barriers (the core's contract). More members than one launch
+        takes: this PE reduces everything into its own target."""
         isz = np.dtype(dtype).itemsize
         self.check_range(dst_offset, count * isz, "CUDA reduce")
         for _mem, off in sources:
             self.check_range(off, count * isz, "CUDA reduce")
-        self.device.reduce(self.local.va + dst_offset, [mem.va + off for mem, off in sources],
-                           count, op, dtype)
+        members = [mem for mem, _off in sources]
+        me = next((i for i, mem in enumerate(members) if mem is self.local), -1)
+        if me < 0 or len(members) > MAX_SOURCES:
+            self.device.reduce([self.local.va + dst_offset],
+                               [mem.va + off for mem, off in sources], count, op, dtype)
+            return
+        share = -(-count // len(members) // _SHARE_ALIGN) * _SHARE_ALIGN
+        lo, hi = me * share, min(count, (me + 1) * share)
+        if lo < hi:
+            self.device.reduce([mem.va + dst_offset + lo * isz for mem in members],
+                               [mem.va + off + lo * isz for mem, off in sources], hi - lo, op,
+                               dtype)
 
     def device_view(self, mem: Mapping, offset: int, shape: tuple[int, ...],
                     dtype: np.dtype) -> PeerView:

@@ -71,8 +71,8 @@ def device_count() -> int:
 
 
 def host_address(buf: Any) -> int:
-    """The address of a host buffer (read-only ones included)."""
-    return int(np.frombuffer(buf, np.uint8).ctypes.data) if memoryview(buf).nbytes else 0
+    """The address of a contiguous host buffer (read-only ones included; 0 when empty)."""
+    return int(_ffi.cast("uintptr_t", _ffi.from_buffer(buf))) if memoryview(buf).nbytes else 0
 
 
 @dataclass
@@ -313,10 +313,11 @@ class Device:
                                     self.spin_ns), "AMO")
             return int(self._amo_out[0])
 
-    def reduce(self, dst: int, sources: list[int], count: int, op: str,
+    def reduce(self, dsts: list[int], sources: list[int], count: int, op: str,
                dtype: np.dtype) -> None:
-        """``dst[i] = op over sources[j][i]`` (device addresses this GPU maps) by a kernel
-        (for the pairs :func:`~.kernels.reduce_source` covers)."""
+        """``d[i] = op over sources[j][i]`` for every ``d`` of ``dsts`` (device addresses this
+        GPU maps; at most :data:`~.kernels.MAX_SOURCES` of them) by a kernel (for the pairs
+        :func:`~.kernels.reduce_source` covers)."""
         key = (op, np.dtype(dtype).name)
         fn = self._reduce_fns.get(key)
         if fn is None:
@@ -330,14 +331,17 @@ class Device:
         grid = max(1, min(self.sms * 4, -(-count * np.dtype(dtype).itemsize // (16 * block))))
         first = sources[:MAX_SOURCES]
         rest = sources[MAX_SOURCES:]
+        outs = _ffi.new("uint64_t[]", dsts)
         srcs = _ffi.new("uint64_t[]", first)
-        self._done(_lib.vkc_reduce(self.ctx_ptr, self.stream_ptr, fn, dst, srcs, len(first),
-                                   count, grid, block, self.spin_ns), "reduce kernel")
-        while rest:  # more sources than one launch takes: fold them into dst
-            part, rest = [dst, *rest[:MAX_SOURCES - 1]], rest[MAX_SOURCES - 1:]
+        self._done(_lib.vkc_reduce(self.ctx_ptr, self.stream_ptr, fn, outs, len(dsts), srcs,
+                                   len(first), count, grid, block, self.spin_ns),
+                   "reduce kernel")
+        while rest:  # more sources than one launch takes: fold them into the first target
+            part, rest = [dsts[0], *rest[:MAX_SOURCES - 1]], rest[MAX_SOURCES - 1:]
             srcs = _ffi.new("uint64_t[]", part)
-            self._done(_lib.vkc_reduce(self.ctx_ptr, self.stream_ptr, fn, dst, srcs, len(part),
-                                       count, grid, block, self.spin_ns), "reduce kernel")
+            self._done(_lib.vkc_reduce(self.ctx_ptr, self.stream_ptr, fn, outs,
+                                       len(dsts) if not rest else 1, srcs, len(part), count,
+                                       grid, block, self.spin_ns), "reduce kernel")
 
     def close(self) -> None:
         """Release the AMO scratch and the primary context (allocations are released by their

@@ -160,16 +160,19 @@ _REDUCE = r"""
 typedef unsigned long long u64;
 typedef %(T)s T;
 enum { VEC = 16 / sizeof(T), UNROLL = 4 };
-struct sources { const T *p[%(N)d]; };
+struct sources { const T *p[%(N)d]; };  /* also the destinations */
 struct __align__(16) pack { T v[VEC]; };
 __device__ __forceinline__ T combine(T a, T b) { return %(OP)s; }
-/* dst[i] = src0[i] op src1[i] op ...: 16-byte loads and stores where every pointer allows
-   (peers' memory is read over NVLink: wide loads keep the link busy), then the tail. */
-extern "C" __global__ void vkshmem_reduce(T *dst, struct sources src, int n, u64 count) {
+/* dst_d[i] = src0[i] op src1[i] op ... for every destination d: 16-byte loads and stores
+   where every pointer allows (peers' memory is read and written over NVLink: wide accesses
+   keep the link busy), then the tail. */
+extern "C" __global__ void vkshmem_reduce(struct sources dst, int nd, struct sources src,
+                                          int n, u64 count) {
     u64 tid = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     u64 stride = (u64)gridDim.x * blockDim.x;
-    bool wide = ((u64)dst %% 16) == 0;
+    bool wide = true;
     for (int j = 0; j < n; ++j) wide = wide && ((u64)src.p[j] %% 16) == 0;
+    for (int d = 0; d < nd; ++d) wide = wide && ((u64)dst.p[d] %% 16) == 0;
     u64 packs = wide ? count / VEC : 0;
     u64 i = tid;
     /* UNROLL packs per thread per step, every load of a source issued before any combine:
@@ -188,8 +191,9 @@ extern "C" __global__ void vkshmem_reduce(T *dst, struct sources src, int n, u64
 #pragma unroll
                 for (int k = 0; k < VEC; ++k) a[u].v[k] = combine(a[u].v[k], b[u].v[k]);
         }
+        for (int d = 0; d < nd; ++d)
 #pragma unroll
-        for (int u = 0; u < UNROLL; ++u) ((struct pack *)dst)[i + u * stride] = a[u];
+            for (int u = 0; u < UNROLL; ++u) ((struct pack *)dst.p[d])[i + u * stride] = a[u];
     }
     for (; i < packs; i += stride) {
         struct pack a = ((const struct pack *)src.p[0])[i];
@@ -198,12 +202,12 @@ extern "C" __global__ void vkshmem_reduce(T *dst, struct sources src, int n, u64
 #pragma unroll
             for (int k = 0; k < VEC; ++k) a.v[k] = combine(a.v[k], b.v[k]);
         }
-        ((struct pack *)dst)[i] = a;
+        for (int d = 0; d < nd; ++d) ((struct pack *)dst.p[d])[i] = a;
     }
     for (u64 i = packs * VEC + tid; i < count; i += stride) {
         T a = src.p[0][i];
         for (int j = 1; j < n; ++j) { T b = src.p[j][i]; a = combine(a, b); }
-        dst[i] = a;
+        for (int d = 0; d < nd; ++d) ((T *)dst.p[d])[i] = a;
     }
 }
 """
