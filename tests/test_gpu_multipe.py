@@ -52,6 +52,14 @@ def test_gpu_cuda_view(npes: int) -> None:
     assert r.stdout.count("gpu_cuda_view ok") == npes, r.stdout
 
 
+@pytest.mark.parametrize("npes", [1, 2, 4])
+def test_gpu_cuda_copy(npes: int) -> None:
+    """Bulk copies through CUDA on NVIDIA (on Vulkan elsewhere): the bytes land either way."""
+    r = launch("gpu_cuda_copy", npes, GPU_ENV, timeout=240)
+    assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout}\n{r.stderr}"
+    assert r.stdout.count("gpu_cuda_copy ok") == npes, r.stdout
+
+
 def test_gpu_validation_errors_fail_the_job() -> None:
     """A deliberate Vulkan misuse under VKSHMEM_GPU_VALIDATION=1 makes finalize fail."""
     r = launch("gpu_invalid", 1, GPU_ENV, timeout=120)

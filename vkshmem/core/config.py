@@ -214,6 +214,11 @@ _var("VKSHMEM_GPU_BAR_WRITE_MAX", "size", "64K",
 _var("VKSHMEM_GPU_BAR_READ_MAX", "size", "256",
      "Largest GPU->CPU transfer done with CPU loads from a write-combined GPU mapping (they "
      "run at tens of MB/s; larger ones are GPU copies).", parse_size)
+_var("VKSHMEM_GPU_CUDA_COPY", "size", "256K",
+     "On NVIDIA, with cuda-bindings installed, blocking copies of the Vulkan heap of this many "
+     "bytes or more (GPU<->GPU on one device, CPU<->GPU) go through CUDA's copy path (the heap "
+     "imported into CUDA): a Vulkan submission costs more per call and its DMA of host memory "
+     "moves less. 0 keeps every copy on Vulkan.", parse_size)
 _var("VKSHMEM_GPU_NATIVE", "bool", "1",
      "Submit GPU copies and AMOs and wait for them through vkshmem's native helper (one C call "
      "with the GIL released); 0 uses the Python path (for comparison and debugging).",
@@ -310,6 +315,7 @@ class Config:
     gpu_staging_size: int
     gpu_spin_us: float
     gpu_native: bool
+    gpu_cuda_copy: int
     gpu_bar: str
     gpu_host_import: bool
     gpu_provider: str

@@ -39,55 +39,78 @@ class CudaView:
             raise BufferError("viewing the Vulkan heap from CUDA needs cuda-bindings (pip "
                               f"install cuda-bindings): {exc}") from None
         self._cu = cu
+        self.memory = memory
         self.pointer = 0
         self.size = memory.allocation_size
         self._ext: Any = None
         self._ctx: Any = None
         self._dev: Any = None
-        self._check(cu.cuInit(0), "cuInit")
-        count = self._check(cu.cuDeviceGetCount(), "cuDeviceGetCount")
+        self.check(cu.cuInit(0), "cuInit")
+        count = self.check(cu.cuDeviceGetCount(), "cuDeviceGetCount")
         for ordinal in range(count):
-            dev = self._check(cu.cuDeviceGet(ordinal), "cuDeviceGet")
-            if bytes(self._check(cu.cuDeviceGetUuid(dev), "cuDeviceGetUuid").bytes) == \
+            dev = self.check(cu.cuDeviceGet(ordinal), "cuDeviceGet")
+            if bytes(self.check(cu.cuDeviceGetUuid(dev), "cuDeviceGetUuid").bytes) == \
                     bytes(device_uuid):
                 self.ordinal, self._dev = ordinal, dev
                 break
         else:
             raise BufferError(f"no CUDA device has the Vulkan device's UUID "
                               f"{bytes(device_uuid).hex()} (CUDA lists {count})")
-        self._ctx = self._check(cu.cuDevicePrimaryCtxRetain(self._dev),
+        self._ctx = self.check(cu.cuDevicePrimaryCtxRetain(self._dev),
                                 "cuDevicePrimaryCtxRetain")
         try:
-            self._check(cu.cuCtxSetCurrent(self._ctx), "cuCtxSetCurrent")
-            fd = memory.export_fd()
-            desc = cu.CUDA_EXTERNAL_MEMORY_HANDLE_DESC()
-            desc.type = cu.CUexternalMemoryHandleType.CU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD
-            desc.handle.fd = fd
-            desc.size = self.size
-            desc.flags = cu.CUDA_EXTERNAL_MEMORY_DEDICATED if memory.dedicated else 0
-            try:
-                self._ext = self._check(cu.cuImportExternalMemory(desc),
-                                        "cuImportExternalMemory")
-            except BufferError:
-                os.close(fd)  # CUDA owns the fd only once the import succeeded
-                raise
-            buf = cu.CUDA_EXTERNAL_MEMORY_BUFFER_DESC()
-            buf.offset = 0
-            buf.size = self.size
-            buf.flags = 0
-            self.pointer = int(self._check(cu.cuExternalMemoryGetMappedBuffer(self._ext, buf),
-                                           "cuExternalMemoryGetMappedBuffer"))
+            self.make_current()
+            self._ext, self.pointer = self.import_fd(memory.export_fd(), self.size,
+                                                     memory.dedicated)
         except BaseException:
             self.close()
             raise
 
-    def _check(self, res: Any, what: str) -> Any:
+    @property
+    def cu(self) -> Any:
+        """The ``cuda.bindings.driver`` module."""
+        return self._cu
+
+    def make_current(self) -> None:
+        """Make the device's primary context current on the calling thread."""
+        self.check(self._cu.cuCtxSetCurrent(self._ctx), "cuCtxSetCurrent")
+
+    def import_fd(self, fd: int, size: int, dedicated: bool) -> tuple[Any, int]:
+        """Import an opaque fd of Vulkan memory on this device (CUDA owns ``fd`` once this
+        succeeds; closed here when it fails): (the external memory, its CUDA address)."""
+        cu = self._cu
+        self.make_current()
+        desc = cu.CUDA_EXTERNAL_MEMORY_HANDLE_DESC()
+        desc.type = cu.CUexternalMemoryHandleType.CU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD
+        desc.handle.fd = fd
+        desc.size = size
+        desc.flags = cu.CUDA_EXTERNAL_MEMORY_DEDICATED if dedicated else 0
+        try:
+            ext = self.check(cu.cuImportExternalMemory(desc), "cuImportExternalMemory")
+        except BufferError:
+            os.close(fd)
+            raise
+        buf = cu.CUDA_EXTERNAL_MEMORY_BUFFER_DESC()
+        buf.offset = 0
+        buf.size = size
+        buf.flags = 0
+        try:
+            ptr = int(self.check(cu.cuExternalMemoryGetMappedBuffer(ext, buf),
+                                  "cuExternalMemoryGetMappedBuffer"))
+        except BaseException:
+            cu.cuDestroyExternalMemory(ext)
+            raise
+        return ext, ptr
+
+    def check(self, res: Any, what: str, error: type[Exception] = BufferError,
+              doing: str = "viewing the Vulkan heap from CUDA") -> Any:
+        """``res`` is a cuda-bindings result tuple: its values, or ``error`` naming the call."""
         cu = self._cu
         err, *values = res if isinstance(res, tuple) else (res,)
         if err != cu.CUresult.CUDA_SUCCESS:
             _e, name = cu.cuGetErrorName(err)
-            raise BufferError(f"viewing the Vulkan heap from CUDA: {what} failed: "
-                              f"{name.decode() if isinstance(name, bytes) else err}")
+            raise error(f"{doing}: {what} failed: "
+                        f"{name.decode() if isinstance(name, bytes) else err}")
         return values[0] if len(values) == 1 else values
 
     def close(self) -> None:

@@ -22,19 +22,17 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
-import threading
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from vkshmem.core._native import lib as _core
-from vkshmem.core.dlpack import KDL_CUDA
 from vkshmem.core.domain import DomainContext, DomainExport, DomainSpec, MemoryDomain
 from vkshmem.core.errors import FeatureNotAvailableError
 from vkshmem.core.transport import AmoOp, SegmentInfo
 
 from .array import DeviceArray
-from .cudaview import CudaView
+from .cudainterop import CudaInterop, address_of
 from .device import VulkanDevice
 from .errors import GpuError
 from .kernels import reduce_unsupported
@@ -49,7 +47,7 @@ __all__ = ["VulkanDomain"]
 log = logging.getLogger("vkshmem")
 
 
-class VulkanDomain(MemoryDomain):
+class VulkanDomain(CudaInterop, MemoryDomain):
     """The Vulkan GPU segment of one PE (see the module docstring)."""
 
     error_type = GpuError
@@ -63,9 +61,7 @@ class VulkanDomain(MemoryDomain):
         self.closed = False
         self.initiator: Initiator | None = None
         self.segment: GpuSegment | None = None
-        self._cuda: CudaView | None = None  # the heap as CUDA sees it (first __dlpack__)
-        self._cuda_error = ""
-        self._cuda_lock = threading.Lock()
+        self._init_cuda(cfg.gpu_cuda_copy)
         self._seen_errors = 0
         #: use CPU mappings of host-visible GPU memory for copies, waits and zeroing
         self.mapped = cfg.gpu_mapped
@@ -115,16 +111,23 @@ class VulkanDomain(MemoryDomain):
 
     def import_peer(self, pe: int, fds: list[int], meta: bytes) -> GpuMemory:
         info = ExportInfo.unpack(meta)
+        dup = self._dup_for_cuda(fds[0])
         try:
-            return self.device.import_fd(fds[0], info.size,
-                                         memory_type_index=info.memory_type_index,
-                                         dedicated=info.dedicated, take_ownership=True)
+            mem = self.device.import_fd(fds[0], info.size,
+                                        memory_type_index=info.memory_type_index,
+                                        dedicated=info.dedicated, take_ownership=True)
         except Exception:
+            if dup >= 0:
+                os.close(dup)
             # the validation layer reported the failed call: handled by the core, not an error
             self._seen_errors = len(self.device.validation_errors)
             raise
+        if dup >= 0:
+            self._keep_for_cuda(mem, dup, info.size, info.dedicated)
+        return mem
 
     def release_peer(self, handle: Any) -> None:
+        self._drop_for_cuda(handle)
         handle.free()
 
     def describe(self) -> SegmentInfo:
@@ -152,7 +155,13 @@ class VulkanDomain(MemoryDomain):
     def write(self, mem: GpuMemory, offset: int, src: Any) -> None:
         """Copy host bytes into ``mem``: CPU stores through the mapping where there is one
         (up to ``VKSHMEM_GPU_BAR_WRITE_MAX`` bytes for write-combined device memory), else a
-        GPU copy."""
+        GPU copy (through CUDA from ``VKSHMEM_GPU_CUDA_COPY`` bytes, where it can)."""
+        n = memoryview(src).nbytes
+        copier = self._cuda_copier(n)
+        if copier is not None and (ptr := copier.pointer(mem)):
+            mem.check_range(offset, n, "GPU write")
+            copier.h2d(ptr + offset, address_of(src), n)
+            return
         if self.mapped and mem.host_visible:
             if mem.host_cached:
                 self.device.write(mem, offset, src, direct=True)
@@ -166,13 +175,28 @@ class VulkanDomain(MemoryDomain):
     def read(self, mem: GpuMemory, offset: int, dst: Any) -> None:
         """Copy ``mem`` bytes into a host buffer: CPU loads through a cached mapping, or a
         write-combined one up to ``VKSHMEM_GPU_BAR_READ_MAX`` bytes; else a GPU copy."""
-        direct = self.mapped and mem.host_visible and (
-            mem.host_cached or memoryview(dst).nbytes <= self.bar_read_max)
+        n = memoryview(dst).nbytes
+        copier = self._cuda_copier(n)
+        if copier is not None and (ptr := copier.pointer(mem)):
+            mem.check_range(offset, n, "GPU read")
+            copier.d2h(address_of(dst), ptr + offset, n)
+            return
+        direct = self.mapped and mem.host_visible and (mem.host_cached or n <= self.bar_read_max)
         self.device.read(mem, offset, dst, direct=direct)
 
     def copy(self, dst: GpuMemory, dst_offset: int, src: GpuMemory, src_offset: int,
              nbytes: int) -> None:
-        """Device-to-device copy (both mapped: a memmove)."""
+        """Device-to-device copy (both mapped: a memmove; through CUDA from
+        ``VKSHMEM_GPU_CUDA_COPY`` bytes, where it can, for disjoint ranges)."""
+        copier = self._cuda_copier(nbytes)
+        if copier is not None and (dst is not src or dst_offset + nbytes <= src_offset
+                                   or src_offset + nbytes <= dst_offset):
+            dptr, sptr = copier.pointer(dst), copier.pointer(src)
+            if dptr and sptr:
+                dst.check_range(dst_offset, nbytes, "GPU copy")
+                src.check_range(src_offset, nbytes, "GPU copy")
+                copier.d2d(dptr + dst_offset, sptr + src_offset, nbytes)
+                return
         if self.mapped and dst.host_address and src.host_address and (
                 src.host_cached or nbytes <= self.bar_read_max):
             dst.check_range(dst_offset, nbytes, "GPU copy")
@@ -257,36 +281,6 @@ class VulkanDomain(MemoryDomain):
     def make_array(self, offset: int, shape: tuple[int, ...], dtype: np.dtype) -> DeviceArray:
         return DeviceArray(self, offset, shape, dtype)
 
-    # -- CUDA interoperability (NVIDIA) ----------------------------------------------------------
-
-    def cuda_view(self) -> CudaView:
-        """This PE's heap imported into CUDA (made on first use, kept until close; see
-        :mod:`vkshmem.gpu.cudaview`); BufferError saying why where it cannot be."""
-        view = self._cuda
-        if view is not None:
-            return view
-        with self._cuda_lock:
-            if self._cuda is None:
-                if self._cuda_error:
-                    raise BufferError(self._cuda_error)
-                if self.closed:
-                    raise BufferError("the GPU heap was released (finalize)")
-                try:
-                    if self.device.info.vendor != "NVIDIA":
-                        raise BufferError(f"DeviceArrays are DLPack tensors only on NVIDIA GPUs "
-                                          f"(CUDA imports the Vulkan heap); this is "
-                                          f"{self.device.name}: use to_numpy() for a copy")
-                    self._cuda = CudaView(self.memory, self.device.info.device_uuid)
-                except BufferError as exc:
-                    self._cuda_error = str(exc)
-                    raise
-            return self._cuda
-
-    def dlpack_range(self) -> tuple[int, int, int, int] | None:
-        """Where the heap appears to DLPack consumers once CUDA has imported it."""
-        view = self._cuda
-        return None if view is None else (KDL_CUDA, view.ordinal, view.pointer, self.size)
-
     # -- GPU-initiated communication -------------------------------------------------------------
 
     def get_initiator(self) -> Initiator:
@@ -329,9 +323,7 @@ class VulkanDomain(MemoryDomain):
             return
         self.closed = True
         failure = self.stop_threads()
-        if self._cuda is not None:
-            self._cuda.close()
-            self._cuda = None
+        self._close_cuda()
         if self.segment is not None:
             try:
                 self.segment.close()

@@ -46,8 +46,9 @@ class HostImport:
     """``size`` bytes of host memory at ``address`` as a device buffer (see module doc).
 
     Quacks like :class:`~vkshmem.gpu.memory.GpuMemory` for copies: ``buffer``, ``memory``,
-    ``size`` and ``check_range``. ``offset_of(address)`` is the buffer offset of a host address
-    inside the range. The range is widened to the device's import alignment.
+    ``size``, ``device_address`` (shader copies) and ``check_range``. ``offset_of(address)``
+    is the buffer offset of a host address inside the range. The range is widened to the
+    device's import alignment.
     """
 
     def __init__(self, device: LogicalDevice, address: int, size: int) -> None:
@@ -65,6 +66,7 @@ class HostImport:
         self.size = -(-(address + size - self.base) // align) * align
         self.buffer: Any = None
         self.memory: Any = None
+        self.device_address = 0
         handle_type = vk.VK_EXTERNAL_MEMORY_HANDLE_TYPE_HOST_ALLOCATION_BIT_EXT
         try:
             pointer = ffi.cast("void*", self.base)
@@ -79,7 +81,8 @@ class HostImport:
             binfo = ffi.new("VkBufferCreateInfo*", {
                 "sType": vk.VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO, "pNext": ext_info,
                 "size": self.size,
-                "usage": vk.VK_BUFFER_USAGE_TRANSFER_SRC_BIT | vk.VK_BUFFER_USAGE_TRANSFER_DST_BIT,
+                "usage": vk.VK_BUFFER_USAGE_TRANSFER_SRC_BIT | vk.VK_BUFFER_USAGE_TRANSFER_DST_BIT
+                | vk.BUFFER_USAGE_SHADER_DEVICE_ADDRESS_BIT,
                 "sharingMode": vk.VK_SHARING_MODE_EXCLUSIVE})
             out = ffi.new("VkBuffer*")
             check(lib.vkCreateBuffer(device.handle, binfo, ffi.NULL, out), "vkCreateBuffer")
@@ -92,9 +95,12 @@ class HostImport:
                                f"memory for a transfer buffer (buffer {req.memoryTypeBits:#x}, "
                                f"host pointer {props.memoryTypeBits:#x})")
             type_index = (bits & -bits).bit_length() - 1
+            flags = ffi.new("VkMemoryAllocateFlagsInfo*", {
+                "sType": vk.VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_FLAGS_INFO,
+                "flags": vk.MEMORY_ALLOCATE_DEVICE_ADDRESS_BIT})
             imp = ffi.new("VkImportMemoryHostPointerInfoEXT*", {
                 "sType": vk.VK_STRUCTURE_TYPE_IMPORT_MEMORY_HOST_POINTER_INFO_EXT,
-                "handleType": handle_type, "pHostPointer": pointer})
+                "pNext": flags, "handleType": handle_type, "pHostPointer": pointer})
             ainfo = ffi.new("VkMemoryAllocateInfo*", {
                 "sType": vk.VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO, "pNext": imp,
                 "allocationSize": self.size, "memoryTypeIndex": type_index})
@@ -106,6 +112,10 @@ class HostImport:
             self.memory = mem[0]
             check(lib.vkBindBufferMemory(device.handle, self.buffer, self.memory, 0),
                   "vkBindBufferMemory")
+            addr = ffi.new("VkBufferDeviceAddressInfo*", {
+                "sType": vk.VK_STRUCTURE_TYPE_BUFFER_DEVICE_ADDRESS_INFO, "buffer": self.buffer})
+            #: where shaders see the range (copy.comp reads it over PCIe); 0 where none
+            self.device_address = int(lib.vkGetBufferDeviceAddress(device.handle, addr))
         except BaseException:
             self.close()
             raise

@@ -1,0 +1,69 @@
+"""Bulk copies of the Vulkan heap through CUDA (vkshmem/gpu/cudacopy.py): on NVIDIA with
+cuda-bindings, blocking copies from VKSHMEM_GPU_CUDA_COPY bytes (CPU->GPU, GPU->CPU, GPU->GPU
+to this PE's heap and to same-device peers') go through CUDA; elsewhere (lavapipe) they stay
+on Vulkan. Either way the bytes land, at odd offsets and sizes, and Vulkan's own operations
+(small reads, shader AMOs) see what CUDA wrote. Run under ``vkshmem run``."""
+
+from __future__ import annotations
+
+import numpy as np
+from _common import check
+
+from vkshmem import shmem
+
+me, n = shmem.my_pe(), shmem.n_pes()
+right, left = (me + 1) % n, (me - 1) % n
+size = (1 << 20) + 7  # above the default threshold (256K), not a multiple of anything
+x = shmem.zeros(4 << 20, np.uint8, domain="gpu")
+y = shmem.zeros(4 << 20, np.uint8, domain="gpu")
+dom = x.domain
+try:
+    import cuda.bindings  # noqa: F401
+
+    bindings = True
+except ImportError:
+    bindings = False
+expect_cuda = (dom.spec.name == "vulkan" and dom.device.info.vendor == "NVIDIA" and bindings
+               and dom.cuda_copy_min > 0)
+
+
+def pattern(pe: int, salt: int) -> np.ndarray:
+    return ((np.arange(size, dtype=np.int64) * 7 + 31 * pe + salt) % 251).astype(np.uint8)
+
+
+# CPU -> GPU (a peer's heap), at an odd offset
+shmem.put(x[3:3 + size], pattern(me, 1), right)
+shmem.barrier_all()
+check(np.array_equal(x[3:3 + size].to_numpy(), pattern(left, 1)), "CPU->GPU put")
+# a small Vulkan-side read and a shader AMO see the bytes CUDA wrote
+h = np.zeros(8, np.uint8)
+shmem.get(h, x[3 + size - 8:3 + size], me)
+check(np.array_equal(h, pattern(left, 1)[-8:]), "a small read after the bulk put")
+# GPU -> CPU from a peer
+got = np.zeros(size, np.uint8)
+shmem.get(got, x[3:3 + size], right)
+check(np.array_equal(got, pattern(me, 1)), "GPU->CPU get")
+# GPU -> GPU into a peer and from a peer, and within this PE's heap
+y[5:5 + size].copy_from(pattern(me, 2))
+shmem.barrier_all()
+shmem.put(x[(1 << 20) + 11:(1 << 20) + 11 + size], y[5:5 + size], right)
+shmem.barrier_all()
+check(np.array_equal(x[(1 << 20) + 11:(1 << 20) + 11 + size].to_numpy(), pattern(left, 2)),
+      "GPU->GPU put")
+shmem.get(y[(2 << 20) - 1:(2 << 20) - 1 + size], x[(1 << 20) + 11:(1 << 20) + 11 + size], right)
+check(np.array_equal(y[(2 << 20) - 1:(2 << 20) - 1 + size].to_numpy(), pattern(me, 2)),
+      "GPU->GPU get")
+shmem.put(x[0:size], y[5:5 + size], me)
+check(np.array_equal(x[0:size].to_numpy(), pattern(me, 2)), "GPU->GPU within the heap")
+# a shader AMO on a word the bulk copy wrote
+c = shmem.zeros(1 << 16, np.int64, domain="gpu")
+c.copy_from(np.full(1 << 16, 40 + me, np.int64))  # 512 KiB: above the threshold
+old = shmem.atomic_fetch_add(c[100:101], 2, me)
+check(old == 40 + me and int(c[100:101].to_numpy()[0]) == 42 + me, f"AMO after a bulk copy: {old}")
+shmem.barrier_all()
+used = dom.cuda_copies
+check((used > 0) == expect_cuda, f"{used} copies went through CUDA (expected "
+                                 f"{'some' if expect_cuda else 'none'})")
+for a in (x, y, c):
+    shmem.free(a)
+print(f"[pe {me}] gpu_cuda_copy ok: {used} copies through CUDA", flush=True)

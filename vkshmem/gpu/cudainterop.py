@@ -1,0 +1,156 @@
+"""The Vulkan domain's CUDA side on NVIDIA: the heap viewed by CUDA (DLPack,
+``__cuda_array_interface__``; :mod:`.cudaview`) and bulk copies through CUDA
+(:mod:`.cudacopy`), as a mixin of :class:`~vkshmem.gpu.domain.VulkanDomain`. Everything here
+is made at first use and says why (``BufferError``, or an info log for the copies) where it
+cannot be: no NVIDIA driver, no ``cuda-bindings``, a device CUDA does not list."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from vkshmem.core.dlpack import KDL_CUDA
+
+from .cudacopy import CudaCopier
+from .cudaview import CudaView
+from .errors import GpuError
+
+if TYPE_CHECKING:
+    from vkshmem.core.domain import DomainContext
+
+    from .device import VulkanDevice
+    from .memory import GpuMemory
+
+__all__ = ["CudaInterop", "address_of"]
+
+log = logging.getLogger("vkshmem")
+
+
+def address_of(buf: Any) -> int:
+    """The address of a contiguous host buffer (read-only ones included)."""
+    return int(np.frombuffer(buf, np.uint8).__array_interface__["data"][0])
+
+
+class CudaInterop:
+    """CUDA's view of the heap and the CUDA copier (mixed into the Vulkan domain, which
+    provides ``device``, ``memory``, ``size``, ``ctx``, ``my_pe`` and ``closed``)."""
+
+    device: VulkanDevice
+    memory: GpuMemory
+    size: int
+    ctx: DomainContext
+    my_pe: int
+    closed: bool
+
+    def _init_cuda(self, copy_min: int) -> None:
+        self._cuda: CudaView | None = None  # the heap as CUDA sees it (first use)
+        self._cuda_error = ""
+        self._cuda_lock = threading.Lock()
+        self._copier_lock = threading.Lock()
+        #: blocking copies from this size go through CUDA (NVIDIA; VKSHMEM_GPU_CUDA_COPY, 0:
+        #: never); the copier is made at the first such copy (False: it could not be)
+        self.cuda_copy_min = copy_min
+        self._copier: CudaCopier | bool | None = None
+        self._peer_fds: dict[Any, tuple[int, int, bool]] = {}
+
+    @property
+    def cuda_copies(self) -> int:
+        """How many copies went through CUDA so far."""
+        return self._copier.copies if isinstance(self._copier, CudaCopier) else 0
+
+    # -- peers' fds, for CUDA's import of their heaps ------------------------------------------
+
+    def _dup_for_cuda(self, fd: int) -> int:
+        """A duplicate of a peer's fd where CUDA copies may want it (else -1)."""
+        if self._copier is False or not self.cuda_copy_min or \
+                self.device.info.vendor != "NVIDIA":
+            return -1
+        return os.dup(fd)
+
+    def _keep_for_cuda(self, mem: Any, fd: int, size: int, dedicated: bool) -> None:
+        if isinstance(self._copier, CudaCopier):
+            self._copier.add_peer(mem, fd, size, dedicated)
+        else:
+            self._peer_fds[mem] = (fd, size, dedicated)
+
+    def _drop_for_cuda(self, mem: Any) -> None:
+        if isinstance(self._copier, CudaCopier):
+            self._copier.drop_peer(mem)
+        pending = self._peer_fds.pop(mem, None)
+        if pending is not None:
+            os.close(pending[0])
+
+    def _cuda_copier(self, nbytes: int) -> CudaCopier | None:
+        """The CUDA copier for a blocking copy of ``nbytes`` (None: take the Vulkan path)."""
+        copier = self._copier
+        if isinstance(copier, CudaCopier):
+            return copier if nbytes >= self.cuda_copy_min else None
+        if copier is False or not self.cuda_copy_min or nbytes < self.cuda_copy_min:
+            return None
+        with self._copier_lock:  # the proxy thread copies too
+            if self._copier is None:
+                self._copier = self._make_copier()
+                for fd, _size, _dedicated in self._peer_fds.values():
+                    if self._copier is False:
+                        os.close(fd)
+                if isinstance(self._copier, CudaCopier):
+                    for mem, (fd, size, dedicated) in self._peer_fds.items():
+                        self._copier.add_peer(mem, fd, size, dedicated)
+                self._peer_fds.clear()
+            made = self._copier
+        return made if isinstance(made, CudaCopier) else None
+
+    def _make_copier(self) -> CudaCopier | bool:
+        try:
+            view = self.cuda_view()
+            host = self.ctx.host_heap
+            return CudaCopier(view, (host.address, host.size) if host else None)
+        except (BufferError, GpuError) as exc:
+            log.info("PE %d: GPU copies stay on Vulkan (%s)", self.my_pe, exc)
+            return False
+
+    # -- the heap viewed by CUDA ---------------------------------------------------------------
+
+    def cuda_view(self) -> CudaView:
+        """This PE's heap imported into CUDA (made on first use, kept until close; see
+        :mod:`vkshmem.gpu.cudaview`); BufferError saying why where it cannot be."""
+        view = self._cuda
+        if view is not None:
+            return view
+        with self._cuda_lock:
+            if self._cuda is None:
+                if self._cuda_error:
+                    raise BufferError(self._cuda_error)
+                if self.closed:
+                    raise BufferError("the GPU heap was released (finalize)")
+                try:
+                    if self.device.info.vendor != "NVIDIA":
+                        raise BufferError(f"DeviceArrays are DLPack tensors only on NVIDIA GPUs "
+                                          f"(CUDA imports the Vulkan heap); this is "
+                                          f"{self.device.name}: use to_numpy() for a copy")
+                    self._cuda = CudaView(self.memory, self.device.info.device_uuid)
+                except BufferError as exc:
+                    self._cuda_error = str(exc)
+                    raise
+            return self._cuda
+
+    def dlpack_range(self) -> tuple[int, int, int, int] | None:
+        """Where the heap appears to DLPack consumers once CUDA has imported it."""
+        view = self._cuda
+        return None if view is None else (KDL_CUDA, view.ordinal, view.pointer, self.size)
+
+    def _close_cuda(self) -> None:
+        """Release the copier (peers' imports included) and the view."""
+        if isinstance(self._copier, CudaCopier):
+            self._copier.close()
+        self._copier = False
+        for fd, _size, _dedicated in self._peer_fds.values():
+            os.close(fd)
+        self._peer_fds.clear()
+        if self._cuda is not None:
+            self._cuda.close()
+            self._cuda = None
