@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 import pytest
 from test_multipe import MODE_PARAMS, MODES, check_run, launch
 
-from vkshmem.core.collectives import find_offload
+from vkshmem.core.collteam import find_offload
 from vkshmem.core.transport import CollectiveArgs, PeerInfo, SegmentInfo, Transport
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..core._native import ffi, lib
-from ..core.collectives import _TEAMS, CollTeam, coll_team
+from ..core.collteam import _TEAMS, CollTeam, coll_team
 from ..core.errors import InvalidArgumentError, InvalidTypeError
 from ..core.transport import CollectiveArgs
 from . import state

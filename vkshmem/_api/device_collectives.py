@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core.collectives import CollTeam
+from ..core.collteam import CollTeam
 from ..core.domainheap import DomainHeap
 from ..core.errors import InvalidArgumentError
 from . import state
