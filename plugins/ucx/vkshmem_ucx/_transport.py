@@ -1,6 +1,6 @@
 """The ucx transport: UCP one-sided operations, driven by a native progress thread.
 
-Mapping of the core's contract onto UCP (``csrc/vku.c`` does the work, one cffi call per
+Mapping of the core's contract onto UCP (``csrc/vku*.c`` do the work, one cffi call per
 operation, with the GIL released):
 
 * ``register`` → ``ucp_mem_map`` of the segment's existing memory, or (rail option ``heap=``)

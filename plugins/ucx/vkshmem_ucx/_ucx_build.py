@@ -1,7 +1,8 @@
 """cffi (API mode) build of ``vkshmem_ucx._ucx``, the UCX binding and its progress thread.
 
-The C source lives in ``csrc/vku.c``. Which UCX it compiles and links against is chosen by the
-environment variable ``VKSHMEM_UCX_PREFIX`` at build time:
+The C source lives in ``csrc/vku*.c`` (one translation unit, see ``SOURCES``). Which UCX it
+compiles and links against is chosen by the environment variable ``VKSHMEM_UCX_PREFIX`` at
+build time:
 
 * unset or ``wheel`` (the default): the UCX of the ``libucx-cu12`` wheel (a build requirement,
   so an isolated ``pip install`` has it). The module gets an rpath to the wheel's ``lib``
@@ -93,12 +94,14 @@ def locate_ucx() -> tuple[Path, Path, list[str], str]:
 
 
 INCLUDE, LIBDIR, RPATHS, BUILT_WITH = locate_ucx()
+#: the helper's C, one translation unit (statics are shared), in this order
+SOURCES = ("vku.c", "vku_ctx.c", "vku_worker.c", "vku_ops.c", "vku_native.c")
 
 ffibuilder = FFI()
 ffibuilder.cdef(CDEF)
 ffibuilder.set_source(
     "vkshmem_ucx._ucx",
-    (CSRC / "vku.c").read_text()
+    "\n".join((CSRC / part).read_text() for part in SOURCES)
     + f'\nconst char *vku_built_with(void) {{ return "{BUILT_WITH}"; }}\n',
     include_dirs=[str(CSRC), str(INCLUDE)],
     library_dirs=[str(LIBDIR)],
