@@ -48,14 +48,17 @@ def test_every_variable_documented_in_readme() -> None:
 
 def test_gpu_proxy_chunk_auto_fits_an_eighth_of_the_heap() -> None:
     from vkshmem.core.domainproxy import proxy_chunk
+    from vkshmem.core.proxymailbox import DEPTH, Layout
 
     assert load({"VKSHMEM_GPU_PROXY_CHUNK": "auto"}).gpu_proxy_chunk == 0
     assert load({"VKSHMEM_GPU_PROXY_CHUNK": "1M"}).gpu_proxy_chunk == 1 << 20
+    assert DEPTH == 2  # the figures below: 2 x DEPTH pieces per PE
     assert proxy_chunk(0, 512 << 20, 2) == 4 << 20  # the default heap, two PEs
-    assert proxy_chunk(0, 512 << 20, 64) == 512 << 10  # 64 PEs: an eighth is 64 MiB
+    assert proxy_chunk(0, 512 << 20, 16) == 1 << 20  # 16 PEs: an eighth is 64 MiB
     assert proxy_chunk(0, 512 << 20, 512) == 256 << 10  # never below 256K
-    assert proxy_chunk(0, 64 << 20, 8) == 512 << 10
-    assert 2 * proxy_chunk(0, 64 << 20, 8) * 8 <= (64 << 20) // 8
+    assert proxy_chunk(0, 64 << 20, 2) == 1 << 20
+    # the mailbox as laid out (pieces, their headers, the bells and answers) fits the eighth
+    assert Layout(4, DEPTH, proxy_chunk(0, 64 << 20, 4)).size <= (64 << 20) // 8 + 64 * 1024
     assert proxy_chunk(1 << 20, 8 << 20, 64) == 1 << 20  # what the user set, as set
 
 
