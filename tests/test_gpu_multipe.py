@@ -115,7 +115,7 @@ PROXY_MODES = {"hostproxy-unmapped": {**MODES["hostproxy"], "VKSHMEM_GPU_MAPPED"
 def test_gpu_proxy_pipeline(npes: int, mode: str) -> None:
     """tests/pe/gpu_proxy.py in 12 KiB pieces (above the 8 KiB inline size): transfers of
     many pieces, puts and gets interleaved on one range, every PE targeting PE 0, AMOs right
-    after puts; the proxy had two requests in flight."""
+    after puts; the proxy had DEPTH (3) requests in flight."""
     env = {**GPU_ENV, **PROXY_MODES[mode], "VKSHMEM_GPU_PROXY_CHUNK": "12K"}
     r = launch("gpu_proxy", npes, env, timeout=240)
     assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout}\n{r.stderr}"

@@ -9,14 +9,14 @@ ordinary host-heap transports, served on the target by its proxy thread
 domain's local operations (for a GPU, AMOs by a shader, so they stay atomic with shader
 atomics on the same word).
 
-**Pipelining.** Each (sender, target) pair has ``D = 2`` request slots, so two requests are in
-flight: a transfer larger than a piece (``VKSHMEM_GPU_PROXY_CHUNK``) is a stream of pieces in
-which, for a device-to-device put, the sender's device copy of piece k+1 into host staging
-runs (``read_nbi`` + ``flush``) while the transport carries piece k and the target's device
-copies piece k-1 out of its mailbox; a get keeps the next piece requested while the device
-copies the previous answer in. The target serves every pending request of every sender per
-wake-up: it starts their device copies together (``*_nbi``, one ``flush``), answers the
-previous round's requests meanwhile, then waits (``quiet``) once.
+**Pipelining.** Each (sender, target) pair has ``D = 3`` request slots (``DEPTH``), so three
+requests are in flight. A transfer larger than a piece (``VKSHMEM_GPU_PROXY_CHUNK``) is a
+stream of pieces: for a device-to-device put, the sender's device copy of piece k+1 into host
+staging runs (``read_nbi`` + the domain's ``flush``) while the transport carries piece k and
+the target's device copies piece k-1 out of its mailbox; a get keeps the next pieces requested
+while the device copies an answer in (``write_nbi``, straight from the mailbox). The target
+serves every pending request of every sender per wake-up: it starts their device copies
+together, answers the previous round's requests meanwhile, then waits (``quiet``) once.
 
 **Mailbox**: a symmetric host-heap allocation made when the domain opens (collective), laid
 out on every PE as (``area = 64 + chunk`` bytes, ``n`` PEs)::

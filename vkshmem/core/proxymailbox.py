@@ -11,7 +11,7 @@ __all__ = ["AMO", "DEPTH", "GET", "HDR", "HEAD", "INLINE", "PUT", "RESP", "U64",
            "proxy_chunk"]
 
 #: requests in flight per (sender, target) pair
-DEPTH = 2
+DEPTH = 3
 PUT, GET, AMO = 1, 2, 3
 HEAD = 64  # bytes of a request or response header area
 HDR = struct.Struct("<IIQQQQQ")  # op, width, offset, nbytes, operand, compare, seq
@@ -25,7 +25,7 @@ def proxy_chunk(configured: int, heap_size: int, n_pes: int) -> int:
     """The proxy's piece size: ``configured`` (VKSHMEM_GPU_PROXY_CHUNK), or for ``auto`` (0)
     4 MiB, less where the mailbox (2 x DEPTH pieces per PE) would take more than an eighth of
     the host heap, never below 256 KiB. Every piece costs a request and a device copy on each
-    side; two are in flight per pair, so larger pieces move more per round trip."""
+    side; DEPTH are in flight per pair, so larger pieces move more per round trip."""
     if configured:
         return configured
     fit = heap_size // (8 * 2 * DEPTH * max(n_pes, 1)) // 4096 * 4096
