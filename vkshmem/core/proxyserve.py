@@ -13,9 +13,12 @@ without delay. Copies within a round that touch overlapping bytes (one of them w
 ordered by a ``quiet`` between them; an AMO waits for the round's copies first, then runs at
 once (it is not batched: its value is its answer).
 
-Idle waiting: for ``_SPIN`` seconds after the last request the thread spins natively on the
-bells (all contiguous; GIL released, yielding the core), then sleeps with a growing pause (20
-µs doubling to 1 ms), so a request after a quiet spell waits at most about a millisecond.
+Polling is native: one C call (``vk_proxy_due`` in the core's ``_native`` helper, GIL
+released) scans every sender's bells and lists the requests due in sequence order; for
+``_SPIN`` seconds after the last request it spins in there until one is due (pausing, then
+yielding the core), after that the thread sleeps with a growing pause (20 µs doubling to
+1 ms) between scans, so a request after a quiet spell waits at most about a millisecond.
+Dispatch (the domain's operations, the transports' puts) stays in Python.
 """
 
 from __future__ import annotations
@@ -54,9 +57,8 @@ class ProxyServer:
         self.proxy = proxy
         lay = proxy.layout
         self.n, self.depth = lay.n, lay.depth
-        self.bells = proxy.words[:self.n * self.depth]
-        self._seen = np.zeros(self.n * self.depth, np.uint64)
-        self._next = [1] * self.n
+        self._next = np.ones(self.n, np.uint64)  # the seq due from each sender
+        self._due = np.zeros(3 * self.n * self.depth, np.uint64)  # (sender, slot, seq) found
         self._ready: list[Answer] = []
         self._eps = Endpoints(proxy.rt)
         self._stop = threading.Event()
@@ -68,50 +70,32 @@ class ProxyServer:
 
     def _loop(self) -> None:
         proxy = self.proxy
-        nbytes = self.bells.nbytes
-        watch = ffi.cast("void *", proxy.address)
-        snap = ffi.new("char[]", nbytes)
+        bells = ffi.cast("uint64_t *", proxy.address)  # the bells open the mailbox
+        nxt = ffi.cast("uint64_t *", ffi.from_buffer(self._next))
+        due = ffi.cast("uint64_t *", ffi.from_buffer(self._due))
+        n, d, most = self.n, self.depth, self.n * self.depth
         last = time.monotonic()
         pause = 0.0
         try:
             while not self._stop.is_set():
-                if self._round():
+                spin = not self._ready and time.monotonic() - last < _SPIN
+                found = lib.vk_proxy_due(bells, nxt, n, d, due, most, _SPIN_NS if spin else 0)
+                if found:
+                    self._round(found)
                     last, pause = time.monotonic(), 0.0
-                    continue
-                if self._ready:
+                elif self._ready:
                     self._answer()
-                    continue
-                if time.monotonic() - last < _SPIN:
-                    ffi.memmove(snap, watch, nbytes)
-                    if self._pending():  # rung between the check and the snapshot
-                        continue
-                    lib.vk_spin_change(watch, snap, nbytes, _SPIN_NS)
-                else:
+                elif not spin:
                     pause = min(_MAX_SLEEP, pause * 2 or 20e-6)
                     self._stop.wait(pause)
         except BaseException as exc:  # a transport to a sender failed: give up
             log.error("%s proxy of PE %d: serving failed: %s", proxy.heap.name, proxy.me, exc)
             proxy.failure = exc
 
-    def _pending(self) -> bool:
-        return bool((self.bells != self._seen).any())
-
-    def _round(self) -> bool:
-        """Serve every pending request; whether there was any."""
-        if not self._pending():
-            return False
-        bells, seen, d = self.bells, self._seen, self.depth
-        todo = []
-        for s in np.flatnonzero((bells != seen).reshape(self.n, d).any(axis=1)):
-            s = int(s)
-            seq = self._next[s]
-            while int(bells[s * d + (seq - 1) % d]) == seq:
-                todo.append((s, (seq - 1) % d, seq))
-                seen[s * d + (seq - 1) % d] = seq
-                seq += 1
-            self._next[s] = seq
-        if not todo:  # a later bell rang before an earlier one arrived
-            return False
+    def _round(self, found: int) -> None:
+        """Serve the ``found`` requests the native scan listed in ``_due``."""
+        due = self._due[:3 * found].tolist()
+        todo = [(due[i], due[i + 1], due[i + 2]) for i in range(0, len(due), 3)]
         dom = self.proxy.heap.domain
         ranges: list[tuple[int, int, bool]] = []
         answers = [self._start(s, j, seq, ranges) for s, j, seq in todo]
@@ -130,8 +114,7 @@ class ProxyServer:
         self._ready = answers
         stats = self.proxy.stats
         stats["rounds"] += 1
-        stats["max_round"] = max(stats["max_round"], len(todo))
-        return True
+        stats["max_round"] = max(stats["max_round"], found)
 
     # -- one request ---------------------------------------------------------------------------
 
@@ -213,5 +196,4 @@ class ProxyServer:
         if not self.stop():
             return False
         self._eps.close()
-        self.bells = self._seen = np.zeros(0, np.uint64)
         return True
