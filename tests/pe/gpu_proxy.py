@@ -117,4 +117,7 @@ if proxy is not None:
 for x in (many, mine, words, got, dst, src, probe):
     shmem.free(x)
 shmem.barrier_all()
+threads = [proxy.server._thread] if proxy is not None else []
+shmem.finalize()
+check(not any(t.is_alive() for t in threads), "the proxy thread outlived finalize")
 print("gpu_proxy ok", flush=True)

@@ -56,6 +56,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .endpoints import Endpoints
+from .errors import PeerFailedError, WaitTimeoutError
 from .proxymailbox import AMO, DEPTH, GET, HDR, HEAD, INLINE, PUT, RESP, U64, Layout, proxy_chunk
 from .proxyserve import ProxyServer
 from .transport import AmoOp
@@ -87,7 +88,7 @@ class DomainProxy:
         self.timeout = rt.config.gpu_timeout
         #: what a failure raises: the domain's own error type (GpuError for the GPU)
         self.error = heap.domain.error_type
-        #: set by the serving thread when it gave up (a transport to a sender failed)
+        #: set by the serving thread when it gave up (an error outside any one request)
         self.failure: BaseException | None = None
         self.base = rt.alloc(lay.size, 64, clear=True)
         #: the mailbox's host address (its bells come first)
@@ -102,7 +103,9 @@ class DomainProxy:
         self._broken: list[str | None] = [None] * self.n
         self._error: BaseException | None = None
         self._send_lock = threading.Lock()
-        self._waiter = Waiter(self.timeout)
+        # bounded by VKSHMEM_GPU_TIMEOUT; drives transports that need it; ends at once when
+        # the PE waited for is known to have failed
+        self._waiter = Waiter(self.timeout, rt.transports, rt.liveness)
         #: counters: requests sent, most in flight to one PE, serving rounds, most per round
         self.stats = {"requests": 0, "max_in_flight": 0, "rounds": 0, "max_round": 0}
         # Own endpoints for the sending side (the serving thread makes its own), so neither
@@ -174,7 +177,7 @@ class DomainProxy:
         """Wait for the oldest answer from ``pe`` and consume it: ``done``'s result, or the
         fetched value. An error status is kept for :meth:`_finish` (later answers still
         arrive and are consumed)."""
-        seq, done = self._pending[pe].popleft()
+        seq, done = self._pending[pe][0]  # left queued if the wait is interrupted
         lay = self.layout
         j = (seq - 1) % self.depth
         idx = pe * self.depth + j
@@ -185,10 +188,14 @@ class DomainProxy:
                 self._waiter.wait(lambda: int(answers[idx]) == seq,
                                   self.address + lay.answer(pe, j), 8,
                                   f"PE {pe}'s {name} proxy (VKSHMEM_GPU_TIMEOUT)")
-            except Exception as exc:
+            except WaitTimeoutError as exc:
                 self._break(pe, f"it did not answer within VKSHMEM_GPU_TIMEOUT: {exc}")
                 raise self.error(f"PE {pe}'s {name} proxy did not answer request {seq}: "
                                  f"{exc}") from exc
+            except PeerFailedError as exc:
+                self._break(pe, str(exc))
+                raise
+        self._pending[pe].popleft()
         self._done[pe] = seq
         at = lay.response(pe, j)
         value, status, n = RESP.unpack_from(self.mem, at)

@@ -88,7 +88,7 @@ class ProxyServer:
                 elif not spin:
                     pause = min(_MAX_SLEEP, pause * 2 or 20e-6)
                     self._stop.wait(pause)
-        except BaseException as exc:  # a transport to a sender failed: give up
+        except BaseException as exc:  # not a transport's error (those fail only their sender)
             log.error("%s proxy of PE %d: serving failed: %s", proxy.heap.name, proxy.me, exc)
             proxy.failure = exc
 
@@ -177,9 +177,13 @@ class ProxyServer:
             at = lay.request(s, j)
             RESP.pack_into(mem, at, value, status, n)
             t = self._eps[s]
-            t.put(s, 0, base + lay.response(me, j), mem[at:at + HEAD + n])
-            t.fence()
-            t.put(s, 0, base + lay.answer(me, j), memoryview(U64.pack(seq)))
+            try:
+                t.put(s, 0, base + lay.response(me, j), mem[at:at + HEAD + n])
+                t.fence()
+                t.put(s, 0, base + lay.answer(me, j), memoryview(U64.pack(seq)))
+            except Exception as exc:  # that sender times out (naming this PE); serve the others
+                log.error("%s proxy of PE %d: answering PE %d failed: %s", proxy.heap.name,
+                          me, s, exc)
 
     # -- teardown ------------------------------------------------------------------------------
 
