@@ -109,6 +109,20 @@ if me == 0:
               f"PE {pe}'s slice on PE 0")
     check(int(words[1]) == 3 * n * (n + 1) // 2, f"the shared counter holds {int(words[1])}")
 
+# -- a request the target refuses: the error names it, and the pair stays usable -------------
+if proxy is not None:
+    for start in (heap.size - 8, heap.size - 2 * C):  # one piece; the last of three pieces
+        try:
+            proxy.put(right, start, memoryview(bytes(3 * C if start < heap.size - 8 else 16)))
+            check(False, "a put past the end of the peer's heap must fail")
+        except heap.domain.error_type as exc:
+            check(f"PE {right}'s" in str(exc) and "proxy failed" in str(exc), f"error: {exc}")
+    shmem.put(got[:C + 9], dst[:C + 9], right)  # the next requests are answered as usual
+    back = np.zeros(C + 9, np.uint8)
+    shmem.get(back, got[:C + 9], right)
+    check(np.array_equal(back, dst[:C + 9].to_numpy()), "a put and get after a refused request")
+shmem.barrier_all()
+
 # -- the pipeline was used -------------------------------------------------------------------
 if proxy is not None:
     stats = dict(proxy.stats)
