@@ -53,7 +53,10 @@ def test_gpu_proxy_chunk_auto_fits_an_eighth_of_the_heap() -> None:
     assert load({"VKSHMEM_GPU_PROXY_CHUNK": "auto"}).gpu_proxy_chunk == 0
     assert load({"VKSHMEM_GPU_PROXY_CHUNK": "1M"}).gpu_proxy_chunk == 1 << 20
     assert proxy_chunk(0, 512 << 20, 2) == 4 << 20  # the default heap, two PEs
-    assert proxy_chunk(0, 512 << 20, 512) == 256 << 10  # never below 256K
+    assert proxy_chunk(0, 512 << 20, 64) == 256 << 10  # not below 256K while in a quarter
+    # 512 PEs: 256K pieces would take 1.5 x the heap; an eighth of it fits 20K pieces
+    assert proxy_chunk(0, 512 << 20, 512) == 20 << 10
+    assert proxy_chunk(0, 64 << 20, 4096) == 16 << 10  # never below 16K
     for heap, n in ((512 << 20, 16), (512 << 20, 32), (64 << 20, 2), (64 << 20, 4)):
         chunk = proxy_chunk(0, heap, n)
         assert chunk % 4096 == 0 and 256 << 10 <= chunk < 4 << 20, (heap, n, chunk)

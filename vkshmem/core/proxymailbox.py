@@ -24,11 +24,15 @@ INLINE = 8 << 10
 def proxy_chunk(configured: int, heap_size: int, n_pes: int) -> int:
     """The proxy's piece size: ``configured`` (VKSHMEM_GPU_PROXY_CHUNK), or for ``auto`` (0)
     4 MiB, less where the mailbox (2 x DEPTH pieces per PE) would take more than an eighth of
-    the host heap, never below 256 KiB. Every piece costs a request and a device copy on each
-    side; DEPTH are in flight per pair, so larger pieces move more per round trip."""
+    the host heap, never below 256 KiB unless that would take more than a quarter of it (then
+    what fits the eighth, at least 16 KiB). Every piece costs a request and a device copy on
+    each side; DEPTH are in flight per pair, so larger pieces move more per round trip."""
     if configured:
         return configured
-    fit = heap_size // (8 * 2 * DEPTH * max(n_pes, 1)) // 4096 * 4096
+    per_piece = 2 * DEPTH * max(n_pes, 1)
+    fit = heap_size // (8 * per_piece) // 4096 * 4096
+    if per_piece * (256 << 10) > heap_size // 4:
+        return max(16 << 10, fit)
     return max(256 << 10, min(4 << 20, fit))
 
 
