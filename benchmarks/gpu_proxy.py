@@ -1,9 +1,10 @@
 """The GPU domain proxy next to the transport that carries it, in one job:
 
-    VKSHMEM_SHM=0 vkshmem run -n 2 benchmarks/gpu_proxy.py [--json] [--reps 5]
+    VKSHMEM_SHM=0 vkshmem run -n 2 benchmarks/gpu_proxy.py [--json] [--reps 5] [--domain D]
 
-(on a machine with one GPU per PE, the shm path may stay on: the peers' GPU heaps are then
-reached through the proxy over the shm path). PE 0 measures against PE 1: GPU->GPU put and
+(``--domain``: the GPU domain, default ``vulkan``, whose heaps only the proxy reaches across
+GPUs; on a machine with one GPU per PE, the shm path may stay on: the peers' GPU heaps are
+then reached through the proxy over the shm path). PE 0 measures against PE 1: GPU->GPU put and
 get of 8 B (µs per call, complete on return), a fetch_add on the peer's GPU word, put and get
 of 16 MiB (GB/s), and the same 16 MiB host->host over the carrying transport (put + quiet,
 get): the ceiling the proxy is held to (issue 11: proxy >= 0.8x the transport's bandwidth).
@@ -25,11 +26,12 @@ me, n = shmem.my_pe(), shmem.n_pes()
 if n != 2:
     raise SystemExit("gpu_proxy.py runs at exactly 2 PEs (vkshmem run -n 2)")
 reps, scale = knobs()
+DOMAIN = sys.argv[sys.argv.index("--domain") + 1] if "--domain" in sys.argv else "vulkan"
 #: PE 0 alone times (no barriers between loops: PE 1 sleeps meanwhile)
 timed = make_timer(0, reps, scale, lambda: None, lambda x: x)
-g_dst = shmem.zeros(BIG, np.uint8, domain="gpu")
-g_src = shmem.zeros(BIG, np.uint8, domain="gpu")
-word = shmem.zeros(1, np.int64, domain="gpu")
+g_dst = shmem.zeros(BIG, np.uint8, domain=DOMAIN)
+g_src = shmem.zeros(BIG, np.uint8, domain=DOMAIN)
+word = shmem.zeros(1, np.int64, domain=DOMAIN)
 h_dst = shmem.zeros(BIG, np.uint8)
 h_src = shmem.zeros(BIG, np.uint8)
 done = shmem.zeros(1, np.int64)
@@ -37,8 +39,8 @@ heap = shmem._state.rt.heaps[g_dst.domain.spec.name]
 route = heap.route_names[1 - me]
 carrier = shmem._state.rt.route_transport[1 - me].spec.name
 if route != "proxy":
-    raise SystemExit(f"the GPU route to the peer is {route!r}, not the proxy: run with "
-                     "VKSHMEM_SHM=0")
+    raise SystemExit(f"the {DOMAIN} route to the peer is {route!r}, not the proxy: run with "
+                     "VKSHMEM_SHM=0 (or pick a domain the peers cannot map: --domain)")
 g_src.copy_from(np.arange(BIG, dtype=np.uint8))
 shmem.barrier_all()
 
