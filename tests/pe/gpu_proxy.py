@@ -109,6 +109,36 @@ if me == 0:
               f"PE {pe}'s slice on PE 0")
     check(int(words[1]) == 3 * n * (n + 1) // 2, f"the shared counter holds {int(words[1])}")
 
+# -- non-blocking GPU transfers: in flight across calls, complete at quiet -------------------
+parts = [(k * (2 * C + 11), C + 37 * k + 5) for k in range(5)]  # disjoint, 1-2 pieces each
+for lo, size in parts:
+    shmem.put_nbi(dst[lo:lo + size], src[lo:lo + size], right)
+in_flight = proxy is None or len(proxy._pending[right]) > 0
+shmem.quiet()
+check(in_flight, "put_nbi over the proxy completed before quiet")
+check(proxy is None or not proxy._pending[right], "quiet left requests in flight")
+shmem.barrier_all()
+mine_now = dst.to_numpy()
+for lo, size in parts:
+    check(np.array_equal(mine_now[lo:lo + size], pattern(left, N)[lo:lo + size]),
+          f"put_nbi of {size} B at {lo}")
+for lo, size in parts:
+    shmem.get_nbi(got[lo:lo + size], dst[lo:lo + size], right)
+shmem.quiet()
+fetched = got.to_numpy()
+for lo, size in parts:
+    check(np.array_equal(fetched[lo:lo + size], pattern(me, N)[lo:lo + size]),
+          f"get_nbi of {size} B at {lo}")
+if proxy is not None:  # a refused non-blocking transfer fails at quiet, naming the target
+    proxy.put_device(right, heap.size - 8, 0, 64, nbi=True)
+    try:
+        shmem.quiet()
+        check(False, "quiet after a refused put_nbi must fail")
+    except heap.domain.error_type as exc:
+        check(f"PE {right}'s" in str(exc), f"error: {exc}")
+    shmem.quiet()  # nothing left
+shmem.barrier_all()
+
 # -- a request the target refuses: the error names it, and the pair stays usable -------------
 if proxy is not None:
     for start in (heap.size - 8, heap.size - 2 * C):  # one piece; the last of three pieces

@@ -14,7 +14,10 @@ requests are in flight. A transfer larger than a piece (``VKSHMEM_GPU_PROXY_CHUN
 stream of pieces: for a device-to-device put, the sender's device copy of piece k+1 into host
 staging runs (``read_nbi`` + the domain's ``flush``) while the transport carries piece k and
 the target's device copies piece k-1 out of its mailbox; a get keeps the next pieces requested
-while the device copies an answer in (``write_nbi``, straight from the mailbox). The target
+while the device copies an answer in (``write_nbi``, straight from the mailbox). Their ``nbi``
+forms (``put_nbi``/``get_nbi`` between GPU arrays) return once every piece is sent, so the
+requests of successive calls stay in flight; :meth:`DomainProxy.quiet` (called by the heap's
+``quiet`` and ``fence``) consumes their answers and raises the first failure. The target
 serves every pending request of every sender per wake-up: it starts their device copies
 together, answers the previous round's requests meanwhile, then waits (``quiet``) once.
 
@@ -98,8 +101,15 @@ class DomainProxy:
         self._answers = self.words[lay.answers // 8:]
         self._issued = [0] * self.n
         self._done = [0] * self.n
-        self._pending: list[collections.deque[tuple[int, Done | None]]] = [
+        #: per target, the requests awaiting their answer: (seq, on answer, non-blocking)
+        self._pending: list[collections.deque[tuple[int, Done | None, bool]]] = [
             collections.deque() for _ in range(self.n)]
+        #: (target, slot) whose answer area a device copy may still read
+        self._landing: set[tuple[int, int]] = set()
+        #: targets with non-blocking transfers not yet completed by :meth:`quiet`
+        self._nbi_pes: set[int] = set()
+        #: the first failure of a non-blocking transfer, raised by :meth:`quiet`
+        self._nbi_error: BaseException | None = None
         self._broken: list[str | None] = [None] * self.n
         self._error: BaseException | None = None
         self._send_lock = threading.Lock()
@@ -139,15 +149,18 @@ class DomainProxy:
     def _issue(self, pe: int, op: int, offset: int, nbytes: int = 0, *,
                body: memoryview | None = None, payload: memoryview | None = None,
                operand: int = 0, compare: int = 0, width: int = 0,
-               done: Done | None = None) -> None:
+               done: Done | None = None, nbi: bool = False) -> None:
         """Send one request to ``pe`` (waiting first for the answer that frees its slot).
         ``body``: a staging area holding the payload after its header area; ``payload``:
-        host bytes to send; ``done(payload, value)`` runs on the answer."""
+        host bytes to send; ``done(payload, value)`` runs on the answer; ``nbi``: its errors
+        are raised by :meth:`quiet`."""
         seq = self._issued[pe] + 1
         while seq - self._done[pe] > self.depth:
             self._complete(pe)
         lay = self.layout
         j = (seq - 1) % self.depth
+        if (pe, j) in self._landing:  # the device may still copy out of the area to reuse
+            self._settle()
         hdr = HDR.pack(op, width, offset, nbytes, operand, compare, seq)
         t = self._send[pe]
         at = self.base + lay.request(self.me, j)
@@ -168,7 +181,9 @@ class DomainProxy:
             self._break(pe, f"sending a request failed: {exc}")
             raise
         self._issued[pe] = seq
-        self._pending[pe].append((seq, done))
+        self._pending[pe].append((seq, done, nbi))
+        if nbi:
+            self._nbi_pes.add(pe)
         stats = self.stats
         stats["requests"] += 1
         stats["max_in_flight"] = max(stats["max_in_flight"], seq - self._done[pe])
@@ -177,7 +192,7 @@ class DomainProxy:
         """Wait for the oldest answer from ``pe`` and consume it: ``done``'s result, or the
         fetched value. An error status is kept for :meth:`_finish` (later answers still
         arrive and are consumed)."""
-        seq, done = self._pending[pe][0]  # left queued if the wait is interrupted
+        seq, done, nbi = self._pending[pe][0]  # left queued if the wait is interrupted
         lay = self.layout
         j = (seq - 1) % self.depth
         idx = pe * self.depth + j
@@ -201,11 +216,19 @@ class DomainProxy:
         value, status, n = RESP.unpack_from(self.mem, at)
         view = self.mem[at + HEAD:at + HEAD + min(n, self.chunk)]
         if status:
-            if self._error is None:
-                reason = bytes(view[:512]).split(b"\0", 1)[0].decode(errors="replace")
-                self._error = self.error(f"PE {pe}'s {self.heap.name} proxy failed: {reason}")
+            reason = bytes(view[:512]).split(b"\0", 1)[0].decode(errors="replace")
+            error = self.error(f"PE {pe}'s {self.heap.name} proxy failed: {reason}")
+            if nbi:
+                self._nbi_error = self._nbi_error or error
+            else:
+                self._error = self._error or error
             return 0
         return value if done is None else done(view, value)
+
+    def _settle(self) -> None:
+        """Complete the device's copies out of answer areas (and whatever else it batched)."""
+        self.heap.domain.quiet()
+        self._landing.clear()
 
     def _finish(self, pe: int) -> Any:
         """Consume every outstanding answer from ``pe``; raise the first error it reported,
@@ -270,9 +293,11 @@ class DomainProxy:
                         width=width)
             return int(self._finish(pe))
 
-    def put_device(self, pe: int, offset: int, src_off: int, nbytes: int) -> None:
+    def put_device(self, pe: int, offset: int, src_off: int, nbytes: int,
+                   nbi: bool = False) -> None:
         """Bytes of this PE's segment at ``src_off`` into ``pe``'s segment at ``offset``: each
-        piece copied by the device into host staging while the previous one travels."""
+        piece copied by the device into host staging while the previous one travels.
+        ``nbi``: return once every piece is sent (complete at :meth:`quiet`)."""
         dom, mem = self.heap.domain, self.heap.local
         stages = self._stages
         with self._send_lock:
@@ -287,20 +312,24 @@ class DomainProxy:
                         lo1, n1 = pieces[k + 1]
                         dom.read_nbi(mem, src_off + lo1, stages[(k + 1) % 2][HEAD:HEAD + n1])
                         dom.flush()
-                    self._issue(pe, PUT, offset + lo, n, body=stages[k % 2])
+                    self._issue(pe, PUT, offset + lo, n, body=stages[k % 2], nbi=nbi)
             except BaseException:
                 self._abandon(pe)
                 raise
-            self._finish(pe)
+            if not nbi:
+                self._finish(pe)
 
-    def get_device(self, pe: int, offset: int, dst_off: int, nbytes: int) -> None:
+    def get_device(self, pe: int, offset: int, dst_off: int, nbytes: int,
+                   nbi: bool = False) -> None:
         """Bytes of ``pe``'s segment at ``offset`` into this PE's segment at ``dst_off``: each
-        answer copied in by the device (from the mailbox, no staging) while the next piece is
-        on its way."""
-        dom, mem = self.heap.domain, self.heap.local
+        answer copied in by the device (from the mailbox, no staging) while the next pieces
+        are on their way. ``nbi``: return once every piece is asked for (filled by
+        :meth:`quiet`)."""
+        dom, mem, landing = self.heap.domain, self.heap.local, self._landing
 
-        def land(lo: int) -> Done:
+        def land(lo: int, j: int) -> Done:
             def run(view: memoryview, value: int) -> None:
+                landing.add((pe, j))
                 dom.write_nbi(mem, dst_off + lo, view)
                 dom.flush()
             return run
@@ -308,25 +337,39 @@ class DomainProxy:
         with self._send_lock:
             self._begin(pe)
             try:
-                pieces = self._pieces(nbytes)
-                issued = 0
-                for _ in pieces:
-                    while issued < len(pieces) and len(self._pending[pe]) < self.depth:
-                        if issued >= self.depth:
-                            dom.quiet()  # the copy out of the answer area this request reuses
-                        lo, n = pieces[issued]
-                        self._issue(pe, GET, offset + lo, n, done=land(lo))
-                        issued += 1
-                    self._complete(pe)
-                dom.quiet()
+                for lo, n in self._pieces(nbytes):
+                    j = self._issued[pe] % self.depth  # the slot this request takes
+                    self._issue(pe, GET, offset + lo, n, done=land(lo, j), nbi=nbi)
+                if not nbi:
+                    self._finish(pe)
+                    self._settle()
             except BaseException:
                 self._abandon(pe)
                 try:
-                    dom.quiet()
+                    self._settle()
                 except Exception as exc:
                     log.debug("PE %d: completing copies after a failed get: %s", self.me, exc)
                 raise
-            self._finish(pe)
+
+    def quiet(self) -> None:
+        """Complete the non-blocking transfers (``nbi``) to every PE: consume their answers
+        and the device copies they started; raise the first failure among them."""
+        if not (self._nbi_pes or self._landing or self._nbi_error):
+            return  # (the runtime's every quiet and barrier asks)
+        with self._send_lock:
+            for pe in sorted(self._nbi_pes):
+                if self._pending[pe] and self._broken[pe] is None:
+                    self._error = None
+                    try:
+                        self._finish(pe)
+                    except Exception as exc:
+                        self._nbi_error = self._nbi_error or exc
+            self._nbi_pes.clear()
+            if self._landing:
+                self._settle()
+            error, self._nbi_error = self._nbi_error, None
+        if error is not None:
+            raise error
 
     # -- teardown ------------------------------------------------------------------------------
 

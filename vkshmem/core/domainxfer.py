@@ -4,8 +4,8 @@
 ``put_device``/``get_device`` move bytes between this PE's segment and a peer's: one device
 copy where the peer's segment is imported here (route ``direct``), through the domain proxy's
 pipeline (route ``proxy``), else piece by piece through host staging and the transport that
-registers the peer's memory. Their ``_nbi`` forms let the domain batch direct copies until
-``quiet``.
+registers the peer's memory. Their ``_nbi`` forms let the domain batch direct copies, and the
+proxy keep its requests in flight, until ``quiet``.
 """
 
 from __future__ import annotations
@@ -72,6 +72,8 @@ class DeviceTransfers:
         mem = self.direct[pe]
         if mem is not None:
             self.domain.copy_nbi(mem, offset, self.local, src_off, nbytes)
+        elif self.carrier[pe] is None and self.proxy is not None:  # up to DEPTH in flight
+            self.proxy.put_device(pe, offset, src_off, nbytes, nbi=True)
         else:
             self.put_device(pe, offset, src_off, nbytes)
 
@@ -80,6 +82,8 @@ class DeviceTransfers:
         mem = self.direct[pe]
         if mem is not None:
             self.domain.copy_nbi(self.local, dst_off, mem, offset, nbytes)
+        elif self.carrier[pe] is None and self.proxy is not None:
+            self.proxy.get_device(pe, offset, dst_off, nbytes, nbi=True)
         else:
             self.get_device(pe, offset, dst_off, nbytes)
 
