@@ -48,14 +48,22 @@ def test_every_variable_documented_in_readme() -> None:
 
 def test_gpu_proxy_chunk_auto_fits_an_eighth_of_the_heap() -> None:
     from vkshmem.core.domainproxy import proxy_chunk
+    from vkshmem.core.proxymailbox import DEPTH, Layout
 
     assert load({"VKSHMEM_GPU_PROXY_CHUNK": "auto"}).gpu_proxy_chunk == 0
     assert load({"VKSHMEM_GPU_PROXY_CHUNK": "1M"}).gpu_proxy_chunk == 1 << 20
     assert proxy_chunk(0, 512 << 20, 2) == 4 << 20  # the default heap, two PEs
-    assert proxy_chunk(0, 512 << 20, 64) == 512 << 10  # 64 PEs: an eighth is 64 MiB
-    assert proxy_chunk(0, 512 << 20, 512) == 256 << 10  # never below 256K
-    assert proxy_chunk(0, 64 << 20, 8) == 512 << 10
-    assert 2 * proxy_chunk(0, 64 << 20, 8) * 8 <= (64 << 20) // 8
+    assert proxy_chunk(0, 512 << 20, 64) == 256 << 10  # not below 256K while in a quarter
+    # 512 PEs: 256K pieces would take 1.5 x the heap; an eighth of it fits 20K pieces
+    assert proxy_chunk(0, 512 << 20, 512) == 20 << 10
+    assert proxy_chunk(0, 64 << 20, 4096) == 16 << 10  # never below 16K
+    for heap, n in ((512 << 20, 16), (512 << 20, 32), (64 << 20, 2), (64 << 20, 4)):
+        chunk = proxy_chunk(0, heap, n)
+        assert chunk % 4096 == 0 and 256 << 10 <= chunk < 4 << 20, (heap, n, chunk)
+        # the mailbox as laid out (2 x DEPTH pieces per PE, their headers, the bells and
+        # answers) takes an eighth of the heap, give or take a piece
+        size = Layout(n, DEPTH, chunk).size
+        assert heap // 8 - 2 * DEPTH * n * 4096 <= size <= heap // 8 + (64 << 10), (heap, n)
     assert proxy_chunk(1 << 20, 8 << 20, 64) == 1 << 20  # what the user set, as set
 
 

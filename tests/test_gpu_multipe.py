@@ -102,3 +102,21 @@ def test_stale_device_arrays_are_refused() -> None:
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout}\n{r.stderr}"
     assert "gpu_stale ok" in r.stdout, r.stdout
+
+
+#: the GPU proxy's pipeline: the discrete-GPU paths (batched device copies) over hostproxy, and
+#: the mapped paths over UCX shared memory
+PROXY_MODES = {"hostproxy-unmapped": {**MODES["hostproxy"], "VKSHMEM_GPU_MAPPED": "0"},
+               "ucx-sm": MODES["ucx-sm"]}
+
+
+@pytest.mark.parametrize("mode", list(PROXY_MODES))
+@pytest.mark.parametrize("npes", [1, 2, 4])
+def test_gpu_proxy_pipeline(npes: int, mode: str) -> None:
+    """tests/pe/gpu_proxy.py in 12 KiB pieces (above the 8 KiB inline size): transfers of
+    many pieces, puts and gets interleaved on one range, every PE targeting PE 0, AMOs right
+    after puts; the proxy had DEPTH (3) requests in flight."""
+    env = {**GPU_ENV, **PROXY_MODES[mode], "VKSHMEM_GPU_PROXY_CHUNK": "12K"}
+    r = launch("gpu_proxy", npes, env, timeout=240)
+    assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout}\n{r.stderr}"
+    assert r.stdout.count("gpu_proxy ok") == npes, r.stdout

@@ -30,5 +30,11 @@ if me == 0:
         check("PE 1" in text and "VKSHMEM_GPU_TIMEOUT" in text, f"unclear error: {text}")
         check(1.5 < took < 20, f"gave up after {took:.1f} s")
         print(f"gpu timeout ok after {took:.1f} s: {text[:120]}", flush=True)
+    t0 = time.monotonic()
+    try:  # the pair's slots are in an unknown state: refused at once from now on
+        shmem.get(np.zeros(16, np.int64), g, 1)
+        check(False, "a get from a proxy that timed out must fail")
+    except GpuError as exc:
+        check("PE 1" in str(exc) and time.monotonic() - t0 < 1, f"second error: {exc}")
 shmem.barrier_all()
 print("gpu_timeout done", flush=True)

@@ -27,6 +27,8 @@ uint64_t vk_shm_amo(int seg, int pe, uint64_t off, int op, int width,
                     uint64_t operand, uint64_t compare);
 uintptr_t vk_peer_base(int seg, int pe);
 int vk_spin_change(const void *addr, const void *snapshot, uint64_t n, uint64_t max_ns);
+int vk_proxy_due(const uint64_t *bells, uint64_t *next, int n, int depth, uint64_t *out,
+                 int max, uint64_t max_ns);
 uintptr_t vk_amo_address(void);
 uintptr_t vk_table_address(void);
 int vk_direct_put(const void *target, const void *src, uint64_t n, int pe);
@@ -214,6 +216,41 @@ int vk_spin_change(const void *addr, const void *snapshot, uint64_t n, uint64_t 
     for (unsigned i = 0;; i++) {
         __atomic_thread_fence(__ATOMIC_ACQUIRE);
         if (memcmp(addr, snapshot, n) != 0) return 1;
+        if ((i & 63) == 63 && now_ns() - start >= max_ns) return 0;
+        if (i < 256) {
+#if defined(__x86_64__) || defined(__i386__)
+            __builtin_ia32_pause();
+#endif
+        } else {
+            sched_yield();
+        }
+    }
+}
+
+/* The domain proxy's serving side (vkshmem.core.proxyserve): list the requests due, spinning
+ * (GIL released by cffi) up to max_ns while there are none. bells[s * depth + j] is the last
+ * seq sender s rang in slot j; next[s] the seq due from s next (in slot (seq - 1) % depth).
+ * Writes (s, j, seq) triples into out, up to max of them, in sequence order per sender,
+ * advances next, and returns how many. */
+int vk_proxy_due(const uint64_t *bells, uint64_t *next, int n, int depth, uint64_t *out,
+                 int max, uint64_t max_ns) {
+    uint64_t start = 0;
+    for (unsigned i = 0;; i++) {
+        int found = 0;
+        for (int s = 0; s < n && found < max; s++) {
+            while (found < max) {
+                uint64_t seq = next[s];
+                int j = (int)((seq - 1) % (uint64_t)depth);
+                if (__atomic_load_n(&bells[s * depth + j], __ATOMIC_ACQUIRE) != seq) break;
+                out[3 * found] = (uint64_t)s;
+                out[3 * found + 1] = (uint64_t)j;
+                out[3 * found + 2] = seq;
+                found++;
+                next[s] = seq + 1;
+            }
+        }
+        if (found || max_ns == 0) return found;
+        if (!start) start = now_ns();
         if ((i & 63) == 63 && now_ns() - start >= max_ns) return 0;
         if (i < 256) {
 #if defined(__x86_64__) || defined(__i386__)

@@ -232,9 +232,11 @@ _var("VKSHMEM_GPU_MAPPED", "bool", "1",
      "discrete-GPU paths everywhere: staged copies, shader atomics, polled waits.", _parse_bool)
 _var("VKSHMEM_GPU_PROXY_CHUNK", "size", "auto",
      "GPU memory of peers that cannot import each other's memory (another device or node, or "
-     "VKSHMEM_SHM=0) is reached through their GPU proxy thread, in pieces of this size; each "
-     "PE reserves 2 x this x PEs of its host heap for it. auto: 4M, less where that would take "
-     "more than an eighth of VKSHMEM_SYMMETRIC_SIZE (never below 256K).", _parse_chunk)
+     "VKSHMEM_SHM=0) is reached through their GPU proxy thread, in pieces of this size, three "
+     "in flight per pair of PEs; each PE reserves 6 x this x PEs of its host heap for it. "
+     "auto: 4M, less where that would take more than an eighth of VKSHMEM_SYMMETRIC_SIZE "
+     "(never below 256K unless that would take more than a quarter; never below 16K).",
+     _parse_chunk)
 
 
 for _name, _doc in (("VKSHMEM_LAUNCHER", "Set by vkshmem run: host:port of its rendezvous."),

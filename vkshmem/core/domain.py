@@ -203,6 +203,12 @@ class MemoryDomain(ABC):
         """Complete every operation the ``*_nbi`` methods started (called by the runtime's
         ``quiet``, ``fence`` and ``barrier_all``)."""
 
+    def flush(self) -> None:  # noqa: B027 - optional
+        """Start the device on what the ``*_nbi`` methods queued, without waiting (a domain
+        that holds them back until :meth:`quiet`, e.g. in one command buffer, submits them
+        now). The domain proxy calls it to overlap a device copy with a transfer over a
+        transport. Default: nothing (the ``*_nbi`` operations already run)."""
+
     def zero(self, offset: int, nbytes: int) -> None:
         """Zero ``nbytes`` of this PE's segment (default: writes of zeros)."""
         chunk = 1 << 20

@@ -234,14 +234,16 @@ class DomainHeap(DeviceTransfers):
         return self.domain.amo(mem, offset, op, width, operand, compare)
 
     def quiet(self) -> None:
-        """Complete the domain's batched non-blocking operations (transports are quieted by
-        the runtime)."""
+        """Complete the domain's batched non-blocking operations and the proxy's transfers
+        in flight (transports are quieted by the runtime)."""
+        if self.proxy is not None:
+            self.proxy.quiet()
         self.domain.quiet()
 
     def fence(self) -> None:
         """Order by completing them (a later operation may take another path, the CPU's
         stores through a mapping among them)."""
-        self.domain.quiet()
+        self.quiet()
 
     def _proxy(self) -> DomainProxy:
         if self.proxy is None:  # pragma: no cover - routes are proxy only with a proxy

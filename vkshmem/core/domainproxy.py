@@ -4,42 +4,64 @@ import nor reach through a transport.
 Same-device peers on one node import each other's exported fd and copy directly (see
 :mod:`vkshmem.core.domainheap`). Every other peer — another device, another node, or any peer
 with ``VKSHMEM_SHM=0`` — is reached through a small request/response protocol over the
-ordinary host-heap transports, served on the target by this module's proxy thread, which
-applies the request to its own segment with the domain's local operations (for a GPU, AMOs by
-a shader, so they stay atomic with shader atomics on the same word).
+ordinary host-heap transports, served on the target by its proxy thread
+(:mod:`vkshmem.core.proxyserve`), which applies each request to its own segment with the
+domain's local operations (for a GPU, AMOs by a shader, so they stay atomic with shader
+atomics on the same word).
 
-Mailbox: a symmetric host-heap allocation made when the domain opens, one block of
-``B = 128 + 2 * chunk`` bytes per peer (``VKSHMEM_GPU_PROXY_CHUNK``). On PE ``t`` the block of
-sender ``s`` holds ``s``'s request; on PE ``s`` the block of ``t`` holds ``t``'s response::
+**Pipelining.** Each (sender, target) pair has ``D = 3`` request slots (``DEPTH``), so three
+requests are in flight. A transfer larger than a piece (``VKSHMEM_GPU_PROXY_CHUNK``) is a
+stream of pieces: for a device-to-device put, the sender's device copy of piece k+1 into host
+staging runs (``read_nbi`` + the domain's ``flush``) while the transport carries piece k and
+the target's device copies piece k-1 out of its mailbox; a get keeps the next pieces requested
+while the device copies an answer in (``write_nbi``, straight from the mailbox). Their ``nbi``
+forms (``put_nbi``/``get_nbi`` between GPU arrays) return once every piece is sent, so the
+requests of successive calls stay in flight; :meth:`DomainProxy.quiet` (called by the heap's
+``quiet`` and ``fence``) consumes their answers and raises the first failure. The target
+serves every pending request of every sender per wake-up: it starts their device copies
+together, answers the previous round's requests meanwhile, then waits (``quiet``) once.
 
-    0   u64 request seq (stored last)      64  u64 response seq (stored last)
-    8   u32 op | amo << 8, u32 width       72  u64 fetched value
-    16  u64 offset      24 u64 nbytes      80  u64 status (0 ok; else an error text follows)
-    32  u64 operand     40 u64 compare
-    128 request payload (chunk bytes)      128 + chunk: response payload (chunk bytes)
+**Mailbox**: a symmetric host-heap allocation made when the domain opens (collective), laid
+out on every PE as (``area = 64 + chunk`` bytes, ``n`` PEs)::
 
-A sender serialises its requests (one in flight per target; a larger transfer is a sequence
-of chunks), so a new sequence number is exactly one new request. A PE never sends
-to itself (its own segment is always mapped), so its own block is free: its two payload areas
-are the staging buffers of the sending side (:attr:`DomainProxy.stage`, for device
-transfers, see ``DomainHeap._pieces``) and of the serving side (what a get reads); both lie
-in the host heap, which a GPU domain imports, so the device copies into and out of them are
-single DMAs. Data are put before the
-header, a fence, then the sequence number; the response comes back the same way. Every wait
-has a deadline (``VKSHMEM_GPU_TIMEOUT``) and names the PE it waited for.
+    bells    n*D u64: bell[s*D + j] = last request seq sender s rang in slot j, here
+    answers  n*D u64: answer[t*D + j] = last seq target t answered in my slot j
+    blocks   per peer p, per slot j: request area, then response area (``area`` bytes each):
+             request  = p's request to me in slot j   (64-byte header, then payload)
+             response = p's answer to my slot j       (64-byte header, then payload)
+
+    request header: u32 op | amo << 8, u32 width, u64 offset, nbytes, operand, compare, seq
+    response header: u64 value, u64 status (0 ok; else an error text is the payload), nbytes
+
+Request ``seq`` (counted per pair from 1) goes in slot ``(seq - 1) % D``; a sender reuses a
+slot only after its answer came back. A sender writes the header and payload with one put
+(small payloads and staged device data lie right after a header; a larger host source is put
+before its header), a fence, then its bell; the target answers the same way: the response
+header and payload in one put (the payload of a get lands in the request's own payload area,
+which the device fills), a fence, then the answer word. A small request thus costs one round
+trip of two puts each way. The bells and answers are contiguous, so the serving thread
+watches all of them with one native spin (GIL released) for a short window after activity,
+then sleeps with a growing pause (up to 1 ms). A PE never sends to itself, so its own block is
+free: its areas are the sending side's host staging (pieces of device transfers, in the host
+heap, which a GPU domain imports: the device copies in and out are single DMAs). Every wait
+has a deadline (``VKSHMEM_GPU_TIMEOUT``) and names the PE it waited for; a pair whose target
+timed out is refused from then on (its slots' state is unknown).
 """
 
 from __future__ import annotations
 
+import collections
 import logging
-import struct
 import threading
-import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .endpoints import Endpoints
+from .errors import PeerFailedError, WaitTimeoutError
+from .proxymailbox import AMO, DEPTH, GET, HDR, HEAD, INLINE, PUT, RESP, U64, Layout, proxy_chunk
+from .proxyserve import ProxyServer
 from .transport import AmoOp
 from .wait import Waiter
 
@@ -50,27 +72,12 @@ __all__ = ["DomainProxy", "proxy_chunk"]
 
 log = logging.getLogger("vkshmem")
 
-_PUT, _GET, _AMO = 1, 2, 3
-_HDR = struct.Struct("<IIQQQQ")  # op, width, offset, nbytes, operand, compare (at +8)
-_RESP = struct.Struct("<QQ")  # value, status (at +72)
-_U64 = struct.Struct("<Q")
-_MAX_SLEEP = 1e-3
-
-
-def proxy_chunk(configured: int, heap_size: int, n_pes: int) -> int:
-    """The proxy's piece size: ``configured`` (VKSHMEM_GPU_PROXY_CHUNK), or for ``auto`` (0)
-    4 MiB, less where the mailbox (2 pieces per PE) would take more than an eighth of the host
-    heap, never below 256 KiB. Every piece costs a request/response round trip and a device
-    submission on each side, so larger pieces move more per round trip."""
-    if configured:
-        return configured
-    fit = heap_size // (8 * 2 * max(n_pes, 1)) // 4096 * 4096
-    return max(256 << 10, min(4 << 20, fit))
+Done = Callable[[memoryview, int], Any]
 
 
 class DomainProxy:
     """Both sides of the protocol for one PE and domain (collective to create: allocates the
-    mailbox)."""
+    mailbox and starts the serving thread)."""
 
     def __init__(self, heap: DomainHeap) -> None:
         rt = heap.rt
@@ -78,180 +85,308 @@ class DomainProxy:
         self.rt = rt
         self.me = rt.my_pe
         self.n = rt.n_pes
+        self.depth = DEPTH
         self.chunk = proxy_chunk(rt.config.gpu_proxy_chunk, rt.config.symmetric_size, self.n)
-        self.block = 128 + 2 * self.chunk
+        lay = self.layout = Layout(self.n, self.depth, self.chunk)
         self.timeout = rt.config.gpu_timeout
         #: what a failure raises: the domain's own error type (GpuError for the GPU)
         self.error = heap.domain.error_type
+        #: set by the serving thread when it gave up (an error outside any one request)
         self.failure: BaseException | None = None
-        self.base = rt.alloc(self.n * self.block, 64, clear=True)
-        self._box = np.frombuffer(rt.host.buffer, np.uint64, self.n * self.block // 8,
-                                  self.base)
-        stride = self.block // 8
-        self._requests = self._box[0::stride]  # request seq of each sender, here
-        self._served = np.zeros(self.n, np.uint64)
-        self._seq = [0] * self.n
+        self.base = rt.alloc(lay.size, 64, clear=True)
+        #: the mailbox's host address (its bells come first)
+        self.address = rt.host.address + self.base
+        self.mem = memoryview(rt.host.buffer)[self.base:self.base + lay.size]
+        self.words = np.frombuffer(rt.host.buffer, np.uint64, lay.blocks // 8, self.base)
+        self._answers = self.words[lay.answers // 8:]
+        self._issued = [0] * self.n
+        self._done = [0] * self.n
+        #: per target, the requests awaiting their answer: (seq, on answer, non-blocking)
+        self._pending: list[collections.deque[tuple[int, Done | None, bool]]] = [
+            collections.deque() for _ in range(self.n)]
+        #: (target, slot) whose answer area a device copy may still read
+        self._landing: set[tuple[int, int]] = set()
+        #: targets with non-blocking transfers not yet completed by :meth:`quiet`
+        self._nbi_pes: set[int] = set()
+        #: the first failure of a non-blocking transfer, raised by :meth:`quiet`
+        self._nbi_error: BaseException | None = None
+        self._broken: list[str | None] = [None] * self.n
+        self._error: BaseException | None = None
         self._send_lock = threading.Lock()
-        self._waiter = Waiter(self.timeout, rt.transports)
-        # Own endpoints for the sending side and for the proxy thread, so neither shares a
-        # transport's default endpoint with the application's thread.
+        # bounded by VKSHMEM_GPU_TIMEOUT; drives transports that need it; ends at once when
+        # the PE waited for is known to have failed
+        self._waiter = Waiter(self.timeout, rt.transports, rt.liveness)
+        #: counters: requests sent, most in flight to one PE, serving rounds, most per round
+        self.stats = {"requests": 0, "max_in_flight": 0, "rounds": 0, "max_round": 0}
+        # Own endpoints for the sending side (the serving thread makes its own), so neither
+        # shares a transport's default endpoint with the application's thread.
         self._send = Endpoints(rt)
-        self._serve_eps = Endpoints(rt)
-        own = memoryview(rt.host.buffer)[self.base + self.me * self.block + 128:
-                                          self.base + (self.me + 1) * self.block]
-        #: host-heap staging of the sending side (one chunk; take ``stage_lock``)
-        self.stage = own[:self.chunk]
+        own = [lay.request(self.me, 0) + i * lay.area for i in range(2 * self.depth)]
+        #: host staging of the sending side: 0, 1 device pieces, 2 small host payloads
+        self._stages = [self.mem[a:a + lay.area] for a in own]
+        #: one piece of host-heap staging for other routes' device transfers (take
+        #: ``stage_lock``; see ``DomainHeap._pieces``)
+        self.stage = self._stages[3][HEAD:]
         self.stage_lock = threading.Lock()
-        self._tmp = own[self.chunk:]  # the serving side's (gets read into it)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._serve_loop,
-                                        name=f"vkshmem-{heap.name}-proxy", daemon=True)
-        self._thread.start()
+        self.server = ProxyServer(self)
 
     # -- sending side ------------------------------------------------------------------------
 
-    def _request(self, pe: int, op: int, offset: int, nbytes: int = 0, payload: Any = None,
-                 operand: int = 0, compare: int = 0, width: int = 0,
-                 out: memoryview | None = None) -> int:
+    def _begin(self, pe: int) -> None:
+        """Checks before an operation on ``pe`` (under the send lock)."""
         if self.failure is not None:
             raise self.error(f"the {self.heap.name} proxy thread of PE {self.me} failed: "
                              f"{self.failure}")
-        blk = self.block
-        remote = self.base + self.me * blk
-        with self._send_lock:
-            seq = self._seq[pe] + 1
-            self._seq[pe] = seq
-            t = self._send[pe]
-            if payload is not None and nbytes:
-                t.put(pe, 0, remote + 128, payload)
-            t.put(pe, 0, remote + 8, memoryview(_HDR.pack(op, width, offset, nbytes, operand,
-                                                          compare)))
+        if self._broken[pe] is not None:
+            raise self.error(f"PE {pe}'s {self.heap.name} proxy is unusable: "
+                             f"{self._broken[pe]}")
+        self._error = None
+
+    def _break(self, pe: int, why: str) -> None:
+        self._broken[pe] = why
+        self._pending[pe].clear()
+
+    def _issue(self, pe: int, op: int, offset: int, nbytes: int = 0, *,
+               body: memoryview | None = None, payload: memoryview | None = None,
+               operand: int = 0, compare: int = 0, width: int = 0,
+               done: Done | None = None, nbi: bool = False) -> None:
+        """Send one request to ``pe`` (waiting first for the answer that frees its slot).
+        ``body``: a staging area holding the payload after its header area; ``payload``:
+        host bytes to send; ``done(payload, value)`` runs on the answer; ``nbi``: its errors
+        are raised by :meth:`quiet`."""
+        seq = self._issued[pe] + 1
+        while seq - self._done[pe] > self.depth:
+            self._complete(pe)
+        lay = self.layout
+        j = (seq - 1) % self.depth
+        if (pe, j) in self._landing:  # the device may still copy out of the area to reuse
+            self._settle()
+        hdr = HDR.pack(op, width, offset, nbytes, operand, compare, seq)
+        t = self._send[pe]
+        at = self.base + lay.request(self.me, j)
+        try:
+            if body is None and payload is not None and nbytes <= INLINE:
+                body = self._stages[2]
+                body[HEAD:HEAD + nbytes] = payload
+            if body is not None:
+                body[:HDR.size] = hdr
+                t.put(pe, 0, at, body[:HEAD + nbytes])
+            else:
+                if payload is not None and nbytes:
+                    t.put(pe, 0, at + HEAD, payload)
+                t.put(pe, 0, at, memoryview(hdr))
             t.fence()
-            t.put(pe, 0, remote + 0, memoryview(_U64.pack(seq)))
-            t.quiet()
-            local = self.base + pe * blk
-            word = (local + 64) // 8 - self.base // 8
-            box = self._box
+            t.put(pe, 0, self.base + lay.bell(self.me, j), memoryview(U64.pack(seq)))
+        except BaseException as exc:
+            self._break(pe, f"sending a request failed: {exc}")
+            raise
+        self._issued[pe] = seq
+        self._pending[pe].append((seq, done, nbi))
+        if nbi:
+            self._nbi_pes.add(pe)
+        stats = self.stats
+        stats["requests"] += 1
+        stats["max_in_flight"] = max(stats["max_in_flight"], seq - self._done[pe])
+
+    def _complete(self, pe: int) -> Any:
+        """Wait for the oldest answer from ``pe`` and consume it: ``done``'s result, or the
+        fetched value. An error status is kept for :meth:`_finish` (later answers still
+        arrive and are consumed)."""
+        seq, done, nbi = self._pending[pe][0]  # left queued if the wait is interrupted
+        lay = self.layout
+        j = (seq - 1) % self.depth
+        idx = pe * self.depth + j
+        answers = self._answers
+        if int(answers[idx]) != seq:
+            name = self.heap.name
             try:
-                self._waiter.wait(lambda: int(box[word]) == seq,
-                                  self.rt.host.address + local + 64, 8,
-                                  f"PE {pe}'s {self.heap.name} proxy (VKSHMEM_GPU_TIMEOUT)")
-            except Exception as exc:
-                raise self.error(f"PE {pe}'s {self.heap.name} proxy did not answer a request "
-                                 f"for {nbytes} bytes at offset {offset}: {exc}") from exc
-            buf = self.rt.host.buffer
-            value, status = _RESP.unpack_from(buf, local + 72)
-            if status:
-                text = bytes(buf[local + 128 + self.chunk:local + 128 + self.chunk + 512])
-                reason = text.split(b"\0", 1)[0].decode(errors="replace")
-                raise self.error(f"PE {pe}'s {self.heap.name} proxy failed: {reason}")
-            if out is not None:
-                start = local + 128 + self.chunk
-                out[:nbytes] = buf[start:start + nbytes]
-            return int(value)
+                self._waiter.wait(lambda: int(answers[idx]) == seq,
+                                  self.address + lay.answer(pe, j), 8,
+                                  f"PE {pe}'s {name} proxy (VKSHMEM_GPU_TIMEOUT)")
+            except WaitTimeoutError as exc:
+                self._break(pe, f"it did not answer within VKSHMEM_GPU_TIMEOUT: {exc}")
+                raise self.error(f"PE {pe}'s {name} proxy did not answer request {seq}: "
+                                 f"{exc}") from exc
+            except PeerFailedError as exc:
+                self._break(pe, str(exc))
+                raise
+        self._pending[pe].popleft()
+        self._done[pe] = seq
+        at = lay.response(pe, j)
+        value, status, n = RESP.unpack_from(self.mem, at)
+        view = self.mem[at + HEAD:at + HEAD + min(n, self.chunk)]
+        if status:
+            reason = bytes(view[:512]).split(b"\0", 1)[0].decode(errors="replace")
+            error = self.error(f"PE {pe}'s {self.heap.name} proxy failed: {reason}")
+            if nbi:
+                self._nbi_error = self._nbi_error or error
+            else:
+                self._error = self._error or error
+            return 0
+        return value if done is None else done(view, value)
+
+    def _settle(self) -> None:
+        """Complete the device's copies out of answer areas (and whatever else it batched)."""
+        self.heap.domain.quiet()
+        self._landing.clear()
+
+    def _finish(self, pe: int) -> Any:
+        """Consume every outstanding answer from ``pe``; raise the first error it reported,
+        else return the last answer's result."""
+        result = None
+        while self._pending[pe]:
+            result = self._complete(pe)
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+        return result
+
+    def _abandon(self, pe: int) -> None:
+        """After a failure mid-operation: consume what is still in flight (best effort)."""
+        try:
+            while self._pending[pe]:
+                self._complete(pe)
+        except Exception as exc:  # the first failure is the one to report
+            log.debug("PE %d: draining the %s proxy to PE %d: %s", self.me, self.heap.name,
+                      pe, exc)
+        self._error = None
+
+    def _pieces(self, nbytes: int) -> list[tuple[int, int]]:
+        c = self.chunk
+        return [(lo, min(c, nbytes - lo)) for lo in range(0, nbytes, c)]
 
     def put(self, pe: int, offset: int, src: memoryview) -> None:
         """Write host bytes ``src`` into ``pe``'s segment at ``offset`` (complete on return)."""
-        c = self.chunk
-        for lo in range(0, src.nbytes, c):
-            piece = src[lo:lo + c]
-            self._request(pe, _PUT, offset + lo, piece.nbytes, piece)
+        with self._send_lock:
+            self._begin(pe)
+            try:
+                for lo, n in self._pieces(src.nbytes):
+                    self._issue(pe, PUT, offset + lo, n, payload=src[lo:lo + n])
+            except BaseException:
+                self._abandon(pe)
+                raise
+            self._finish(pe)
 
     def get(self, pe: int, offset: int, dst: memoryview) -> None:
         """Fill host buffer ``dst`` from ``pe``'s segment at ``offset``."""
-        c = self.chunk
-        for lo in range(0, dst.nbytes, c):
-            piece = dst[lo:lo + c]
-            self._request(pe, _GET, offset + lo, piece.nbytes, out=piece)
+        def copy_out(lo: int) -> Done:
+            def run(view: memoryview, value: int) -> None:
+                dst[lo:lo + view.nbytes] = view
+            return run
+
+        with self._send_lock:
+            self._begin(pe)
+            try:
+                for lo, n in self._pieces(dst.nbytes):
+                    self._issue(pe, GET, offset + lo, n, done=copy_out(lo))
+            except BaseException:
+                self._abandon(pe)
+                raise
+            self._finish(pe)
 
     def amo(self, pe: int, offset: int, op: AmoOp, width: int, operand: int,
             compare: int) -> int:
         """Apply ``op`` on ``pe``'s word (with the domain's atomics there); return the old value."""
-        return self._request(pe, _AMO | (int(op) << 8), offset, 0, None, operand, compare,
-                             width)
+        with self._send_lock:
+            self._begin(pe)
+            self._issue(pe, AMO | (int(op) << 8), offset, 0, operand=operand, compare=compare,
+                        width=width)
+            return int(self._finish(pe))
 
-    # -- serving side -------------------------------------------------------------------------
+    def put_device(self, pe: int, offset: int, src_off: int, nbytes: int,
+                   nbi: bool = False) -> None:
+        """Bytes of this PE's segment at ``src_off`` into ``pe``'s segment at ``offset``: each
+        piece copied by the device into host staging while the previous one travels.
+        ``nbi``: return once every piece is sent (complete at :meth:`quiet`)."""
+        dom, mem = self.heap.domain, self.heap.local
+        stages = self._stages
+        with self._send_lock:
+            self._begin(pe)
+            try:
+                pieces = self._pieces(nbytes)
+                for k, (lo, n) in enumerate(pieces):
+                    if k == 0:  # into the host heap: one DMA where the domain imported it
+                        dom.read_nbi(mem, src_off, stages[0][HEAD:HEAD + n])
+                    dom.quiet()  # piece k is staged
+                    if k + 1 < len(pieces):
+                        lo1, n1 = pieces[k + 1]
+                        dom.read_nbi(mem, src_off + lo1, stages[(k + 1) % 2][HEAD:HEAD + n1])
+                        dom.flush()
+                    self._issue(pe, PUT, offset + lo, n, body=stages[k % 2], nbi=nbi)
+            except BaseException:
+                self._abandon(pe)
+                raise
+            if not nbi:
+                self._finish(pe)
 
-    def _serve_loop(self) -> None:
-        sleep = 0.0
-        idle_since = time.monotonic()
-        while not self._stop.is_set():
-            pending = np.flatnonzero(self._requests != self._served)
-            if pending.size:
-                for s in pending:
+    def get_device(self, pe: int, offset: int, dst_off: int, nbytes: int,
+                   nbi: bool = False) -> None:
+        """Bytes of ``pe``'s segment at ``offset`` into this PE's segment at ``dst_off``: each
+        answer copied in by the device (from the mailbox, no staging) while the next pieces
+        are on their way. ``nbi``: return once every piece is asked for (filled by
+        :meth:`quiet`)."""
+        dom, mem, landing = self.heap.domain, self.heap.local, self._landing
+
+        def land(lo: int, j: int) -> Done:
+            def run(view: memoryview, value: int) -> None:
+                landing.add((pe, j))
+                dom.write_nbi(mem, dst_off + lo, view)
+                dom.flush()
+            return run
+
+        with self._send_lock:
+            self._begin(pe)
+            try:
+                for lo, n in self._pieces(nbytes):
+                    j = self._issued[pe] % self.depth  # the slot this request takes
+                    self._issue(pe, GET, offset + lo, n, done=land(lo, j), nbi=nbi)
+                if not nbi:
+                    self._finish(pe)
+                    self._settle()
+            except BaseException:
+                self._abandon(pe)
+                try:
+                    self._settle()
+                except Exception as exc:
+                    log.debug("PE %d: completing copies after a failed get: %s", self.me, exc)
+                raise
+
+    def quiet(self) -> None:
+        """Complete the non-blocking transfers (``nbi``) to every PE: consume their answers
+        and the device copies they started; raise the first failure among them."""
+        if not (self._nbi_pes or self._landing or self._nbi_error):
+            return  # (the runtime's every quiet and barrier asks)
+        with self._send_lock:
+            for pe in sorted(self._nbi_pes):
+                if self._pending[pe] and self._broken[pe] is None:
+                    self._error = None
                     try:
-                        self._serve(int(s))
-                    except BaseException as exc:  # the transport to s failed: give up
-                        log.error("%s proxy of PE %d: answering PE %d failed: %s",
-                                  self.heap.name, self.me, s, exc)
-                        self.failure = exc
-                        return
-                sleep = 0.0
-                idle_since = time.monotonic()
-                continue
-            # Adaptive: poll hot for a millisecond after work, then back off to 1 ms sleeps.
-            if time.monotonic() - idle_since < 1e-3:
-                time.sleep(0)
-            else:
-                sleep = min(_MAX_SLEEP, sleep * 2 or 20e-6)
-                self._stop.wait(sleep)
-
-    def _serve(self, s: int) -> None:
-        buf = self.rt.host.buffer
-        blk = self.block
-        base = self.base + s * blk
-        seq = int(self._requests[s])
-        op, width, offset, nbytes, operand, compare = _HDR.unpack_from(buf, base + 8)
-        heap = self.heap
-        dom, mem = heap.domain, heap.local
-        value, status, payload = 0, 0, None
-        try:
-            if nbytes > self.chunk:
-                raise self.error(f"request of {nbytes} bytes exceeds the proxy chunk")
-            dom.check_range(offset, max(nbytes, width), f"{heap.name} proxy request")
-            kind = op & 0xFF
-            if kind == _PUT:
-                dom.write(mem, offset, buf[base + 128:base + 128 + nbytes])
-            elif kind == _GET:
-                view = self._tmp[:nbytes]
-                dom.read(mem, offset, view)
-                payload = view
-            elif kind == _AMO:
-                value = dom.amo(mem, offset, AmoOp(op >> 8), width, operand, compare)
-            else:
-                raise self.error(f"unknown proxy request {op}")
-        except Exception as exc:
-            status = 1
-            payload = memoryview(f"{type(exc).__name__}: {exc}".encode()[:500] + b"\0")
-        t = self._serve_eps[s]
-        back = self.base + self.me * blk
-        if payload is not None and payload.nbytes:
-            t.put(s, 0, back + 128 + self.chunk, payload)
-        t.put(s, 0, back + 72, memoryview(_RESP.pack(value, status)))
-        t.fence()
-        t.put(s, 0, back + 64, memoryview(_U64.pack(seq)))
-        t.quiet()
-        self._served[s] = seq
+                        self._finish(pe)
+                    except Exception as exc:
+                        self._nbi_error = self._nbi_error or exc
+            self._nbi_pes.clear()
+            if self._landing:
+                self._settle()
+            error, self._nbi_error = self._nbi_error, None
+        if error is not None:
+            raise error
 
     # -- teardown ------------------------------------------------------------------------------
 
     def stop(self) -> bool:
         """Stop the proxy thread (peers' requests are no longer served); whether it ended."""
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(5)
-        return not self._thread.is_alive()
+        return self.server.stop()
 
     def close(self) -> None:
         """Stop the proxy thread and release its endpoints (the mailbox goes with the heap).
         At the end of the job the runtime closes the transports first: closing a context of
         a closed transport releases only what is left."""
-        if not self.stop():  # stuck in a transport call: leak rather than close under it
+        if not self.server.close():  # stuck in a transport call: leak rather than close
             log.warning("%s proxy of PE %d did not stop; its endpoints stay open",
                         self.heap.name, self.me)
             return
         self._send.close()
-        self._serve_eps.close()
         # views over the host heap would keep its mapping from being released
-        self._box = self._requests = np.zeros(0, np.uint64)
-        self.stage = self._tmp = memoryview(b"")
+        self.words = self._answers = np.zeros(0, np.uint64)
+        self.mem = self.stage = memoryview(b"")
+        self._stages = []

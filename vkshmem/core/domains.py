@@ -115,7 +115,8 @@ class MemoryDomains:
             self.seg_heaps[seg] = heap
             self.heaps[real] = heap
             self.domain_heaps[heap.domain] = heap
-            if type(heap.domain).quiet is not MemoryDomain.quiet:  # it may batch *_nbi ops
+            # it may batch *_nbi ops, or its proxy keep device transfers in flight
+            if type(heap.domain).quiet is not MemoryDomain.quiet or heap.proxy is not None:
                 self.nbi_heaps.append(heap)
             if heap.info is not None and heap.info.kind == "host" and heap.info.address:
                 self._map_host_domain(heap)

@@ -2,9 +2,10 @@
 :class:`~vkshmem.core.domainheap.DomainHeap`).
 
 ``put_device``/``get_device`` move bytes between this PE's segment and a peer's: one device
-copy where the peer's segment is imported here (route ``direct``), else piece by piece through
-host staging and the peer's route (a transport that registers the memory, or the domain
-proxy). Their ``_nbi`` forms let the domain batch direct copies until ``quiet``.
+copy where the peer's segment is imported here (route ``direct``), through the domain proxy's
+pipeline (route ``proxy``), else piece by piece through host staging and the transport that
+registers the peer's memory. Their ``_nbi`` forms let the domain batch direct copies, and the
+proxy keep its requests in flight, until ``quiet``.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ class DeviceTransfers:
     local: Any
     seg_id: int
     direct: list[Any]
+    carrier: list[Any]
     proxy: DomainProxy | None
     _staging: threading.local
 
@@ -45,6 +47,9 @@ class DeviceTransfers:
         if mem is not None:
             self.domain.copy(mem, offset, self.local, src_off, nbytes)
             return
+        if self.carrier[pe] is None and self.proxy is not None:  # pipelined by the proxy
+            self.proxy.put_device(pe, offset, src_off, nbytes)
+            return
         for lo, piece in self._pieces(nbytes):
             self.domain.read(self.local, src_off + lo, piece)
             self.put(pe, self.seg_id, offset + lo, piece)
@@ -55,6 +60,9 @@ class DeviceTransfers:
         if mem is not None:
             self.domain.copy(self.local, dst_off, mem, offset, nbytes)
             return
+        if self.carrier[pe] is None and self.proxy is not None:
+            self.proxy.get_device(pe, offset, dst_off, nbytes)
+            return
         for lo, piece in self._pieces(nbytes):
             self.get(pe, self.seg_id, offset + lo, piece)
             self.domain.write(self.local, dst_off + lo, piece)
@@ -64,6 +72,8 @@ class DeviceTransfers:
         mem = self.direct[pe]
         if mem is not None:
             self.domain.copy_nbi(mem, offset, self.local, src_off, nbytes)
+        elif self.carrier[pe] is None and self.proxy is not None:  # up to DEPTH in flight
+            self.proxy.put_device(pe, offset, src_off, nbytes, nbi=True)
         else:
             self.put_device(pe, offset, src_off, nbytes)
 
@@ -72,14 +82,16 @@ class DeviceTransfers:
         mem = self.direct[pe]
         if mem is not None:
             self.domain.copy_nbi(self.local, dst_off, mem, offset, nbytes)
+        elif self.carrier[pe] is None and self.proxy is not None:
+            self.proxy.get_device(pe, offset, dst_off, nbytes, nbi=True)
         else:
             self.get_device(pe, offset, dst_off, nbytes)
 
     def _pieces(self, nbytes: int) -> Any:
-        """Host staging pieces of a device transfer to or from a peer not mapped here (the
-        proxy's piece size): the proxy's staging area in the host heap (imported by a GPU
-        domain: the device copies are single DMAs) when no other thread holds it, else a
-        per-thread buffer, reused."""
+        """Host staging pieces of a device transfer to or from a peer whose memory a transport
+        registers (the proxy's piece size): the proxy's staging area in the host heap
+        (imported by a GPU domain: the device copies are single DMAs) when no other thread
+        holds it, else a per-thread buffer, reused."""
         proxy = self.proxy
         if proxy is not None and proxy.stage.nbytes and proxy.stage_lock.acquire(blocking=False):
             try:

@@ -228,6 +228,12 @@ class VulkanDevice(LogicalDevice):
         else:
             self.copy_nbi(imp, at, mem, offset, view.nbytes, timeout=timeout)
 
+    def flush_nbi(self, timeout: float | None = None) -> None:
+        """Submit the copies :meth:`copy_nbi` batched so far without waiting for them
+        (:meth:`quiet_nbi` still completes them)."""
+        if self._batch is not None:
+            self._batch.flush(timeout)
+
     def quiet_nbi(self, timeout: float | None = None) -> None:
         """Complete every copy started by :meth:`copy_nbi` (GpuTimeoutError after
         ``timeout``)."""

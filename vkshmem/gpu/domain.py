@@ -239,6 +239,10 @@ class VulkanDomain(CudaInterop, MemoryDomain):
         """Complete the batched copies (VKSHMEM_GPU_TIMEOUT bounds the wait)."""
         self.device.quiet_nbi()
 
+    def flush(self) -> None:
+        """Submit the batched copies without waiting for them."""
+        self.device.flush_nbi()
+
     def amo(self, mem: GpuMemory, offset: int, op: AmoOp, width: int, operand: int,
             compare: int) -> int:
         """One AMO on ``mem``, atomic with shader atomics on the word; the old value."""
