@@ -2,7 +2,7 @@
 nbi put/get of 8 B to 1 MiB (above and below the size where the core releases the GIL), every
 AMO at 4 and 8 bytes, fence and quiet, contended adds from every PE, and a barrier; then the
 client's counters must show that these went through C (``native``), not through the Python
-methods. Expects VKSHMEM_SHM=0 and VKSHMEM_TRANSPORTS=hostproxy."""
+methods, and the barrier's remote adds go through C too. Expects VKSHMEM_SHM=0 and VKSHMEM_TRANSPORTS=hostproxy."""
 
 from __future__ import annotations
 
@@ -71,8 +71,8 @@ after = hp.client_stats()
 native = after["native"] - before["native"]
 check(native >= (100 if n > 1 else 1), f"only {native} requests through the native ops")
 
-# Without a barrier in between (the barrier is Python's, over the transport's Python methods),
-# every request of this PE goes through C: the Python methods' count stays the same.
+# Every request of this PE goes through C, the barrier's too (its adds and its quiet): the
+# Python methods' count stays the same.
 word, buf = shmem.zeros(1, np.int64), shmem.zeros(64, np.int64)
 shmem.barrier_all()
 before = hp.client_stats()
@@ -84,6 +84,12 @@ for i in range(ROUNDS):
 shmem.quiet()
 after = hp.client_stats()
 calls = after["native"] - before["native"]
+for _ in range(20):
+    shmem.barrier_all()
+rounds = (n - 1).bit_length()  # the dissemination barrier's rounds: one add each
+check(hp.client_stats()["python"] == before["python"], "the barrier went through Python")
+barrier_calls = hp.client_stats()["native"] - after["native"]
+check(barrier_calls >= 20 * rounds, f"{barrier_calls} native calls in 20 barriers")
 check(after["python"] == before["python"], "requests went through the Python methods")
 # (this PE's own words take the CPU atomic, not the transport)
 want = 4 * ROUNDS + 1 if n > 1 else 2 * ROUNDS + 1
