@@ -2,7 +2,8 @@
 nbi put/get of 8 B to 1 MiB (above and below the size where the core releases the GIL), every
 AMO at 4 and 8 bytes, fence and quiet, contended adds from every PE, and a barrier; then the
 client's counters must show that these went through C (``native``), not through the Python
-methods, and the barrier's remote adds go through C too. Expects VKSHMEM_SHM=0 and VKSHMEM_TRANSPORTS=hostproxy."""
+methods, and the barrier's remote adds go through C too. Expects VKSHMEM_SHM=0 and
+VKSHMEM_TRANSPORTS=hostproxy."""
 
 from __future__ import annotations
 
