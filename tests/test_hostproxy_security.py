@@ -27,8 +27,8 @@ import transport_contract as contract
 from test_hostproxy_unit import REP, REQ, SEG_SIZES, Job, raw_connect, recv_exact
 from transport_contract import context
 from vkshmem_hostproxy import HostProxyTransport
+from vkshmem_hostproxy._client import hp_mac
 from vkshmem_hostproxy._server import lib as hp
-from vkshmem_hostproxy._transport import hp_mac
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -112,11 +112,15 @@ def reset() -> None:
 
 
 def native_team(ts: TeamState, half: int, rd_fast: int) -> Any:
-    """A NativeTeam for team ``ts`` when every member takes the shm path and waits need no
-    transport progress (else None). ``half``/``rd_fast``: the collectives' scratch layout."""
+    """A NativeTeam for team ``ts`` when every member takes the shm path or a transport that
+    offers its data path in C (``Transport.native_ops``: the barrier's remote adds go through
+    it; the collectives run in C only among mapped members) and waits need no transport
+    progress (else None). ``half``/``rd_fast``: the collectives' scratch layout."""
     rt = ts.rt
-    if ts.me < 0 or rt.waiter.progress or not _fast.enabled() or \
-            any(t is not rt.shm for t in ts.routes):
+    if ts.me < 0 or rt.waiter.progress or not _fast.enabled():
+        return None
+    ops = array.array("Q", (0 if t is rt.shm else t.native_ops() for t in ts.routes))
+    if any(not op and t is not rt.shm for op, t in zip(ops, ts.routes, strict=True)):
         return None
     return NativeTeam(ts.pes, ts.me, ts.slot, ts.base, rt.internal.address, ts.scratch_offset,
-                      half, rd_fast)
+                      half, rd_fast, ops.tobytes() if any(ops) else b"")

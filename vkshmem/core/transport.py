@@ -268,7 +268,9 @@ class Transport(ABC):
         hot path then calls them directly for plain numpy arrays of the host heap, instead of
         :meth:`put`/:meth:`get`/:meth:`amo` (which must stay equivalent, and still serve every
         other call), and, when every open transport offers quiet and fence there, for the
-        default context's ``quiet``/``fence`` instead of :meth:`quiet`/:meth:`fence`."""
+        default context's ``quiet``/``fence`` instead of :meth:`quiet`/:meth:`fence`. The
+        compiled barrier also sends its non-fetching ADDs on the internal segment through
+        ``amo`` (so that segment must be registered, as for :meth:`amo`)."""
         return 0
 
     def native_error(self, status: int, doing: str, pe: int, seg: int, offset: int,

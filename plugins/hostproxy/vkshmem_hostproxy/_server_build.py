@@ -1,8 +1,10 @@
-"""cffi (API mode) build of the hostproxy server thread, ``vkshmem_hostproxy._server``.
+"""cffi (API mode) build of the hostproxy's native parts, ``vkshmem_hostproxy._server``.
 
-The C sources live in ``csrc/``: ``hp_server.c`` (the server) and ``hp_auth.c`` (HMAC-SHA256
-for the handshake that admits peers). It needs the core's ``_native.h`` (the
-``vk_amo_fn`` type and AMO op codes): found next to an importable ``vkshmem`` package, or in the
+The C sources live in ``csrc/``: ``hp_server.c`` (the server thread), ``hp_conn.c`` and
+``hp_client.c`` (the client: every request a PE sends, from Python or from the core's compiled
+hot path; its declarations are read from ``hp_client.h``) and ``hp_auth.c`` (HMAC-SHA256 for
+the handshake that admits peers). It needs the core's ``_native.h`` (the ``vk_amo_fn`` type
+and AMO op codes): found next to an importable ``vkshmem`` package, or in the
 vkshmem source tree this plugin sits in (``plugins/hostproxy`` of the vkshmem repository), which
 is what an isolated ``pip install`` of the in-tree plugin sees.
 """
@@ -10,6 +12,7 @@ is what an isolated ``pip install`` of the in-tree plugin sees.
 from __future__ import annotations
 
 import importlib.util
+import re
 from pathlib import Path
 
 from cffi import FFI
@@ -57,7 +60,27 @@ int hp_register(hp_server *s, uint32_t seg, uintptr_t base, uint64_t size);
 void hp_stats(hp_server *s, uint64_t *out);
 uint64_t hp_last_error(hp_server *s, char *buf, size_t buflen);
 void hp_destroy(hp_server *s);
+
+extern "Python" int _hpc_signalled(void);
 """
+
+
+def header_cdef(path: Path) -> str:
+    """The declarations of a C header as cffi's cdef takes them: comments, include guards and
+    includes dropped, each ``#define NAME value`` as ``#define NAME ...``, and struct forward
+    declarations given as structs of unknown layout (cffi learns it when compiling)."""
+    text = re.sub(r"/\*.*?\*/", "", path.read_text(), flags=re.S)
+    out = []
+    for line in text.splitlines():
+        if line.startswith(("#ifndef", "#endif", "#include")) or re.fullmatch(r"#define \w+_H",
+                                                                              line):
+            continue
+        if m := re.match(r"#define (\w+) ", line):
+            line = f"#define {m[1]} ..."
+        elif m := re.match(r"struct (\w+);$", line):
+            line = f"struct {m[1]} {{ ...; }};"
+        out.append(line)
+    return "\n".join(out)
 
 
 def core_include_dir() -> str:
@@ -78,10 +101,11 @@ def core_include_dir() -> str:
 
 
 ffibuilder = FFI()
-ffibuilder.cdef(CDEF)
+ffibuilder.cdef(CDEF + header_cdef(CSRC / "hp_client.h"))
 ffibuilder.set_source(
     "vkshmem_hostproxy._server",
-    (CSRC / "hp_server.c").read_text() + (CSRC / "hp_auth.c").read_text(),
+    "".join((CSRC / f).read_text()
+            for f in ("hp_server.c", "hp_auth.c", "hp_conn.c", "hp_client.c")),
     include_dirs=[str(CSRC), core_include_dir()],
     extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter"],
     libraries=["pthread"],

@@ -177,6 +177,10 @@ struct native_team {
     int role, nsteps;           /* CollTeam.bfly */
     int step_partner[32], step_flag[32], step_region[32];
     uint64_t ctr[VK_N_CTRS];    /* expected signal counts per flag, phase, barrier epoch */
+    /* per member: the C data path of the transport reaching it, for the barrier's remote adds
+     * (NULL: mapped here; the collectives take the Python path unless every member they write
+     * is mapped); NULL when every member is */
+    struct vk_native_ops **ops;
 };
 typedef struct native_team NativeTeam;
 int team_valid(NativeTeam *t);

@@ -40,13 +40,31 @@ int team_wait(NativeTeam *t, int flag, uint64_t count, const char *what) {
     return fast_wait(&p, what_signal, &c);
 }
 
+/* +1 on barrier counter k of member m: a store where it is mapped, else through the C data
+ * path of its transport (the GIL released); 0, or -1 with the transport's error */
+static int barrier_add(NativeTeam *t, int m, int k) {
+    uint64_t off = t->base + 8 * (uint64_t)k, u;
+    uintptr_t at = team_internal(t, m);
+    if (at) {
+        vk_amo_impl(at + off, VK_ADD, 8, 1, 0);
+        return 0;
+    }
+    struct vk_native_ops *o = t->ops[m];
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = o->amo(o->self, (int32_t)t->pes[m], VK_INTERNAL_SEG, off, VK_ADD, 8, 1, 0, 0, &u);
+    Py_END_ALLOW_THREADS
+    if (rc) fast_native_error(t->pes[m], rc, "AMO on", off, 8, Py_None);
+    return rc ? -1 : 0;
+}
+
 int team_sync(NativeTeam *t) {
     int n = t->n;
     if (n == 1) return 0;
     uint64_t epoch = ++t->ctr[VK_CTR_EPOCH];
     for (int dist = 1, k = 0; dist < n; dist <<= 1, k++) {
         int to = (t->me + dist) % n;
-        vk_amo_impl(team_internal(t, to) + t->base + 8 * (uint64_t)k, VK_ADD, 8, 1, 0);
+        if (barrier_add(t, to, k) < 0) return -1;
         struct wait_ctx c = {t, NULL, -1, k};
         struct fast_pred p = {(const void *)(t->internal + t->base + 8 * (uint64_t)k), 8, 'u',
                               6, epoch};

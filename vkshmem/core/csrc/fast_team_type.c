@@ -1,5 +1,5 @@
 /* vkshmem.core._fast: the NativeTeam type (made by vkshmem.core.teams.TeamState for a team
- * whose members all take the shm path). Its buffer is the team's counters (uint64): the
+ * whose members all take the shm path, or, for its barrier, a transport's C data path). Its buffer is the team's counters (uint64): the
  * signal counts the collectives expect per flag, then the phase, then the barrier epoch. */
 #include "fast.h"
 
@@ -7,21 +7,30 @@
 
 static PyObject *nt_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"pes", "me", "slot", "base", "internal", "scratch_off", "half",
-                             "rd_fast", NULL};
+                             "rd_fast", "ops", NULL};  /* ops: b"" for none */
     PyObject *pes;
     int me, slot;
     unsigned long long base, internal, scratch_off, half;
     Py_ssize_t rd_fast;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!iiKKKKn", kwlist, &PyTuple_Type, &pes, &me,
-                                     &slot, &base, &internal, &scratch_off, &half, &rd_fast))
+    Py_buffer ops = {0};
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!iiKKKKn|y*", kwlist, &PyTuple_Type, &pes, &me,
+                                     &slot, &base, &internal, &scratch_off, &half, &rd_fast,
+                                     &ops))
         return NULL;
     Py_ssize_t n = PyTuple_GET_SIZE(pes);
-    if (n < 1 || me < 0 || me >= n)
-        return PyErr_Format(PyExc_ValueError, "member %d of a team of %zd", me, n);
+    if (n < 1 || me < 0 || me >= n || (ops.len && ops.len != n * (Py_ssize_t)sizeof(void *))) {
+        PyBuffer_Release(&ops);
+        return PyErr_Format(PyExc_ValueError, "member %d of a team of %zd (ops: %zd bytes)",
+                            me, n, ops.len);
+    }
     NativeTeam *t = (NativeTeam *)type->tp_alloc(type, 0);
+    if (t != NULL && ops.len && (t->ops = PyMem_Malloc((size_t)ops.len)) != NULL)
+        memcpy(t->ops, ops.buf, (size_t)ops.len);
+    int no_ops = ops.len && (t == NULL || t->ops == NULL);
+    PyBuffer_Release(&ops);
     if (t == NULL) return NULL;
     t->pes = PyMem_Calloc((size_t)n, sizeof(int));
-    if (t->pes == NULL) {
+    if (t->pes == NULL || no_ops) {
         Py_DECREF(t);
         return PyErr_NoMemory();
     }
@@ -69,6 +78,7 @@ static PyObject *nt_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
 
 static void nt_dealloc(PyObject *o) {
     PyMem_Free(((NativeTeam *)o)->pes);
+    PyMem_Free(((NativeTeam *)o)->ops);
     Py_TYPE(o)->tp_free(o);
 }
 
@@ -185,8 +195,10 @@ PyTypeObject NativeTeamType = {
     .tp_name = "vkshmem.core._fast.NativeTeam",
     .tp_basicsize = sizeof(NativeTeam),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "NativeTeam(pes, me, slot, base, internal, scratch_off, half, rd_fast)\n--\n\n"
-              "A team whose members all take the shm path: its barrier and small collectives.",
+    .tp_doc = "NativeTeam(pes, me, slot, base, internal, scratch_off, half, rd_fast, ops=None)"
+              "\n--\n\nA team whose members take the shm path (its barrier and small "
+              "collectives) or a transport with a C data path (ops: per member, the address "
+              "of its struct vk_native_ops, 0 where mapped; its barrier only).",
     .tp_new = nt_new,
     .tp_dealloc = nt_dealloc,
     .tp_as_buffer = &nt_as_buffer,

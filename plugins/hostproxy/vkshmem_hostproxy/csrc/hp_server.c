@@ -45,6 +45,7 @@
 #include "_native.h"
 #include "hp_auth.h"
 #include "hp_server.h"
+#include "hp_wire.h"
 
 #define HP_RXBUF (64 * 1024)          /* per-connection request buffer */
 #define HP_DIRECT_MIN (16 * 1024)     /* payload left >= this: recv straight into the segment */
@@ -109,28 +110,6 @@ struct hp_server {
 /* Counters have one writer (the server thread); Python reads them while it runs. */
 #define COUNT(field, delta) \
     __atomic_store_n(&(field), (field) + (uint64_t)(delta), __ATOMIC_RELAXED)
-
-static uint32_t rd32(const unsigned char *p) {
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return le32toh(v);
-}
-
-static uint64_t rd64(const unsigned char *p) {
-    uint64_t v;
-    memcpy(&v, p, 8);
-    return le64toh(v);
-}
-
-static void wr32(unsigned char *p, uint32_t v) {
-    v = htole32(v);
-    memcpy(p, &v, 4);
-}
-
-static void wr64(unsigned char *p, uint64_t v) {
-    v = htole64(v);
-    memcpy(p, &v, 8);
-}
 
 static void hp_error(hp_server *s, const char *fmt, ...) {
     va_list ap;
