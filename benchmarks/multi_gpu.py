@@ -4,7 +4,7 @@
 
 runs ``vkshmem run -n 2 benchmarks/multi_gpu_pe.py`` once per GPU domain (``--domains``,
 default ``cuda,vulkan``, plus a ``cuda`` job of the per-call rows and the all-reduce with the
-service kernel and the pipelined pair reduction off;
+service kernel off;
 the first job also measures NVSHMEM through nvshmem4py and the
 ``cudaMemcpyPeer`` ceiling through CuPy, when they import), one PE per GPU, then prints one table
 and writes the rows ``{"op", "bytes", "domain", "vkshmem", "nvshmem", "ceiling", "unit"}`` with the
@@ -82,17 +82,17 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=280, help="seconds per job")
     ap.add_argument("--json", help="write the merged table here")
     ap.add_argument("--no-service-job", action="store_true",
-                    help="skip the cuda job with VKSHMEM_CUDA_SERVICE=off and "
-                         "VKSHMEM_CUDA_PAIR_REDUCE=0 (per-call rows and the all-reduce)")
+                    help="skip the cuda job with VKSHMEM_CUDA_SERVICE=off (per-call rows and "
+                         "the all-reduce)")
     args = ap.parse_args()
     extra = [x for x, ok in (("--nvshmem", _have("nvshmem.core")), ("--ceiling", _have("cupy")))
              if ok]
     jobs = []
     for i, domain in enumerate(d for d in args.domains.split(",") if d):
         jobs.append(_job(domain, extra if i == 0 else [], args.quick, args.timeout))
-        if domain == "cuda" and not args.no_service_job:  # without the service kernel and
-            jobs.append(_job(domain, ["--latency-only"], args.quick, args.timeout,  # the pair
-                             {"VKSHMEM_CUDA_SERVICE": "off", "VKSHMEM_CUDA_PAIR_REDUCE": "0"},
+        if domain == "cuda" and not args.no_service_job:  # without the service kernel
+            jobs.append(_job(domain, ["--latency-only"], args.quick, args.timeout,
+                             {"VKSHMEM_CUDA_SERVICE": "off"},
                              "cuda, before"))
     rows = [dict(r, domain=j["domain"]) for j in jobs for r in j["rows"]]
     print(f"\n{'op':<20} {'bytes':>10} {'domain':<17} {'vkshmem':>9} {'nvshmem':>9} "

@@ -30,7 +30,6 @@ from vkshmem.core.transport import AmoOp, SegmentInfo
 from .array import CudaArray, PeerView
 from .driver import CudaError, Device, Mapping, device_count, host_address
 from .kernels import MAX_SOURCES, reduce_source
-from .pairreduce import reduce_pair
 from .service import Service, service_mode
 
 __all__ = ["CudaDomain"]
@@ -41,9 +40,6 @@ ENV_DEVICE = "VKSHMEM_CUDA_DEVICE"
 ENV_SIZE = "VKSHMEM_CUDA_SYMMETRIC_SIZE"
 _META = struct.Struct("<Q16s")  # size, owner's GPU UUID
 _SHARE_ALIGN = 256  # elements: each member's share of a reduction starts 16-byte aligned
-#: two-member reductions by pipelined copies (pairreduce.py); VKSHMEM_CUDA_PAIR_REDUCE=0: one
-#: kernel per member reading the peer's half (for comparison)
-_PAIR = os.environ.get("VKSHMEM_CUDA_PAIR_REDUCE", "1").strip() != "0"
 
 
 def _env_int(name: str) -> int | None:
@@ -239,19 +235,10 @@ class CudaDomain(MemoryDomain):
             return
         share = -(-count // len(members) // _SHARE_ALIGN) * _SHARE_ALIGN
         lo, hi = me * share, min(count, (me + 1) * share)
-        if lo >= hi:
-            return
-        if len(members) == 2 and _PAIR:  # copies and a kernel, pipelined (pairreduce.py)
-            peer = members[1 - me]
-            at = lo * isz
-            reduce_pair(self.device, self.device.reduce_fn(op, dtype),
-                        self.local.va + dst_offset + at, peer.va + dst_offset + at,
-                        self.local.va + sources[me][1] + at, peer.va + sources[1 - me][1] + at,
-                        hi - lo, isz, me == 0)
-            return
-        self.device.reduce([mem.va + dst_offset + lo * isz for mem in members],
-                           [mem.va + off + lo * isz for mem, off in sources], hi - lo, op,
-                           dtype)
+        if lo < hi:
+            self.device.reduce([mem.va + dst_offset + lo * isz for mem in members],
+                               [mem.va + off + lo * isz for mem, off in sources], hi - lo, op,
+                               dtype)
 
     def device_view(self, mem: Mapping, offset: int, shape: tuple[int, ...],
                     dtype: np.dtype) -> PeerView:

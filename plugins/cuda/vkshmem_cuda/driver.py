@@ -137,8 +137,6 @@ class Device:
         self.stream = check(cu.cuStreamCreate(cu.CUstream_flags.CU_STREAM_NON_BLOCKING),
                             "cuStreamCreate")
         self.stream_ptr = int(self.stream)
-        self._side = 0  # side_stream()
-        self._events: list[Any] = []
         # Pinned, device-mapped host memory: the bounce buffer, then the AMO's result word.
         self._host = int(check(cu.cuMemHostAlloc(STAGE_MAX + 64, 2), "cuMemHostAlloc"))
         self.bounce = self._host
@@ -315,8 +313,11 @@ class Device:
                                     self.spin_ns), "AMO")
             return int(self._amo_out[0])
 
-    def reduce_fn(self, op: str, dtype: np.dtype) -> int:
-        """The reduce kernel of (``op``, ``dtype``), compiled at first use."""
+    def reduce(self, dsts: list[int], sources: list[int], count: int, op: str,
+               dtype: np.dtype) -> None:
+        """``d[i] = op over sources[j][i]`` for every ``d`` of ``dsts`` (device addresses this
+        GPU maps; at most :data:`~.kernels.MAX_SOURCES` of them) by a kernel (for the pairs
+        :func:`~.kernels.reduce_source` covers)."""
         key = (op, np.dtype(dtype).name)
         fn = self._reduce_fns.get(key)
         if fn is None:
@@ -326,49 +327,21 @@ class Device:
             self.current()
             fn = self._reduce_fns[key] = int(compile_kernel(self.cu, check, self.dev, source,
                                                             REDUCE_NAME, CudaError))
-        return fn
-
-    def launch_reduce(self, fn: int, dsts: list[int], sources: list[int], count: int,
-                      itemsize: int, stream: int = 0, wait: bool = True) -> None:
-        """One launch of the reduce kernel ``fn`` (at most MAX_SOURCES destinations and
-        sources) on ``stream`` (default: the domain's), waited for unless ``wait`` is False."""
         block = 512
-        grid = max(1, min(self.sms * 4, -(-count * itemsize // (16 * block))))
-        outs = _ffi.new("uint64_t[]", dsts)
-        srcs = _ffi.new("uint64_t[]", sources)
-        self._done(_lib.vkc_reduce(self.ctx_ptr, stream or self.stream_ptr, fn, outs, len(dsts),
-                                   srcs, len(sources), count, grid, block,
-                                   self.spin_ns if wait else -1), "reduce kernel")
-
-    def reduce(self, dsts: list[int], sources: list[int], count: int, op: str,
-               dtype: np.dtype) -> None:
-        """``d[i] = op over sources[j][i]`` for every ``d`` of ``dsts`` (device addresses this
-        GPU maps; at most :data:`~.kernels.MAX_SOURCES` of them) by a kernel (for the pairs
-        :func:`~.kernels.reduce_source` covers)."""
-        fn = self.reduce_fn(op, dtype)
-        isz = np.dtype(dtype).itemsize
-        self.launch_reduce(fn, dsts, sources[:MAX_SOURCES], count, isz)
+        grid = max(1, min(self.sms * 4, -(-count * np.dtype(dtype).itemsize // (16 * block))))
+        first = sources[:MAX_SOURCES]
         rest = sources[MAX_SOURCES:]
+        outs = _ffi.new("uint64_t[]", dsts)
+        srcs = _ffi.new("uint64_t[]", first)
+        self._done(_lib.vkc_reduce(self.ctx_ptr, self.stream_ptr, fn, outs, len(dsts), srcs,
+                                   len(first), count, grid, block, self.spin_ns),
+                   "reduce kernel")
         while rest:  # more sources than one launch takes: fold them into the first target
             part, rest = [dsts[0], *rest[:MAX_SOURCES - 1]], rest[MAX_SOURCES - 1:]
-            self.launch_reduce(fn, dsts if not rest else dsts[:1], part, count, isz)
-
-    def side_stream(self) -> int:
-        """A second stream of the domain (made at first use), for work that overlaps the
-        first's."""
-        if not self._side:
-            self.current()
-            self._side = int(check(self.cu.cuStreamCreate(
-                self.cu.CUstream_flags.CU_STREAM_NON_BLOCKING), "cuStreamCreate"))
-        return self._side
-
-    def events(self, n: int) -> list[Any]:
-        """``n`` CUDA events without timing (made at first use, reused)."""
-        while len(self._events) < n:
-            self.current()
-            self._events.append(check(self.cu.cuEventCreate(
-                self.cu.CUevent_flags.CU_EVENT_DISABLE_TIMING), "cuEventCreate"))
-        return self._events[:n]
+            srcs = _ffi.new("uint64_t[]", part)
+            self._done(_lib.vkc_reduce(self.ctx_ptr, self.stream_ptr, fn, outs,
+                                       len(dsts) if not rest else 1, srcs, len(part), count,
+                                       grid, block, self.spin_ns), "reduce kernel")
 
     def close(self) -> None:
         """Release the AMO scratch and the primary context (allocations are released by their
@@ -378,10 +351,6 @@ class Device:
         if self._host:
             cu.cuMemFreeHost(self._host)
             self._host = 0
-        for ev in self._events:
-            cu.cuEventDestroy(ev)
-        if self._side:
-            cu.cuStreamDestroy(self._side)
         cu.cuStreamDestroy(self.stream)
         cu.cuDevicePrimaryCtxRelease(self.dev)
 
