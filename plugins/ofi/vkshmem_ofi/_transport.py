@@ -93,6 +93,7 @@ class OfiTransport(DataPath, Transport):
                                  f"`fi_info -l` lists the providers; known to work: "
                                  f"{', '.join(KNOWN)}")
         sh.ctx = ctx
+        lib.vko_set_self(ctx, context.my_pe, getattr(context, "liveness_words", 0))
         self._ctx_finalizer = weakref.finalize(self, _close_ctx, ctx)
         try:
             sh.provider = ffi.string(lib.vko_provider(ctx)).decode()
@@ -111,6 +112,7 @@ class OfiTransport(DataPath, Transport):
             raise TransportError(NAME, f"cannot open an endpoint on {self._shared.provider}: "
                                  f"{ffi.string(err).decode()}")
         self._e = e
+        self._held_flag = lib.vko_held_flag(e)
 
     def _setup_amos(self) -> None:
         sh, opts = self._shared, self._shared.options

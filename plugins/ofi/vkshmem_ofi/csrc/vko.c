@@ -29,6 +29,7 @@
 #include <rdma/fi_rma.h>
 
 #include "vko.h"
+#include "vko_native.h"
 
 #define VKO_API FI_VERSION(1, 9)
 #define VKO_IDLE_MS 50
@@ -64,6 +65,8 @@ struct vko_ep {
     int first_err;               /* atomic: first failed operation since the last quiet */
     unsigned char *dirty;        /* PEs with inject atomics not yet flushed */
     vko_ep *next;
+    vko_native_table nops;       /* vko_native_ops (vko_native.c) */
+    int py_held;                 /* Python holds buffers of non-blocking operations */
 };
 
 struct vko_ctx {
@@ -91,6 +94,10 @@ struct vko_ctx {
     uint32_t idle_poll_us, busy_us;
     struct fid_cntr *rcntr; /* peers' RMA/atomics that landed here (polling providers) */
     uint64_t n_remote, n_busy;
+    int32_t my_pe;               /* -1 until vko_set_self */
+    volatile uint64_t *failed;   /* the core's liveness words, or NULL */
+    uint64_t n_native;           /* calls served by vko_native_ops' table */
+    uint64_t n_emulated;         /* AMOs run as compare-and-swap loops */
     char lasterr[VKO_ERRLEN];
 };
 
@@ -266,27 +273,45 @@ static void *progress_main(void *arg) {
     return NULL;
 }
 
-/* Wait until *count is 0, reading the endpoint's CQ meanwhile; bounded by the timeout. */
+/* One round of a caller's wait that began at start, after i rounds: 0 to go on (spinning for
+ * spin_us, then yielding the CPU between rounds until busy_us, then sleeping poll_us between
+ * rounds), VKO_ETIMEDOUT past the timeout, VKO_EFAILED once a PE of the job failed. */
+static int wait_step(vko_ctx *c, uint64_t start, unsigned i) {
+    if (i < 64)
+        return 0;
+    uint64_t t = now_ns() - start;
+    if (t > c->timeout_ns)
+        return VKO_ETIMEDOUT;
+    if (c->failed && c->failed[0])
+        return VKO_EFAILED;
+    if (t > (uint64_t)(c->busy_us > c->spin_us ? c->busy_us : c->spin_us) * 1000) {
+        struct timespec nap = {0, (long)c->poll_us * 1000};
+        nanosleep(&nap, NULL);
+    } else if (t > (uint64_t)c->spin_us * 1000) {
+        sched_yield();
+    }
+    return 0;
+}
+
+/* Wait until *count is 0, reading the endpoint's CQ meanwhile (bounded: wait_step). */
 static int wait_zero(vko_ep *e, int64_t *count) {
     vko_ctx *c = e->c;
-    uint64_t start = now_ns(), spin = (uint64_t)c->spin_us * 1000;
+    uint64_t start = 0;
     for (unsigned i = 0;; i++) {
         if (__atomic_load_n(count, __ATOMIC_ACQUIRE) <= 0)
             return 0;
         drain(c, e->cq);
-        if ((i & 63) == 63) {
-            uint64_t t = now_ns() - start;
-            if (t > c->timeout_ns)
-                return VKO_ETIMEDOUT;
-            if (t > spin)
-                sched_yield();
-        }
+        if (!start)
+            start = now_ns();
+        int rc = wait_step(c, start, i);
+        if (rc)
+            return rc;
     }
 }
 
 static int wait_req(vko_ep *e, vko_req *r, uint64_t *result) {
     vko_ctx *c = e->c;
-    uint64_t start = now_ns(), spin = (uint64_t)c->spin_us * 1000;
+    uint64_t start = 0;
     for (unsigned i = 0;; i++) {
         if (__atomic_load_n(&r->state, __ATOMIC_ACQUIRE) == DONE) {
             int err = r->err;
@@ -296,17 +321,14 @@ static int wait_req(vko_ep *e, vko_req *r, uint64_t *result) {
             return err;
         }
         drain(c, e->cq);
-        if ((i & 63) == 63) {
-            uint64_t t = now_ns() - start;
-            if (t > c->timeout_ns) {
-                int pending = PENDING;
-                if (__atomic_compare_exchange_n(&r->state, &pending, ORPHAN, 0,
-                                                __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
-                    return VKO_ETIMEDOUT; /* freed by whoever completes it */
-                continue;
-            }
-            if (t > spin)
-                sched_yield();
+        if (!start)
+            start = now_ns();
+        int rc = wait_step(c, start, i);
+        if (rc) {
+            int pending = PENDING;
+            if (__atomic_compare_exchange_n(&r->state, &pending, ORPHAN, 0,
+                                            __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+                return rc; /* freed by whoever completes it */
         }
     }
 }
@@ -342,17 +364,22 @@ static void drop_req(vko_req *r) { /* the post failed: it never went out */
     free(r);
 }
 
-/* Retry a post while the provider says -FI_EAGAIN (making progress meanwhile), bounded. */
-#define POST(e, expr)                                                                     \
+/* Retry a post while the provider says -FI_EAGAIN (making progress meanwhile), bounded by
+ * the timeout and the liveness word; with try_ set, return -FI_EAGAIN at once instead (the
+ * caller must not wait). */
+#define POST(e, try_, expr)                                                               \
     ({                                                                                    \
         ssize_t rc_;                                                                      \
         uint64_t t0_ = 0;                                                                 \
-        while ((rc_ = (expr)) == -FI_EAGAIN) {                                            \
+        while ((rc_ = (expr)) == -FI_EAGAIN && !(try_)) {                                 \
             drain((e)->c, (e)->cq);                                                       \
             if (!t0_)                                                                     \
                 t0_ = now_ns();                                                           \
             else if (now_ns() - t0_ > (e)->c->timeout_ns) {                               \
                 rc_ = VKO_ETIMEDOUT;                                                      \
+                break;                                                                    \
+            } else if ((e)->c->failed && (e)->c->failed[0]) {                             \
+                rc_ = VKO_EFAILED;                                                        \
                 break;                                                                    \
             }                                                                             \
         }                                                                                 \
@@ -362,3 +389,4 @@ static void drop_req(vko_req *r) { /* the post failed: it never went out */
 #include "vko_setup.c"
 #include "vko_query.c"
 #include "vko_data.c"
+#include "vko_native.c"

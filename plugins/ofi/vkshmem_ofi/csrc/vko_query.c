@@ -22,6 +22,7 @@ void vko_stats(vko_ctx *c, uint64_t *out) {
     out[2] = __atomic_load_n(&c->n_wakeups, __ATOMIC_RELAXED);
     out[3] = c->rcntr ? __atomic_load_n(&c->n_remote, __ATOMIC_RELAXED) : UINT64_MAX;
     out[4] = __atomic_load_n(&c->n_busy, __ATOMIC_RELAXED);
+    out[5] = __atomic_load_n(&c->n_emulated, __ATOMIC_RELAXED);
 }
 
 const char *vko_last_error(vko_ctx *c) { return c->lasterr; }
