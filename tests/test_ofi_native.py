@@ -21,7 +21,7 @@ import time
 import pytest
 from test_multipe import MODES, launch
 
-from vkshmem.core.errors import TransportError
+from vkshmem.core.errors import ConfigError, TransportError
 from vkshmem.core.transport import AmoOp
 
 pytest.importorskip("vkshmem_ofi")
@@ -154,3 +154,10 @@ def test_a_dead_peer_and_a_failed_job_end_the_wait_with_their_errors() -> None:
         err = tr.native_error(rc, "AMO on", 1, 0, 0, 8, None)
         assert "PE 1" in str(err) and "a PE of the job failed" in str(err), err
         assert "a PE of the job failed" in str(tr.native_error(rc, "quiet", -1, 0, 0, 0, None))
+
+
+def test_the_rail_option_native_0_keeps_the_python_methods() -> None:
+    with Job(options={"provider": PROVIDERS["tcp"], "native": "0"}) as j:
+        assert j.t[0][0].native_ops() == 0
+    with pytest.raises(ConfigError, match=r"VKSHMEM_RAIL0.*native='maybe'"):
+        Job(options={"native": "maybe"})

@@ -214,9 +214,11 @@ class DataPath:
         the core's compiled hot path calls vko_put/vko_get/vko_amo/vko_quiet/vko_fence
         through it without Python (``stats()["native_calls"]`` counts them); its quiet
         defers to :meth:`quiet` while buffers of non-blocking operations issued from Python
-        are held. 0 once closed."""
+        are held. 0 once closed, or with the rail option ``native=0``."""
         e = self._e
-        return 0 if e is None else int(lib.vko_native_ops(e))
+        if e is None or not self._shared.options.native:
+            return 0
+        return int(lib.vko_native_ops(e))
 
     def native_error(self, status: int, doing: str, pe: int, seg: int, offset: int,
                      nbytes: int, buffer: object) -> BaseException:

@@ -67,6 +67,7 @@ struct vko_ep {
     vko_ep *next;
     vko_native_table nops;       /* vko_native_ops (vko_native.c) */
     int py_held;                 /* Python holds buffers of non-blocking operations */
+    uint64_t n_polls;            /* atomic: CQ reads made by callers waiting (vko_probe) */
 };
 
 struct vko_ctx {
@@ -98,6 +99,7 @@ struct vko_ctx {
     volatile uint64_t *failed;   /* the core's liveness words, or NULL */
     uint64_t n_native;           /* calls served by vko_native_ops' table */
     uint64_t n_emulated;         /* AMOs run as compare-and-swap loops */
+    uint64_t n_rounds;           /* the progress thread's rounds (vko_probe) */
     char lasterr[VKO_ERRLEN];
 };
 
@@ -236,6 +238,7 @@ static void *progress_main(void *arg) {
         }
         got += drain_contexts(c);
         pthread_rwlock_unlock(&c->cqlock);
+        __atomic_add_fetch(&c->n_rounds, 1, __ATOMIC_RELAXED);
         uint64_t issued = __atomic_load_n(&c->n_issued, __ATOMIC_RELAXED);
         uint64_t remote = remote_count(c, rseen);
         if (got)
@@ -301,6 +304,7 @@ static int wait_zero(vko_ep *e, int64_t *count) {
         if (__atomic_load_n(count, __ATOMIC_ACQUIRE) <= 0)
             return 0;
         drain(c, e->cq);
+        __atomic_add_fetch(&e->n_polls, 1, __ATOMIC_RELAXED);
         if (!start)
             start = now_ns();
         int rc = wait_step(c, start, i);
@@ -321,6 +325,7 @@ static int wait_req(vko_ep *e, vko_req *r, uint64_t *result) {
             return err;
         }
         drain(c, e->cq);
+        __atomic_add_fetch(&e->n_polls, 1, __ATOMIC_RELAXED);
         if (!start)
             start = now_ns();
         int rc = wait_step(c, start, i);
@@ -390,3 +395,4 @@ static void drop_req(vko_req *r) { /* the post failed: it never went out */
 #include "vko_query.c"
 #include "vko_data.c"
 #include "vko_native.c"
+#include "vko_probe.c"

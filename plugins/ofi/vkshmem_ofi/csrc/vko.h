@@ -135,6 +135,13 @@ int vko_quiet(vko_ep *e);
 uintptr_t vko_native_ops(vko_ep *e);
 int *vko_held_flag(vko_ep *e);
 uint64_t vko_native_calls(vko_ctx *c);
+/* Diagnostics (tools/probe_ofi.py): n repetitions of step `what` towards PE pe, timed in C
+ * (out[0]: nanoseconds in all; out[1]: CQ reads the waiting caller made; out[2]: rounds of
+ * the progress thread meanwhile). what: 0 an empty CQ read (the caller's progress call),
+ * 1 a read of the remote-access counter (the progress thread's, each round; -FI_ENOSYS
+ * without one), 2 put 8 B + quiet, 3 put 8 B (posted, no wait), 4 get 8 B, 5 fetch_add 8 B,
+ * 6 a non-fetching add 8 B + quiet. Offset 0 of segment 0 of pe is written. */
+int vko_probe(vko_ep *e, int32_t pe, int what, int n, uint64_t *out3);
 /* The text of the last completion error the CQ reported (provider's own words). */
 const char *vko_last_error(vko_ctx *c);
 
