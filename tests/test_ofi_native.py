@@ -16,6 +16,7 @@ statuses of a dead peer (timeout) and of a failed job (the core's liveness word)
 from __future__ import annotations
 
 import ctypes
+import os
 import time
 
 import pytest
@@ -161,3 +162,9 @@ def test_the_rail_option_native_0_keeps_the_python_methods() -> None:
         assert j.t[0][0].native_ops() == 0
     with pytest.raises(ConfigError, match=r"VKSHMEM_RAIL0.*native='maybe'"):
         Job(options={"native": "maybe"})
+
+
+@pytest.mark.parametrize("npes", [2, 3])
+def test_the_busy_window_spins_unless_the_node_has_more_pes_than_cpus(npes: int) -> None:
+    with Job(n=npes, options={"provider": PROVIDERS["shm"]}) as j:
+        assert j.t[0][0].stats()["busy_yield"] == (npes > (os.cpu_count() or 1))

@@ -23,7 +23,7 @@ import json
 import os
 import statistics
 import sys
-import time
+import timeit
 
 from bench_ofi import run_vkshmem
 
@@ -60,14 +60,9 @@ def pe_main(iters: int, reps: int) -> None:
                     c_ns.append(out[0] / iters)
                     polls.append(out[1] / iters)
                 if step in api:
-                    fn = api[step]
-                    for _ in range(100):
-                        fn()
+                    timeit.timeit(api[step], number=100)  # warm-up
                     shmem.quiet()
-                    t0 = time.perf_counter_ns()
-                    for _ in range(iters):
-                        fn()
-                    api_ns.append((time.perf_counter_ns() - t0) / iters)
+                    api_ns.append(timeit.timeit(api[step], number=iters) * 1e9 / iters)
                     shmem.quiet()
             shmem.barrier_all()
         if me == 0:

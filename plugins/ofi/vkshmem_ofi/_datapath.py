@@ -44,6 +44,7 @@ class Shared:
         self.children: weakref.WeakSet[Any] = weakref.WeakSet()
         self.lock = threading.Lock()
         self.emulated: tuple[str, ...] = ()
+        self.busy_yield = True  # the progress thread's busy window yields (set by connect)
         self.cpu_amo = ffi.cast("uint64_t (*)(uintptr_t, int, int, uint64_t, uint64_t)",
                                 context.amo_function)
 
@@ -274,7 +275,8 @@ class DataPath:
                 "emulated": sh.emulated, "completions": int(out[0]), "errors": int(out[1]),
                 "progress_wakeups": int(out[2]),
                 "remote_ops": None if out[3] == 2**64 - 1 else int(out[3]),
-                "busy_windows": int(out[4]), "emulated_amos": int(out[5]),
+                "busy_windows": int(out[4]), "busy_yield": sh.busy_yield,
+                "emulated_amos": int(out[5]),
                 "native_calls": int(lib.vko_native_calls(sh.ctx)) if sh.ctx is not None else 0,
                 "fence": ("amos" if sh.ctx is not None and lib.vko_puts_ordered(sh.ctx)
                           else "writes")}

@@ -24,6 +24,7 @@ per operation, with the GIL released):
 from __future__ import annotations
 
 import logging
+import os
 import struct
 import weakref
 from collections.abc import Mapping
@@ -206,6 +207,11 @@ class OfiTransport(DataPath, Transport):
                 sizes[sid] = size
             with sh.lock:
                 sh.peers.setdefault(pe, {}).update(sizes)
+        # the busy window spins unless this node has more PEs than CPUs (then it yields)
+        node = 1 + sum(1 for pe, info in peers.items()
+                       if info.same_node and pe != sh.context.my_pe)
+        sh.busy_yield = node > (os.cpu_count() or 1)
+        lib.vko_set_busy_yield(sh.ctx, int(sh.busy_yield))
 
     def reaches(self, peer: PeerInfo) -> bool:
         """Peers that published an address (on ``shm``, only those on this node)."""

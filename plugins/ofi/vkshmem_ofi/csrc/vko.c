@@ -100,6 +100,7 @@ struct vko_ctx {
     uint64_t n_native;           /* calls served by vko_native_ops' table */
     uint64_t n_emulated;         /* AMOs run as compare-and-swap loops */
     uint64_t n_rounds;           /* the progress thread's rounds (vko_probe) */
+    int busy_yield;              /* busy window: sched_yield between polls (else spin) */
     char lasterr[VKO_ERRLEN];
 };
 
@@ -261,13 +262,19 @@ static void *progress_main(void *arg) {
             seen = issued;
             last_active = now_ns();
         } else if (!c->waitable) {
-            /* polling: yield-polls within busy_us of a peer's operation, then every poll_us
-             * while this PE was active in the last VKO_IDLE_AFTER_NS, then every
-             * idle_poll_us (peers' requests then wait up to that long) */
+            /* polling: polls without sleeping within busy_us of a peer's operation (spinning,
+             * or yielding the CPU between polls where the node has more PEs than CPUs),
+             * then every poll_us while this PE was active in the last VKO_IDLE_AFTER_NS,
+             * then every idle_poll_us (peers' requests then wait up to that long) */
             uint64_t t = now_ns();
             if (t < busy_until) {
                 last_active = t;
-                sched_yield();
+                if (__atomic_load_n(&c->busy_yield, __ATOMIC_RELAXED))
+                    sched_yield();
+#if defined(__x86_64__) || defined(__i386__)
+                else
+                    __builtin_ia32_pause();
+#endif
             } else {
                 nanosleep(t - last_active > VKO_IDLE_AFTER_NS ? &idle_nap : &nap, NULL);
             }

@@ -93,6 +93,10 @@ void vko_stats(vko_ctx *c, uint64_t *out6);
  * applies AMOs on its own words with the CPU) and the core's liveness words (0: none): a
  * waiting caller gives up with VKO_EFAILED once words[0] is set. */
 void vko_set_self(vko_ctx *c, int32_t my_pe, uintptr_t liveness_words);
+/* The progress thread's busy window (busy_us): on=1 yields the CPU between polls (the
+ * default, for nodes with more PEs than CPUs), on=0 spins (a peer's next request is served
+ * within a poll, as a provider's own benchmarks serve it). */
+void vko_set_busy_yield(vko_ctx *c, int on);
 
 /* Register [addr, addr+size) (not allocating it), or the dma-buf fd (offset 0, size bytes,
  * mapped at addr by the caller) where dmabuf_fd >= 0; the key and the remote address of its

@@ -15,6 +15,9 @@ void vko_info(vko_ctx *c, uint64_t *out) {
 uint32_t vko_amo_valid(vko_ctx *c) { return c->valid; }
 void vko_set_emulation(vko_ctx *c, uint32_t mask) { c->emulate = mask; }
 void vko_set_inject_amo(vko_ctx *c, int on) { c->inject_amo = on; }
+void vko_set_busy_yield(vko_ctx *c, int on) {
+    __atomic_store_n(&c->busy_yield, on, __ATOMIC_RELAXED);
+}
 
 void vko_stats(vko_ctx *c, uint64_t *out) {
     out[0] = __atomic_load_n(&c->n_done, __ATOMIC_RELAXED);
