@@ -118,22 +118,6 @@ int vko_has_dmabuf(void) { return 1; }
 int vko_has_dmabuf(void) { return 0; }
 #endif
 
-const char *vko_strerror(int rc) {
-    switch (rc) {
-    case VKO_EPEER: return "the PE published no address";
-    case VKO_ESEG: return "no such segment";
-    case VKO_EBOUNDS: return "outside the segment";
-    case VKO_EALIGN: return "misaligned AMO";
-    case VKO_EAMO: return "AMO not available";
-    case VKO_ECLOSED: return "closed";
-    case VKO_ENOMEM: return "out of memory";
-    case VKO_ETOOBIG: return "blob too big";
-    case VKO_ETIMEDOUT: return "timed out";
-    case VKO_ENODMABUF: return "libfabric built without FI_MR_DMABUF";
-    default: return fi_strerror(rc < 0 ? -rc : rc);
-    }
-}
-
 /* -- completions -------------------------------------------------------------------------- */
 
 static void complete(vko_ctx *c, vko_req *r, int err) {

@@ -1,5 +1,5 @@
-/* vkshmem-ofi: what the provider granted, the settings chosen after opening, the counters.
- * Included by vko.c. */
+/* vkshmem-ofi: what the provider granted, the settings chosen after opening, the counters,
+ * the names of the return codes. Included by vko.c. */
 
 const char *vko_provider(vko_ctx *c) { return c->info->fabric_attr->prov_name; }
 
@@ -35,4 +35,21 @@ int vko_puts_ordered(vko_ctx *c) { return c->puts_ordered; }
 void vko_set_fence_quiet(vko_ctx *c, int on) {
     uint64_t both = c->info->tx_attr->msg_order & c->info->rx_attr->msg_order;
     c->puts_ordered = !on && (both & (FI_ORDER_WAW | FI_ORDER_RMA_WAW)) != 0;
+}
+
+const char *vko_strerror(int rc) {
+    switch (rc) {
+    case VKO_EPEER: return "the PE published no address";
+    case VKO_ESEG: return "no such segment";
+    case VKO_EBOUNDS: return "outside the segment";
+    case VKO_EALIGN: return "misaligned AMO";
+    case VKO_EAMO: return "AMO not available";
+    case VKO_ECLOSED: return "closed";
+    case VKO_ENOMEM: return "out of memory";
+    case VKO_ETOOBIG: return "blob too big";
+    case VKO_ETIMEDOUT: return "timed out";
+    case VKO_ENODMABUF: return "libfabric built without FI_MR_DMABUF";
+    case VKO_EFAILED: return "a PE of the job failed";
+    default: return fi_strerror(rc < 0 ? -rc : rc);
+    }
 }
