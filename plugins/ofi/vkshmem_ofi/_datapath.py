@@ -44,6 +44,7 @@ class Shared:
         self.children: weakref.WeakSet[Any] = weakref.WeakSet()
         self.lock = threading.Lock()
         self.emulated: tuple[str, ...] = ()
+        self.busy_yield = True  # the progress thread's busy window yields (set by connect)
         self.cpu_amo = ffi.cast("uint64_t (*)(uintptr_t, int, int, uint64_t, uint64_t)",
                                 context.amo_function)
 
@@ -54,6 +55,7 @@ class DataPath:
     _e: Any
     _closed: bool
     _held: list[Any]
+    _held_flag: Any  # vko_held_flag(_e): set while _held is not empty (the native quiet defers)
     _graveyard: list[Any]
     _root: Any
     _ctx_finalizer: weakref.finalize | None
@@ -82,6 +84,9 @@ class DataPath:
             return TransportError(NAME, f"{where}: no completion within {sh.options.timeout:g} "
                                   "s (the peer may be dead or stuck; the rail option timeout= "
                                   "sets this limit)", status=status(rc))
+        if rc == lib.VKO_EFAILED:
+            return TransportError(NAME, f"{where}: abandoned, a PE of the job failed",
+                                  status=status(rc))
         last = ffi.string(lib.vko_last_error(sh.ctx)).decode(errors="replace") if sh.ctx else ""
         return TransportError(NAME, f"{where} failed" + (f": {last}" if last else ""),
                               status=status(rc))
@@ -127,6 +132,7 @@ class DataPath:
             raise self._error(rc, "put to", pe, seg, offset, len(buf))
         if len(buf) > lib.VKO_BOUNCE:
             self._held.append(buf)
+            self._held_flag[0] = 1
 
     def get(self, pe: int, seg: int, offset: int, dst: memoryview) -> None:
         """``fi_readmsg``; returns with ``dst`` filled (after this endpoint's writes)."""
@@ -146,6 +152,7 @@ class DataPath:
         if rc:
             raise self._error(rc, "get from", pe, seg, offset, len(buf))
         self._held.append(buf)
+        self._held_flag[0] = 1
 
     def amo(
         self, pe: int, seg: int, offset: int, op: AmoOp, width: int,
@@ -177,24 +184,54 @@ class DataPath:
         ordering (``stats()["fence"]``; the rail option ``fence=quiet`` always waits)."""
         rc = lib.vko_fence(self._live())
         if rc:
-            raise self._error(rc, "fence towards", -1, -1, 0, 0)
+            raise self.native_error(rc, "fence", -1, -1, 0, 0, None)
 
     def quiet(self) -> None:
         """Every operation this endpoint issued so far is complete at its target (and every
         non-blocking get has filled its buffer)."""
         e = self._live()
         held, self._held = self._held, []
+        self._held_flag[0] = 0
         rc = lib.vko_quiet(e)
         if rc:
-            if rc == lib.VKO_ETIMEDOUT:
+            if rc in (lib.VKO_ETIMEDOUT, lib.VKO_EFAILED):
                 self._graveyard.extend(held)  # the provider may still read or write them
-            sh = self._shared
-            last = ffi.string(lib.vko_last_error(sh.ctx)).decode(errors="replace")
-            raise TransportError(NAME, "quiet: " + (
-                f"no completion within {sh.options.timeout:g} s (a peer may be dead or stuck; "
-                "the rail option timeout= sets this limit)" if rc == lib.VKO_ETIMEDOUT
-                else f"an operation failed over {sh.provider}" + (f": {last}" if last else "")),
-                status=status(rc))
+            raise self._quiet_error(rc)
+
+    def _quiet_error(self, rc: int) -> TransportError:
+        sh = self._shared
+        last = ffi.string(lib.vko_last_error(sh.ctx)).decode(errors="replace") if sh.ctx else ""
+        return TransportError(NAME, "quiet: " + (
+            f"no completion within {sh.options.timeout:g} s (a peer may be dead or stuck; "
+            "the rail option timeout= sets this limit)" if rc == lib.VKO_ETIMEDOUT
+            else "abandoned, a PE of the job failed" if rc == lib.VKO_EFAILED
+            else f"an operation failed over {sh.provider}" + (f": {last}" if last else "")),
+            status=status(rc))
+
+    # -- the core's compiled hot path -----------------------------------------------------
+
+    def native_ops(self) -> int:
+        """The address of this endpoint's ``struct vk_native_ops`` (``csrc/vko_native.c``):
+        the core's compiled hot path calls vko_put/vko_get/vko_amo/vko_quiet/vko_fence
+        through it without Python (``stats()["native_calls"]`` counts them); its quiet
+        defers to :meth:`quiet` while buffers of non-blocking operations issued from Python
+        are held. 0 once closed, or with the rail option ``native=0``."""
+        e = self._e
+        if e is None or not self._shared.options.native:
+            return 0
+        return int(lib.vko_native_ops(e))
+
+    def native_error(self, status: int, doing: str, pe: int, seg: int, offset: int,
+                     nbytes: int, buffer: object) -> BaseException:
+        """The exception :meth:`put`/:meth:`get`/:meth:`amo`/:meth:`quiet`/:meth:`fence`
+        raise for native status ``status``."""
+        if status in (lib.VKO_ETIMEDOUT, lib.VKO_EFAILED) and buffer is not None:
+            self._graveyard.append(buffer)  # the provider may still read or write it
+        if doing == "quiet":
+            return self._quiet_error(status)
+        if doing == "fence":
+            return self._error(status, "fence towards", -1, -1, 0, 0)
+        return self._error(status, doing, pe, seg, offset, nbytes)
 
     # -- contexts, introspection, shutdown ------------------------------------------------
 
@@ -225,7 +262,7 @@ class DataPath:
         from ._transport import libfabric_version
 
         sh = self._shared
-        out = ffi.new("uint64_t[5]")
+        out = ffi.new("uint64_t[6]")
         info = ffi.new("uint64_t[6]")
         if sh.ctx is not None:
             lib.vko_stats(sh.ctx, out)
@@ -238,7 +275,9 @@ class DataPath:
                 "emulated": sh.emulated, "completions": int(out[0]), "errors": int(out[1]),
                 "progress_wakeups": int(out[2]),
                 "remote_ops": None if out[3] == 2**64 - 1 else int(out[3]),
-                "busy_windows": int(out[4]),
+                "busy_windows": int(out[4]), "busy_yield": sh.busy_yield,
+                "emulated_amos": int(out[5]),
+                "native_calls": int(lib.vko_native_calls(sh.ctx)) if sh.ctx is not None else 0,
                 "fence": ("amos" if sh.ctx is not None and lib.vko_puts_ordered(sh.ctx)
                           else "writes")}
 

@@ -58,6 +58,7 @@ class Options:
     emulate: int  # VKO_AMO bits
     inject_amo: str  # auto | on | off
     fence: str  # auto | quiet
+    native: bool  # offer the C data path to the core's compiled hot path
 
 
 def _emulate_mask(text: str, bad: type[Exception], var: str) -> int:
@@ -130,6 +131,10 @@ def parse_options(context: TransportContext) -> Options:
     if fence not in ("auto", "quiet"):
         raise ConfigError(var, f"{NAME}: fence={known['fence']!r} (use auto: rely on the "
                           "provider's write-after-write ordering where granted, or quiet)")
+    native = known.get("native", "1").lower()
+    if native not in _TRUE + _FALSE:
+        raise ConfigError(var, f"{NAME}: native={known['native']!r} (use 1: the core's "
+                          "compiled hot path calls the C data path, or 0: the Python methods)")
     return Options(
         provider=provider, provider_from=source,
         timeout=_number(known, "timeout", DEFAULT_TIMEOUT, 0.001, 1e6, var, "seconds"),
@@ -138,5 +143,5 @@ def parse_options(context: TransportContext) -> Options:
         busy_us=int(_number(known, "busy_us", DEFAULT_BUSY_US, 0, 1e7, var, "microseconds")),
         spin_us=int(_number(known, "spin_us", 50, 0, 1e7, var, "microseconds")),
         emulate=_emulate_mask(known.get("emulate", ""), ConfigError, var),
-        inject_amo=inject, fence=fence,
+        inject_amo=inject, fence=fence, native=native in _TRUE,
     )

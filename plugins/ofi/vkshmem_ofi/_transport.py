@@ -24,6 +24,7 @@ per operation, with the GIL released):
 from __future__ import annotations
 
 import logging
+import os
 import struct
 import weakref
 from collections.abc import Mapping
@@ -93,6 +94,7 @@ class OfiTransport(DataPath, Transport):
                                  f"`fi_info -l` lists the providers; known to work: "
                                  f"{', '.join(KNOWN)}")
         sh.ctx = ctx
+        lib.vko_set_self(ctx, context.my_pe, getattr(context, "liveness_words", 0))
         self._ctx_finalizer = weakref.finalize(self, _close_ctx, ctx)
         try:
             sh.provider = ffi.string(lib.vko_provider(ctx)).decode()
@@ -111,6 +113,7 @@ class OfiTransport(DataPath, Transport):
             raise TransportError(NAME, f"cannot open an endpoint on {self._shared.provider}: "
                                  f"{ffi.string(err).decode()}")
         self._e = e
+        self._held_flag = lib.vko_held_flag(e)
 
     def _setup_amos(self) -> None:
         sh, opts = self._shared, self._shared.options
@@ -204,6 +207,11 @@ class OfiTransport(DataPath, Transport):
                 sizes[sid] = size
             with sh.lock:
                 sh.peers.setdefault(pe, {}).update(sizes)
+        # the busy window spins unless this node has more PEs than CPUs (then it yields)
+        node = 1 + sum(1 for pe, info in peers.items()
+                       if info.same_node and pe != sh.context.my_pe)
+        sh.busy_yield = node > (os.cpu_count() or 1)
+        lib.vko_set_busy_yield(sh.ctx, int(sh.busy_yield))
 
     def reaches(self, peer: PeerInfo) -> bool:
         """Peers that published an address (on ``shm``, only those on this node)."""

@@ -29,6 +29,7 @@
 #include <rdma/fi_rma.h>
 
 #include "vko.h"
+#include "vko_native.h"
 
 #define VKO_API FI_VERSION(1, 9)
 #define VKO_IDLE_MS 50
@@ -64,6 +65,9 @@ struct vko_ep {
     int first_err;               /* atomic: first failed operation since the last quiet */
     unsigned char *dirty;        /* PEs with inject atomics not yet flushed */
     vko_ep *next;
+    vko_native_table nops;       /* vko_native_ops (vko_native.c) */
+    int py_held;                 /* Python holds buffers of non-blocking operations */
+    uint64_t n_polls;            /* atomic: CQ reads made by callers waiting (vko_probe) */
 };
 
 struct vko_ctx {
@@ -91,6 +95,12 @@ struct vko_ctx {
     uint32_t idle_poll_us, busy_us;
     struct fid_cntr *rcntr; /* peers' RMA/atomics that landed here (polling providers) */
     uint64_t n_remote, n_busy;
+    int32_t my_pe;               /* -1 until vko_set_self */
+    volatile uint64_t *failed;   /* the core's liveness words, or NULL */
+    uint64_t n_native;           /* calls served by vko_native_ops' table */
+    uint64_t n_emulated;         /* AMOs run as compare-and-swap loops */
+    uint64_t n_rounds;           /* the progress thread's rounds (vko_probe) */
+    int busy_yield;              /* busy window: sched_yield between polls (else spin) */
     char lasterr[VKO_ERRLEN];
 };
 
@@ -107,22 +117,6 @@ int vko_has_dmabuf(void) { return 1; }
 #else
 int vko_has_dmabuf(void) { return 0; }
 #endif
-
-const char *vko_strerror(int rc) {
-    switch (rc) {
-    case VKO_EPEER: return "the PE published no address";
-    case VKO_ESEG: return "no such segment";
-    case VKO_EBOUNDS: return "outside the segment";
-    case VKO_EALIGN: return "misaligned AMO";
-    case VKO_EAMO: return "AMO not available";
-    case VKO_ECLOSED: return "closed";
-    case VKO_ENOMEM: return "out of memory";
-    case VKO_ETOOBIG: return "blob too big";
-    case VKO_ETIMEDOUT: return "timed out";
-    case VKO_ENODMABUF: return "libfabric built without FI_MR_DMABUF";
-    default: return fi_strerror(rc < 0 ? -rc : rc);
-    }
-}
 
 /* -- completions -------------------------------------------------------------------------- */
 
@@ -229,6 +223,7 @@ static void *progress_main(void *arg) {
         }
         got += drain_contexts(c);
         pthread_rwlock_unlock(&c->cqlock);
+        __atomic_add_fetch(&c->n_rounds, 1, __ATOMIC_RELAXED);
         uint64_t issued = __atomic_load_n(&c->n_issued, __ATOMIC_RELAXED);
         uint64_t remote = remote_count(c, rseen);
         if (got)
@@ -251,13 +246,19 @@ static void *progress_main(void *arg) {
             seen = issued;
             last_active = now_ns();
         } else if (!c->waitable) {
-            /* polling: yield-polls within busy_us of a peer's operation, then every poll_us
-             * while this PE was active in the last VKO_IDLE_AFTER_NS, then every
-             * idle_poll_us (peers' requests then wait up to that long) */
+            /* polling: polls without sleeping within busy_us of a peer's operation (spinning,
+             * or yielding the CPU between polls where the node has more PEs than CPUs),
+             * then every poll_us while this PE was active in the last VKO_IDLE_AFTER_NS,
+             * then every idle_poll_us (peers' requests then wait up to that long) */
             uint64_t t = now_ns();
             if (t < busy_until) {
                 last_active = t;
-                sched_yield();
+                if (__atomic_load_n(&c->busy_yield, __ATOMIC_RELAXED))
+                    sched_yield();
+#if defined(__x86_64__) || defined(__i386__)
+                else
+                    __builtin_ia32_pause();
+#endif
             } else {
                 nanosleep(t - last_active > VKO_IDLE_AFTER_NS ? &idle_nap : &nap, NULL);
             }
@@ -266,27 +267,46 @@ static void *progress_main(void *arg) {
     return NULL;
 }
 
-/* Wait until *count is 0, reading the endpoint's CQ meanwhile; bounded by the timeout. */
+/* One round of a caller's wait that began at start, after i rounds: 0 to go on (spinning for
+ * spin_us, then yielding the CPU between rounds until busy_us, then sleeping poll_us between
+ * rounds), VKO_ETIMEDOUT past the timeout, VKO_EFAILED once a PE of the job failed. */
+static int wait_step(vko_ctx *c, uint64_t start, unsigned i) {
+    if (i < 64)
+        return 0;
+    uint64_t t = now_ns() - start;
+    if (t > c->timeout_ns)
+        return VKO_ETIMEDOUT;
+    if (c->failed && c->failed[0])
+        return VKO_EFAILED;
+    if (t > (uint64_t)(c->busy_us > c->spin_us ? c->busy_us : c->spin_us) * 1000) {
+        struct timespec nap = {0, (long)c->poll_us * 1000};
+        nanosleep(&nap, NULL);
+    } else if (t > (uint64_t)c->spin_us * 1000) {
+        sched_yield();
+    }
+    return 0;
+}
+
+/* Wait until *count is 0, reading the endpoint's CQ meanwhile (bounded: wait_step). */
 static int wait_zero(vko_ep *e, int64_t *count) {
     vko_ctx *c = e->c;
-    uint64_t start = now_ns(), spin = (uint64_t)c->spin_us * 1000;
+    uint64_t start = 0;
     for (unsigned i = 0;; i++) {
         if (__atomic_load_n(count, __ATOMIC_ACQUIRE) <= 0)
             return 0;
         drain(c, e->cq);
-        if ((i & 63) == 63) {
-            uint64_t t = now_ns() - start;
-            if (t > c->timeout_ns)
-                return VKO_ETIMEDOUT;
-            if (t > spin)
-                sched_yield();
-        }
+        __atomic_add_fetch(&e->n_polls, 1, __ATOMIC_RELAXED);
+        if (!start)
+            start = now_ns();
+        int rc = wait_step(c, start, i);
+        if (rc)
+            return rc;
     }
 }
 
 static int wait_req(vko_ep *e, vko_req *r, uint64_t *result) {
     vko_ctx *c = e->c;
-    uint64_t start = now_ns(), spin = (uint64_t)c->spin_us * 1000;
+    uint64_t start = 0;
     for (unsigned i = 0;; i++) {
         if (__atomic_load_n(&r->state, __ATOMIC_ACQUIRE) == DONE) {
             int err = r->err;
@@ -296,17 +316,15 @@ static int wait_req(vko_ep *e, vko_req *r, uint64_t *result) {
             return err;
         }
         drain(c, e->cq);
-        if ((i & 63) == 63) {
-            uint64_t t = now_ns() - start;
-            if (t > c->timeout_ns) {
-                int pending = PENDING;
-                if (__atomic_compare_exchange_n(&r->state, &pending, ORPHAN, 0,
-                                                __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
-                    return VKO_ETIMEDOUT; /* freed by whoever completes it */
-                continue;
-            }
-            if (t > spin)
-                sched_yield();
+        __atomic_add_fetch(&e->n_polls, 1, __ATOMIC_RELAXED);
+        if (!start)
+            start = now_ns();
+        int rc = wait_step(c, start, i);
+        if (rc) {
+            int pending = PENDING;
+            if (__atomic_compare_exchange_n(&r->state, &pending, ORPHAN, 0,
+                                            __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+                return rc; /* freed by whoever completes it */
         }
     }
 }
@@ -342,17 +360,22 @@ static void drop_req(vko_req *r) { /* the post failed: it never went out */
     free(r);
 }
 
-/* Retry a post while the provider says -FI_EAGAIN (making progress meanwhile), bounded. */
-#define POST(e, expr)                                                                     \
+/* Retry a post while the provider says -FI_EAGAIN (making progress meanwhile), bounded by
+ * the timeout and the liveness word; with try_ set, return -FI_EAGAIN at once instead (the
+ * caller must not wait). */
+#define POST(e, try_, expr)                                                               \
     ({                                                                                    \
         ssize_t rc_;                                                                      \
         uint64_t t0_ = 0;                                                                 \
-        while ((rc_ = (expr)) == -FI_EAGAIN) {                                            \
+        while ((rc_ = (expr)) == -FI_EAGAIN && !(try_)) {                                 \
             drain((e)->c, (e)->cq);                                                       \
             if (!t0_)                                                                     \
                 t0_ = now_ns();                                                           \
             else if (now_ns() - t0_ > (e)->c->timeout_ns) {                               \
                 rc_ = VKO_ETIMEDOUT;                                                      \
+                break;                                                                    \
+            } else if ((e)->c->failed && (e)->c->failed[0]) {                             \
+                rc_ = VKO_EFAILED;                                                        \
                 break;                                                                    \
             }                                                                             \
         }                                                                                 \
@@ -362,3 +385,5 @@ static void drop_req(vko_req *r) { /* the post failed: it never went out */
 #include "vko_setup.c"
 #include "vko_query.c"
 #include "vko_data.c"
+#include "vko_native.c"
+#include "vko_probe.c"

@@ -36,6 +36,7 @@
 #define VKO_ETOOBIG (-1008)  /* a blob does not fit the caller's buffer */
 #define VKO_ETIMEDOUT (-1009) /* no completion within the transport's timeout */
 #define VKO_ENODMABUF (-1010) /* this build's libfabric has no FI_MR_DMABUF */
+#define VKO_EFAILED (-1011)  /* abandoned: a PE of the job failed (the core's liveness words) */
 
 /* AMO op codes: the same as vkshmem.core.transport.AmoOp (checked at import). */
 #define VKO_FETCH 0
@@ -84,8 +85,18 @@ void vko_set_emulation(vko_ctx *c, uint32_t mask);
 /* Non-fetching AMOs as fi_inject_atomic (quiet then flushes each PE with a fetching read). */
 void vko_set_inject_amo(vko_ctx *c, int on);
 /* requests done, errors, progress-thread wakeups that found completions, peers' operations
- * counted here by the remote-access counter (UINT64_MAX: no counter), busy-poll windows */
-void vko_stats(vko_ctx *c, uint64_t *out5);
+ * counted here by the remote-access counter (UINT64_MAX: no counter), busy-poll windows,
+ * AMOs run as compare-and-swap loops */
+void vko_stats(vko_ctx *c, uint64_t *out6);
+
+/* This PE's number (its puts through vko_native_ops complete before returning, since the core
+ * applies AMOs on its own words with the CPU) and the core's liveness words (0: none): a
+ * waiting caller gives up with VKO_EFAILED once words[0] is set. */
+void vko_set_self(vko_ctx *c, int32_t my_pe, uintptr_t liveness_words);
+/* The progress thread's busy window (busy_us): on=1 yields the CPU between polls (the
+ * default, for nodes with more PEs than CPUs), on=0 spins (a peer's next request is served
+ * within a poll, as a provider's own benchmarks serve it). */
+void vko_set_busy_yield(vko_ctx *c, int on);
 
 /* Register [addr, addr+size) (not allocating it), or the dma-buf fd (offset 0, size bytes,
  * mapped at addr by the caller) where dmabuf_fd >= 0; the key and the remote address of its
@@ -120,6 +131,21 @@ int vko_puts_ordered(vko_ctx *c);
 /* Wait for this endpoint's outstanding puts (before an AMO applied by the CPU). */
 int vko_settle_puts(vko_ep *e);
 int vko_quiet(vko_ep *e);
+/* vkshmem's compiled hot path (vko_native.c): the address of this endpoint's
+ * struct vk_native_ops (vkshmem/core/_native.h), whose put/get/amo/quiet/fence are the
+ * calls above without Python, with the VK_NATIVE_TRY protocol; its quiet answers
+ * VK_NATIVE_PYTHON while *vko_held_flag(e) is set (Python holds buffers of non-blocking
+ * operations, released by its quiet). vko_native_calls counts the calls it served. */
+uintptr_t vko_native_ops(vko_ep *e);
+int *vko_held_flag(vko_ep *e);
+uint64_t vko_native_calls(vko_ctx *c);
+/* Diagnostics (tools/probe_ofi.py): n repetitions of step `what` towards PE pe, timed in C
+ * (out[0]: nanoseconds in all; out[1]: CQ reads the waiting caller made; out[2]: rounds of
+ * the progress thread meanwhile). what: 0 an empty CQ read (the caller's progress call),
+ * 1 a read of the remote-access counter (the progress thread's, each round; -FI_ENOSYS
+ * without one), 2 put 8 B + quiet, 3 put 8 B (posted, no wait), 4 get 8 B, 5 fetch_add 8 B,
+ * 6 a non-fetching add 8 B + quiet. Offset 0 of segment 0 of pe is written. */
+int vko_probe(vko_ep *e, int32_t pe, int what, int n, uint64_t *out3);
 /* The text of the last completion error the CQ reported (provider's own words). */
 const char *vko_last_error(vko_ctx *c);
 

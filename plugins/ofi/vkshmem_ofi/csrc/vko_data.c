@@ -36,8 +36,10 @@ static int settle_writes(vko_ep *e, int32_t pe) {
     return wait_zero(e, &e->writes);
 }
 
-int vko_put(vko_ep *e, int32_t pe, uint32_t seg, uint64_t off, const void *src, size_t n,
-            int nbi) {
+/* vko_put; try_: only a put that is copied (the source is not kept) and posts at once, else
+ * -FI_EAGAIN with nothing done. */
+static int put_impl(vko_ep *e, int32_t pe, uint32_t seg, uint64_t off, const void *src,
+                    size_t n, int nbi, int try_) {
     vko_ctx *c = e->c;
     fi_addr_t fa;
     uint64_t raddr, key;
@@ -46,6 +48,8 @@ int vko_put(vko_ep *e, int32_t pe, uint32_t seg, uint64_t off, const void *src, 
     int rc = target(c, pe, seg, off, n, &fa, &raddr, &key);
     if (rc || n == 0)
         return rc;
+    if (try_ && n > VKO_BOUNCE)
+        return -FI_EAGAIN;
     size_t max = c->info->ep_attr->max_msg_size ? c->info->ep_attr->max_msg_size : n;
     const char *p = src;
     while (n) {
@@ -60,7 +64,7 @@ int vko_put(vko_ep *e, int32_t pe, uint32_t seg, uint64_t off, const void *src, 
         struct fi_rma_iov rma = {.addr = raddr, .len = len, .key = key};
         struct fi_msg_rma msg = {.msg_iov = &iov, .iov_count = 1, .addr = fa,
                                  .rma_iov = &rma, .rma_iov_count = 1, .context = r};
-        rc = POST(e, fi_writemsg(e->ep, &msg, FI_COMPLETION | FI_DELIVERY_COMPLETE));
+        rc = POST(e, try_, fi_writemsg(e->ep, &msg, FI_COMPLETION | FI_DELIVERY_COMPLETE));
         if (rc) {
             drop_req(r);
             return rc;
@@ -72,6 +76,11 @@ int vko_put(vko_ep *e, int32_t pe, uint32_t seg, uint64_t off, const void *src, 
         n -= len;
     }
     return 0;
+}
+
+int vko_put(vko_ep *e, int32_t pe, uint32_t seg, uint64_t off, const void *src, size_t n,
+            int nbi) {
+    return put_impl(e, pe, seg, off, src, n, nbi, 0);
 }
 
 int vko_get(vko_ep *e, int32_t pe, uint32_t seg, uint64_t off, void *dst, size_t n, int nbi) {
@@ -96,7 +105,7 @@ int vko_get(vko_ep *e, int32_t pe, uint32_t seg, uint64_t off, void *dst, size_t
         struct fi_rma_iov rma = {.addr = raddr, .len = len, .key = key};
         struct fi_msg_rma msg = {.msg_iov = &iov, .iov_count = 1, .addr = fa,
                                  .rma_iov = &rma, .rma_iov_count = 1, .context = r};
-        rc = POST(e, fi_readmsg(e->ep, &msg, FI_COMPLETION));
+        rc = POST(e, 0, fi_readmsg(e->ep, &msg, FI_COMPLETION));
         if (rc) {
             drop_req(r);
             return rc;
@@ -112,13 +121,13 @@ int vko_get(vko_ep *e, int32_t pe, uint32_t seg, uint64_t off, void *dst, size_t
 
 /* One native AMO: fetch=0 posts and returns (the operand lives in the request). */
 static int amo1(vko_ep *e, fi_addr_t fa, uint64_t raddr, uint64_t key, int op, int width,
-                uint64_t operand, uint64_t compare, int fetch, uint64_t *result) {
+                uint64_t operand, uint64_t compare, int fetch, uint64_t *result, int try_) {
     vko_ctx *c = e->c;
     enum fi_datatype dt = width == 8 ? FI_UINT64 : FI_UINT32;
     int rc;
     if (!fetch && c->inject_amo) {
         __atomic_add_fetch(&c->n_issued, 1, __ATOMIC_RELAXED);
-        rc = POST(e, fi_inject_atomic(e->ep, &operand, 1, fa, raddr, key, dt, FIOP[op]));
+        rc = POST(e, try_, fi_inject_atomic(e->ep, &operand, 1, fa, raddr, key, dt, FIOP[op]));
         return rc;
     }
     vko_req *r = new_req(e, !fetch, !fetch);
@@ -134,12 +143,12 @@ static int amo1(vko_ep *e, fi_addr_t fa, uint64_t raddr, uint64_t key, int op, i
     struct fi_ioc res = {.addr = &r->result, .count = 1};
     struct fi_ioc cmp = {.addr = &r->compare, .count = 1};
     if (!fetch)
-        rc = POST(e, fi_atomicmsg(e->ep, &m, FI_COMPLETION | FI_DELIVERY_COMPLETE));
+        rc = POST(e, try_, fi_atomicmsg(e->ep, &m, FI_COMPLETION | FI_DELIVERY_COMPLETE));
     else if (op == VKO_CSWAP)
-        rc = POST(e, fi_compare_atomicmsg(e->ep, &m, &cmp, NULL, 1, &res, NULL, 1,
+        rc = POST(e, try_, fi_compare_atomicmsg(e->ep, &m, &cmp, NULL, 1, &res, NULL, 1,
                                           FI_COMPLETION));
     else
-        rc = POST(e, fi_fetch_atomicmsg(e->ep, &m, &res, NULL, 1, FI_COMPLETION));
+        rc = POST(e, try_, fi_fetch_atomicmsg(e->ep, &m, &res, NULL, 1, FI_COMPLETION));
     if (rc) {
         drop_req(r);
         return rc;
@@ -163,8 +172,11 @@ static uint64_t apply(int op, uint64_t old, uint64_t x, uint64_t mask) {
     }
 }
 
-int vko_amo(vko_ep *e, int32_t pe, uint32_t seg, uint64_t off, int op, int width,
-            uint64_t operand, uint64_t compare, int fetch, uint64_t *result) {
+/* vko_amo; try_: only a non-fetching native AMO that needs no wait before it and posts at
+ * once, else -FI_EAGAIN with nothing done. */
+static int amo_impl(vko_ep *e, int32_t pe, uint32_t seg, uint64_t off, int op, int width,
+                    uint64_t operand, uint64_t compare, int fetch, uint64_t *result,
+                    int try_) {
     vko_ctx *c = e->c;
     fi_addr_t fa;
     uint64_t raddr, key, mask = width == 8 ? ~0ull : 0xffffffffull;
@@ -184,10 +196,13 @@ int vko_amo(vko_ep *e, int32_t pe, uint32_t seg, uint64_t off, int op, int width
     *result = 0;
     uint32_t bit = 1u << (op + (width == 8 ? VKO_AMO_W8 : 0) + (fetch ? VKO_AMO_FETCH : 0));
     uint32_t cas = 1u << (VKO_CSWAP + (width == 8 ? VKO_AMO_W8 : 0) + VKO_AMO_FETCH);
+    int native = (c->valid & bit) && !(c->emulate & bit);
+    if (try_ && (fetch || !native || __atomic_load_n(&e->puts, __ATOMIC_ACQUIRE) > 0))
+        return -FI_EAGAIN;
     if ((rc = fetch ? settle_writes(e, pe) : vko_settle_puts(e)))
         return rc;
-    if ((c->valid & bit) && !(c->emulate & bit)) {
-        rc = amo1(e, fa, raddr, key, op, width, operand, compare, fetch, result);
+    if (native) {
+        rc = amo1(e, fa, raddr, key, op, width, operand, compare, fetch, result, try_);
         if (!rc && !fetch && c->inject_amo)
             __atomic_store_n(&e->dirty[pe], 1, __ATOMIC_RELEASE);
         return rc;
@@ -198,14 +213,15 @@ int vko_amo(vko_ep *e, int32_t pe, uint32_t seg, uint64_t off, int op, int width
      * swap in the new value until no other write came in between. */
     if (!fetch && (rc = settle_writes(e, pe)))
         return rc;
+    __atomic_add_fetch(&c->n_emulated, 1, __ATOMIC_RELAXED);
     uint64_t old = 0, got = 0;
-    if ((rc = amo1(e, fa, raddr, key, VKO_CSWAP, width, 0, 0, 1, &old)))
+    if ((rc = amo1(e, fa, raddr, key, VKO_CSWAP, width, 0, 0, 1, &old, 0)))
         return rc;
     for (;;) {
         if (op == VKO_FETCH)
             break;
         uint64_t want = apply(op, old, operand, mask);
-        if ((rc = amo1(e, fa, raddr, key, VKO_CSWAP, width, want, old, 1, &got)))
+        if ((rc = amo1(e, fa, raddr, key, VKO_CSWAP, width, want, old, 1, &got, 0)))
             return rc;
         if (got == old)
             break;
@@ -213,6 +229,11 @@ int vko_amo(vko_ep *e, int32_t pe, uint32_t seg, uint64_t off, int op, int width
     }
     *result = old;
     return 0;
+}
+
+int vko_amo(vko_ep *e, int32_t pe, uint32_t seg, uint64_t off, int op, int width,
+            uint64_t operand, uint64_t compare, int fetch, uint64_t *result) {
+    return amo_impl(e, pe, seg, off, op, width, operand, compare, fetch, result, 0);
 }
 
 /* For providers whose non-fetching AMOs are injected: a fetching read of the word at offset 0
@@ -229,7 +250,8 @@ static int flush_injects(vko_ep *e, int32_t only) {
             if (!__atomic_load_n(&rs->valid, __ATOMIC_ACQUIRE) || rs->size < 8)
                 continue;
             uint64_t out;
-            int rc = amo1(e, c->peers[pe].fa, rs->base, rs->key, VKO_FETCH, 8, 0, 0, 1, &out);
+            int rc = amo1(e, c->peers[pe].fa, rs->base, rs->key, VKO_FETCH, 8, 0, 0, 1, &out,
+                          0);
             if (rc)
                 return rc;
             break;

@@ -1,5 +1,5 @@
-/* vkshmem-ofi: what the provider granted, the settings chosen after opening, the counters.
- * Included by vko.c. */
+/* vkshmem-ofi: what the provider granted, the settings chosen after opening, the counters,
+ * the names of the return codes. Included by vko.c. */
 
 const char *vko_provider(vko_ctx *c) { return c->info->fabric_attr->prov_name; }
 
@@ -15,6 +15,9 @@ void vko_info(vko_ctx *c, uint64_t *out) {
 uint32_t vko_amo_valid(vko_ctx *c) { return c->valid; }
 void vko_set_emulation(vko_ctx *c, uint32_t mask) { c->emulate = mask; }
 void vko_set_inject_amo(vko_ctx *c, int on) { c->inject_amo = on; }
+void vko_set_busy_yield(vko_ctx *c, int on) {
+    __atomic_store_n(&c->busy_yield, on, __ATOMIC_RELAXED);
+}
 
 void vko_stats(vko_ctx *c, uint64_t *out) {
     out[0] = __atomic_load_n(&c->n_done, __ATOMIC_RELAXED);
@@ -22,6 +25,7 @@ void vko_stats(vko_ctx *c, uint64_t *out) {
     out[2] = __atomic_load_n(&c->n_wakeups, __ATOMIC_RELAXED);
     out[3] = c->rcntr ? __atomic_load_n(&c->n_remote, __ATOMIC_RELAXED) : UINT64_MAX;
     out[4] = __atomic_load_n(&c->n_busy, __ATOMIC_RELAXED);
+    out[5] = __atomic_load_n(&c->n_emulated, __ATOMIC_RELAXED);
 }
 
 const char *vko_last_error(vko_ctx *c) { return c->lasterr; }
@@ -31,4 +35,21 @@ int vko_puts_ordered(vko_ctx *c) { return c->puts_ordered; }
 void vko_set_fence_quiet(vko_ctx *c, int on) {
     uint64_t both = c->info->tx_attr->msg_order & c->info->rx_attr->msg_order;
     c->puts_ordered = !on && (both & (FI_ORDER_WAW | FI_ORDER_RMA_WAW)) != 0;
+}
+
+const char *vko_strerror(int rc) {
+    switch (rc) {
+    case VKO_EPEER: return "the PE published no address";
+    case VKO_ESEG: return "no such segment";
+    case VKO_EBOUNDS: return "outside the segment";
+    case VKO_EALIGN: return "misaligned AMO";
+    case VKO_EAMO: return "AMO not available";
+    case VKO_ECLOSED: return "closed";
+    case VKO_ENOMEM: return "out of memory";
+    case VKO_ETOOBIG: return "blob too big";
+    case VKO_ETIMEDOUT: return "timed out";
+    case VKO_ENODMABUF: return "libfabric built without FI_MR_DMABUF";
+    case VKO_EFAILED: return "a PE of the job failed";
+    default: return fi_strerror(rc < 0 ? -rc : rc);
+    }
 }

@@ -26,6 +26,8 @@ static vko_ctx *open_ctx(const char *prov, int32_t n_pes, uint32_t poll_us,
     pthread_rwlock_init(&c->cqlock, &rwa);
     pthread_rwlockattr_destroy(&rwa);
     c->n_pes = n_pes;
+    c->my_pe = -1;
+    c->busy_yield = 1;
     c->poll_us = poll_us ? poll_us : 1;
     c->idle_poll_us = idle_poll_us > c->poll_us ? idle_poll_us : c->poll_us;
     c->busy_us = busy_us;

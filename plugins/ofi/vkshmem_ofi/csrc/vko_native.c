@@ -1,0 +1,110 @@
+/* vkshmem-ofi: the data path offered to vkshmem's compiled hot path (Transport.native_ops;
+ * vkshmem/core/_native.h). Included by vko.c.
+ *
+ * The core calls these for the default context's put/get/AMOs on the host heap (segment 0)
+ * and for quiet/fence, instead of the Python methods: the same vko_put/vko_get/vko_amo/
+ * vko_quiet/vko_fence, without Python and cffi in between. First, with the GIL held, as a
+ * VKO_N_TRY call, which does only what completes without waiting and keeps no pointer:
+ *   put   up to VKO_BOUNCE bytes (copied into the request) posted at once;
+ *   amo   a non-fetching native AMO (fi_inject_atomic or fi_atomicmsg with the operand in the
+ *         request) while no put of this endpoint is in flight;
+ *   quiet/fence  nothing outstanding (nothing to flush): a memory fence;
+ * and VKO_N_AGAIN, nothing done, for the rest (gets and fetching AMOs always wait for their
+ * completion), which the core repeats as a blocking call with the GIL released.
+ * Statuses are 0, VKO_N_AGAIN/VKO_N_PYTHON, or the negative VKO_E* / -FI_* codes the Python
+ * methods turn into exceptions (OfiTransport.native_error). */
+
+/* A put to this PE completes before it returns: the core applies AMOs on this PE's own words
+ * with CPU atomics, which must see the put (as the Python amo's vko_settle_puts ensures). */
+static int native_put(void *self, int32_t pe, uint32_t seg, uint64_t off, const void *src,
+                      size_t n, int nbi) {
+    vko_ep *e = self;
+    vko_ctx *c = e->c;
+    int try_ = nbi & VKO_N_TRY;
+    if (!e->ep)
+        return VKO_ECLOSED;
+    if (try_ && pe == c->my_pe)
+        return VKO_N_AGAIN;
+    __atomic_add_fetch(&c->n_native, 1, __ATOMIC_RELAXED);
+    int rc = put_impl(e, pe, seg, off, src, n, 0, try_);
+    if (rc == -FI_EAGAIN && try_)
+        return VKO_N_AGAIN;
+    if (!rc && pe == c->my_pe)
+        rc = vko_settle_puts(e);
+    return rc;
+}
+
+static int native_get(void *self, int32_t pe, uint32_t seg, uint64_t off, void *dst, size_t n,
+                      int nbi) {
+    vko_ep *e = self;
+    if (nbi & VKO_N_TRY)
+        return VKO_N_AGAIN; /* a get waits for its completion */
+    __atomic_add_fetch(&e->c->n_native, 1, __ATOMIC_RELAXED);
+    return vko_get(e, pe, seg, off, dst, n, 0);
+}
+
+static int native_amo(void *self, int32_t pe, uint32_t seg, uint64_t off, int op, int width,
+                      uint64_t operand, uint64_t compare, int fetch, uint64_t *result) {
+    vko_ep *e = self;
+    int try_ = fetch & VKO_N_TRY;
+    uint64_t out = 0;
+    __atomic_add_fetch(&e->c->n_native, 1, __ATOMIC_RELAXED);
+    int rc = amo_impl(e, pe, seg, off, op, width, operand, compare, fetch & 1, &out, try_);
+    if (rc == -FI_EAGAIN && try_)
+        return VKO_N_AGAIN;
+    *result = out;
+    return rc;
+}
+
+/* Nothing this endpoint issued is outstanding (for a fence: nothing it must wait for), no
+ * injected AMO awaits its flush and no error awaits its report. */
+static int settled(vko_ep *e, int fence) {
+    int64_t *count = !fence ? &e->outstanding
+                     : e->c->puts_ordered ? &e->amos : &e->writes;
+    if (__atomic_load_n(count, __ATOMIC_ACQUIRE) > 0 ||
+        __atomic_load_n(&e->first_err, __ATOMIC_ACQUIRE))
+        return 0;
+    if (e->c->inject_amo)
+        for (int32_t pe = 0; pe < e->c->n_pes; pe++)
+            if (__atomic_load_n(&e->dirty[pe], __ATOMIC_ACQUIRE))
+                return 0;
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    return 1;
+}
+
+static int native_quiet(void *self, int mode) {
+    vko_ep *e = self;
+    if (!e->ep)
+        return VKO_ECLOSED;
+    if (__atomic_load_n(&e->py_held, __ATOMIC_ACQUIRE))
+        return VKO_N_PYTHON;
+    __atomic_add_fetch(&e->c->n_native, 1, __ATOMIC_RELAXED);
+    if (mode & VKO_N_TRY)
+        return settled(e, 0) ? 0 : VKO_N_AGAIN;
+    return vko_quiet(e);
+}
+
+static int native_fence(void *self, int mode) {
+    vko_ep *e = self;
+    if (!e->ep)
+        return VKO_ECLOSED;
+    __atomic_add_fetch(&e->c->n_native, 1, __ATOMIC_RELAXED);
+    if (mode & VKO_N_TRY)
+        return settled(e, 1) ? 0 : VKO_N_AGAIN;
+    return vko_fence(e);
+}
+
+uintptr_t vko_native_ops(vko_ep *e) {
+    e->nops = (vko_native_table){e, native_put, native_get, native_amo, native_quiet,
+                                 native_fence, VKO_N_CAN_TRY};
+    return (uintptr_t)&e->nops;
+}
+
+int *vko_held_flag(vko_ep *e) { return &e->py_held; }
+
+uint64_t vko_native_calls(vko_ctx *c) { return __atomic_load_n(&c->n_native, __ATOMIC_RELAXED); }
+
+void vko_set_self(vko_ctx *c, int32_t my_pe, uintptr_t liveness_words) {
+    c->my_pe = my_pe;
+    c->failed = (volatile uint64_t *)liveness_words;
+}
