@@ -18,6 +18,9 @@ line by line with a ``[pe i] `` prefix, and watches them:
   that the other PEs initialise again (OpenSHMEM 1.6) fails at once, naming it, instead of
   waiting for it until the bootstrap timeout;
 * ``--timeout`` ends the job the same way, with exit status 124;
+* when the job ends, shared-memory files its PEs' plugins named after it and left under
+  ``/dev/shm`` (a PE killed by SIGKILL runs no clean-up; :mod:`vkshmem.core.shmnames`) are
+  removed;
 * SIGINT/SIGTERM/SIGHUP on the launcher end every PE (a second one kills them at once);
 * each PE runs in its own process group (so a terminal's Ctrl-C reaches only the launcher,
   and ending a PE ends what it started) and, on Linux, gets SIGKILL if the launcher dies
@@ -47,6 +50,7 @@ from typing import BinaryIO
 from ._launchio import _PE, _Output, _pdeathsig_setup, _signal_name, _Stream
 from .core.auth import FD_VAR, FILE_VAR, SECRET_VAR, new_secret, secret_fd
 from .core.bootstrap.store import StoreServer, format_seconds
+from .core.shmnames import remove_job_shm
 
 __all__ = ["PE_VARS", "LaunchOptions", "run_job"]
 
@@ -306,6 +310,7 @@ class _Job(_Output):
             for pe in self.pes:
                 for stream in pe.streams:
                     self._close_stream(stream)
+            remove_job_shm(self.job_id)  # what killed PEs' plugins left in /dev/shm
             self.server.close()
             with contextlib.suppress(OSError):
                 os.close(self.secret_fd)

@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from vkshmem.core.errors import TransportError
+from vkshmem.core.shmnames import job_shm_name
 from vkshmem.core.transport import (
     AmoOp,
     PeerInfo,
@@ -68,6 +69,7 @@ def libfabric_version() -> str:
 
 def _close_ctx(ctx: Any) -> None:
     lib.vko_close(ctx)
+
 
 
 class OfiTransport(DataPath, Transport):
@@ -108,7 +110,8 @@ class OfiTransport(DataPath, Transport):
 
     def _open_endpoint(self) -> None:
         err = ffi.new("char[]", lib.VKO_ERRLEN)
-        e = lib.vko_ep_open(self._shared.ctx, err, lib.VKO_ERRLEN)
+        e = lib.vko_ep_open(self._shared.ctx, job_shm_name(self._shared.context.my_pe).encode(),
+                            err, lib.VKO_ERRLEN)
         if e == ffi.NULL:
             raise TransportError(NAME, f"cannot open an endpoint on {self._shared.provider}: "
                                  f"{ffi.string(err).decode()}")

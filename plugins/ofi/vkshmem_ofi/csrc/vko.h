@@ -111,7 +111,9 @@ int vko_peer_seg(vko_ctx *c, int32_t pe, uint32_t seg, uint64_t base, uint64_t s
 
 /* The first endpoint is the root (peers target it; the progress thread sleeps on its CQ);
  * later ones are contexts' endpoints, each with its own CQ. */
-vko_ep *vko_ep_open(vko_ctx *c, char *err, size_t errlen);
+/* name: the endpoint's name where the provider names endpoints by strings (shm: the file under
+ * /dev/shm), set before it is enabled; NULL or "" keeps the provider's default. */
+vko_ep *vko_ep_open(vko_ctx *c, const char *name, char *err, size_t errlen);
 /* Wait (bounded) for a context endpoint's operations, then close it; for the root endpoint
  * this does nothing (vko_close closes it, after stopping the progress thread). */
 void vko_ep_close(vko_ep *e);

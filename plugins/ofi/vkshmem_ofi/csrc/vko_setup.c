@@ -305,7 +305,7 @@ static uint32_t query_valid(struct fid_ep *ep) {
     return mask;
 }
 
-vko_ep *vko_ep_open(vko_ctx *c, char *err, size_t errlen) {
+vko_ep *vko_ep_open(vko_ctx *c, const char *name, char *err, size_t errlen) {
     vko_ep *e = calloc(1, sizeof *e);
     int rc;
     if (!e || !(e->dirty = calloc((size_t)c->n_pes, 1))) {
@@ -333,6 +333,9 @@ vko_ep *vko_ep_open(vko_ctx *c, char *err, size_t errlen) {
         seterr(err, errlen, "fi_ep_bind(av)", rc);
     } else if ((rc = fi_ep_bind(e->ep, &e->cq->fid, FI_TRANSMIT | FI_RECV))) {
         seterr(err, errlen, "fi_ep_bind(cq)", rc);
+    } else if (name && *name && c->info->addr_format == FI_ADDR_STR &&
+               (rc = fi_setname(&e->ep->fid, (void *)name, strlen(name) + 1))) {
+        seterr(err, errlen, "fi_setname", rc);
     } else if (root && c->rcntr &&
                fi_ep_bind(e->ep, &c->rcntr->fid, FI_REMOTE_WRITE | FI_REMOTE_READ)) {
         fi_close(&c->rcntr->fid); /* no busy-polling window then, nothing worse */
