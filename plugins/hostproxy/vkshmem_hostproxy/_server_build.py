@@ -1,12 +1,14 @@
 """cffi (API mode) build of the hostproxy's native parts, ``vkshmem_hostproxy._server``.
 
-The C sources live in ``csrc/``: ``hp_server.c`` (the server thread), ``hp_conn.c`` and
-``hp_client.c`` (the client: every request a PE sends, from Python or from the core's compiled
-hot path; its declarations are read from ``hp_client.h``) and ``hp_auth.c`` (HMAC-SHA256 for
-the handshake that admits peers). It needs the core's ``_native.h`` (the ``vk_amo_fn`` type
-and AMO op codes): found next to an importable ``vkshmem`` package, or in the
-vkshmem source tree this plugin sits in (``plugins/hostproxy`` of the vkshmem repository), which
-is what an isolated ``pip install`` of the in-tree plugin sees.
+The C sources live in ``csrc/``, built as one translation unit: ``hp_server.c`` and
+``hp_loop.c`` (the server thread: a connection's requests; the epoll loop and the server's
+lifetime), ``hp_conn.c`` and ``hp_client.c`` (the client: every request a PE sends, from Python
+or from the core's compiled hot path; its declarations are read from ``hp_client.h``) and
+``hp_auth.c`` (HMAC-SHA256 for the handshake that admits peers). It needs the core's
+``_native.h`` (the ``vk_amo_fn`` type and AMO op codes): found next to an importable
+``vkshmem`` package, or in the vkshmem source tree this plugin sits in (``plugins/hostproxy``
+of the vkshmem repository), which is what an isolated ``pip install`` of the in-tree plugin
+sees.
 """
 
 from __future__ import annotations
@@ -105,7 +107,7 @@ ffibuilder.cdef(CDEF + header_cdef(CSRC / "hp_client.h"))
 ffibuilder.set_source(
     "vkshmem_hostproxy._server",
     "".join((CSRC / f).read_text()
-            for f in ("hp_server.c", "hp_auth.c", "hp_conn.c", "hp_client.c")),
+            for f in ("hp_server.c", "hp_loop.c", "hp_auth.c", "hp_conn.c", "hp_client.c")),
     include_dirs=[str(CSRC), core_include_dir()],
     extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter"],
     libraries=["pthread"],
