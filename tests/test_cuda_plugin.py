@@ -88,6 +88,21 @@ def test_cuda_service_multipe(cuda_installed: bool, npes: int, mode: str) -> Non
     check_run(launch("cuda_service", npes, env), "cuda_service", npes, mode)
 
 
+@pytest.mark.parametrize("mode", ["shm", "hostproxy"])
+@pytest.mark.parametrize("npes", [1, 2, 4])
+def test_cuda_gpu_initiated(cuda_installed: bool, npes: int, mode: str) -> None:
+    """Vulkan kernels on the CUDA heap: each PE's kernel (tests/gpu/shaders/put_signal.comp)
+    writes its block and puts it into the next PE's heap with a signal through the request
+    ring; the heap is the VMM allocation, imported into Vulkan."""
+    if not cuda_installed:
+        pytest.skip("no CUDA GPU here (tests/gpu/device_run.sh runs this on one)")
+    env = {**MODES[mode], "VKSHMEM_GPU_PROVIDER": "cuda"}
+    r = launch("gpu_initiated", npes, env, timeout=240)
+    assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout}\n{r.stderr}"
+    assert r.stdout.count("gpu_initiated ok") == npes, r.stdout
+    assert r.stdout.count("(domain cuda)") == npes, r.stdout
+
+
 def test_cuda_service_setting_is_checked(cuda_installed: bool) -> None:
     from vkshmem_cuda.service import service_mode
 

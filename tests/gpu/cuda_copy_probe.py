@@ -6,25 +6,11 @@ cuMemAlloc buffers through cuda-bindings, (d) CuPy memcpyAsync + synchronize. Pr
 
 from __future__ import annotations
 
-import statistics
-import time
 from collections.abc import Callable
 
 from cuda.bindings import driver as cu
+from probe_timing import per_call
 from vkshmem_cuda.driver import Device, check
-
-
-def per_call(fn: Callable[[], object], n: int) -> float:
-    for _ in range(20):
-        fn()
-    rounds = []
-    for _ in range(5):
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        rounds.append((time.perf_counter() - t0) / n)
-    return statistics.median(rounds) * 1e6
-
 
 dev = Device(0)
 size = dev.round_up(32 << 20)

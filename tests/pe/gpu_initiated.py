@@ -47,4 +47,5 @@ for rnd, salt in enumerate((7, 1000)):
 shmem.barrier_all()
 init = src.domain.initiator
 init.check()
-print(f"gpu_initiated ok: {init.service.handled} requests served on PE {me}", flush=True)
+print(f"gpu_initiated ok: {init.service.handled} requests served on PE {me} "
+      f"(domain {src.domain.spec.name})", flush=True)

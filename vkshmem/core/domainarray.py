@@ -84,11 +84,25 @@ class DomainArray:
 
     def _view(self, offset: int, shape: tuple[int, ...], dtype: np.dtype | None = None
               ) -> Self:
-        return type(self)(self.domain, offset, shape, dtype or self.dtype, self._base or self)
+        cls = type(self)
+        if cls.__init__ is not DomainArray.__init__:  # a subclass with its own constructor
+            return cls(self.domain, offset, shape, dtype or self.dtype, self._base or self)
+        # the fields are already checked: no parsing (a slice in an RMA loop stays cheap)
+        view = object.__new__(cls)
+        view.domain = self.domain
+        view.offset = offset
+        view.shape = shape
+        view.dtype = dtype or self.dtype
+        view._base = self._base or self
+        view._size = math.prod(shape)
+        return view
 
     def __getitem__(self, key: Any) -> Any:
         """``a[i]`` (a row view, or an element's value for 1-D), ``a[i:j]`` along the first
         axis (step 1), ``a[i, j]`` for leading axes. Other indexing: use ``to_numpy()``."""
+        if type(key) is slice and key.step is None and len(self.shape) == 1:  # a[i:j]
+            start, stop, _ = key.indices(self.shape[0])
+            return self._view(self.offset + start * self.dtype.itemsize, (max(0, stop - start),))
         if not isinstance(key, tuple):
             key = (key,)
         if len(key) > self.ndim:

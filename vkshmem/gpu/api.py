@@ -17,6 +17,7 @@ import numpy as np
 
 from vkshmem._api import state
 from vkshmem._api.args import heap_of, locate
+from vkshmem.core.domainarray import DomainArray
 from vkshmem.core.errors import FeatureNotAvailableError, InvalidArgumentError, InvalidTypeError
 
 from .array import DeviceArray
@@ -37,16 +38,21 @@ def gpu_kernel(spirv: str | os.PathLike[str] | bytes, *, name: str | None = None
     heap = state.rt.domain("gpu")
     get_initiator = getattr(heap.domain, "get_initiator", None)
     if get_initiator is None:
-        raise FeatureNotAvailableError(f"gpu_kernel needs the Vulkan GPU domain; domain='gpu' "
-                                       f"is {heap.name!r} here")
+        raise FeatureNotAvailableError(f"gpu_kernel needs a GPU domain that runs Vulkan kernels "
+                                       f"(vulkan, cuda); domain='gpu' is {heap.name!r} here")
     return get_initiator().kernel(spirv, name=name, entry=entry, scratch_bytes=scratch_bytes)
 
 
 def offset_of(a: Any) -> tuple[int, int]:
     """``(segment, offset)`` of symmetric array ``a`` as kernels address it: segment 0 the
     host heap, 1 the GPU heap; the same numbers on every PE."""
-    if isinstance(a, DeviceArray):
-        heap_of(a, "offset_of")
+    if isinstance(a, DomainArray):
+        heap = heap_of(a, "offset_of")
+        if not isinstance(a, DeviceArray) and heap is not state.rt.heaps.get("gpu"):
+            raise InvalidArgumentError(f"offset_of: kernels address the host heap and the GPU "
+                                       f"heap (domain='gpu', open once an array of it or "
+                                       f"gpu_kernel was made); this array is in the "
+                                       f"{heap.name} heap")
         return _KERNEL_GPU, a.offset
     if not isinstance(a, (np.ndarray, memoryview)):
         raise InvalidTypeError(f"offset_of takes a symmetric array, got {type(a).__name__}")

@@ -292,7 +292,7 @@ class VulkanDomain(CudaInterop, MemoryDomain):
         collective)."""
         if self.initiator is None:
             from .initiated import Initiator
-            self.initiator = Initiator(self, self.ctx.runtime)
+            self.initiator = Initiator.for_vulkan(self, self.ctx.runtime)
         return self.initiator
 
     # -- errors and teardown ---------------------------------------------------------------------
@@ -300,14 +300,8 @@ class VulkanDomain(CudaInterop, MemoryDomain):
     def stop_threads(self) -> BaseException | None:
         """Stop the ring service (kernels' requests); return its failure, if one was
         recorded."""
-        error = None
-        if self.initiator is not None:
-            try:
-                self.initiator.close()
-            except Exception as exc:
-                error = exc
-            self.initiator = None
-        return error
+        init, self.initiator = self.initiator, None
+        return init.stop() if init is not None else None
 
     def check_errors(self) -> None:
         """Raise GpuError for validation-layer errors reported since the last check."""

@@ -1,7 +1,10 @@
 """GPU-initiated communication wired to the runtime: user kernels whose requests reach peers.
 
-:class:`Initiator` belongs to a PE's :class:`~vkshmem.gpu.domain.VulkanDomain` and is made on the
-first :func:`vkshmem.shmem.gpu_kernel`. It holds:
+:class:`Initiator` belongs to a PE's GPU domain and is made on the first
+:func:`vkshmem.shmem.gpu_kernel`: :meth:`Initiator.for_vulkan` for the
+:class:`~vkshmem.gpu.domain.VulkanDomain`, :meth:`Initiator.for_fd` for a GPU heap another API
+allocated and exports as an opaque fd (the ``cuda`` domain's VMM heap, which Vulkan imports as
+device-local memory, so the same kernels run on it). It holds:
 
 - a **launch queue**: kernels are submitted to a second queue of the domain's device, so the
   work the host does for their requests (staged copies, shader AMOs, on the first queue) runs
@@ -26,14 +29,17 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from vkshmem.core.endpoints import Endpoints
-from vkshmem.core.errors import InvalidArgumentError
+from vkshmem.core.errors import FeatureNotAvailableError, InvalidArgumentError
 from vkshmem.core.transport import AmoOp, Transport
 
 from .device import VulkanDevice
+from .instance import list_devices
 from .launch import UserKernel
+from .memory import exportable_memory_types
 from .ring import Descriptor, Ring, RingOp, SignalOp
 from .ringservice import RingService
 
@@ -54,10 +60,10 @@ _HOST, _GPU = 0, 1
 class Initiator:
     """The launch device, request ring and ring service of one PE (see the module doc)."""
 
-    def __init__(self, vk: VulkanDomain, rt: Runtime) -> None:
-        cfg = rt.config
-        heap = rt.heap_of(vk.seg_id)
-        assert heap is not None, "the Vulkan domain's heap is open before its initiator"
+    def __init__(self, rt: Runtime, seg_id: int, device: VulkanDevice, own_device: bool,
+                 make_heap: Callable[[VulkanDevice], GpuMemory]) -> None:
+        heap = rt.heap_of(seg_id)
+        assert heap is not None, "the GPU domain's heap is open before its initiator"
         #: the domain's routes to every peer's GPU heap (imported, proxy)
         self.domain = heap
         self.rt = rt
@@ -66,25 +72,11 @@ class Initiator:
         self.service: RingService | None = None
         self.ring: Ring | None = None
         self.heap: GpuMemory | None = None
-        # Kernels go to a second queue of the domain's device where it has one; else to a
-        # second device on the same GPU that imports the heap (lavapipe has one queue).
-        self.own_device = vk.device.queue_count < 2
-        if self.own_device:
-            self.device = VulkanDevice(vk.device.info.index, cfg.gpu_validation,
-                                       local_rank=rt.local_rank, timeout=cfg.gpu_timeout,
-                                       staging_size=64 << 10)
-        else:
-            self.device = vk.device
+        self.device = device
+        #: the launch device is this initiator's own (closed with it), holding an import
+        self.own_device = own_device
         try:
-            if self.own_device:
-                seg = vk.segment
-                assert seg is not None
-                info = seg.export_info()
-                self.heap = self.device.import_fd(os.dup(seg.fd), info.size,
-                                                  memory_type_index=info.memory_type_index,
-                                                  dedicated=info.dedicated, take_ownership=True)
-            else:
-                self.heap = vk.memory
+            self.heap = make_heap(device)
             self.ring = Ring.create(self.device, RING_CAPACITY)
             self._eps = Endpoints(rt)  # made here, on the application's thread
             self.service = RingService(self.ring, self._handle, self.device,
@@ -92,6 +84,50 @@ class Initiator:
         except BaseException:
             self.close(check=False)
             raise
+
+    @classmethod
+    def for_vulkan(cls, vk: VulkanDomain, rt: Runtime) -> Initiator:
+        """Kernels of the Vulkan domain ``vk``: on a second queue of its device where it has
+        one; else on a second device on the same GPU that imports the heap (lavapipe has one
+        queue)."""
+        if vk.device.queue_count >= 2:
+            return cls(rt, vk.seg_id, vk.device, False, lambda _dev: vk.memory)
+        seg = vk.segment
+        assert seg is not None
+        info = seg.export_info()
+        fd = seg.fd
+        return cls(rt, vk.seg_id, cls._launch_device(rt, vk.device.info.index), True,
+                   lambda dev: dev.import_fd(os.dup(fd), info.size,
+                                             memory_type_index=info.memory_type_index,
+                                             dedicated=info.dedicated, take_ownership=True))
+
+    @classmethod
+    def for_fd(cls, rt: Runtime, seg_id: int, device_uuid: bytes, fd: int,
+               size: int) -> Initiator:
+        """Kernels on another API's GPU heap (a CUDA VMM allocation): the Vulkan device
+        whose UUID is ``device_uuid`` imports the opaque fd ``fd`` (a duplicate is taken;
+        device-local memory, not a dedicated allocation) of ``size`` bytes. Raises
+        FeatureNotAvailableError where no Vulkan device has that UUID."""
+        infos = list_devices()
+        match = [d for d in infos if bytes(d.device_uuid) == bytes(device_uuid)]
+        if not match:
+            raise FeatureNotAvailableError(
+                f"no Vulkan device has the GPU heap's device UUID {bytes(device_uuid).hex()} "
+                f"(Vulkan lists {', '.join(d.name for d in infos) or 'none'}): kernels need "
+                "the GPU's Vulkan driver")
+
+        def make_heap(dev: VulkanDevice) -> GpuMemory:
+            mtype = dev.memory_type(exportable_memory_types(dev), False, size)
+            return dev.import_fd(os.dup(fd), size, memory_type_index=mtype, dedicated=False,
+                                 take_ownership=True)
+
+        return cls(rt, seg_id, cls._launch_device(rt, match[0].index), True, make_heap)
+
+    @staticmethod
+    def _launch_device(rt: Runtime, index: int) -> VulkanDevice:
+        cfg = rt.config
+        return VulkanDevice(index, cfg.gpu_validation, local_rank=rt.local_rank,
+                            timeout=cfg.gpu_timeout, staging_size=64 << 10)
 
     # -- kernels ---------------------------------------------------------------------------
 
@@ -239,6 +275,14 @@ class Initiator:
             from .errors import GpuError
             raise GpuError("Vulkan validation errors on the launch device (VKSHMEM_GPU_"
                            "VALIDATION=1): " + " | ".join(errors[:5]))
+
+    def stop(self) -> BaseException | None:
+        """:meth:`close`, returning the failure it would raise instead of raising it."""
+        try:
+            self.close()
+        except Exception as exc:
+            return exc
+        return None
 
     def __repr__(self) -> str:
         return f"<Initiator PE {self.rt.my_pe} on {self.device.name}>"

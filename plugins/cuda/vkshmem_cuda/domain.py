@@ -76,6 +76,9 @@ class CudaDomain(MemoryDomain):
         self._gpu_peers = 0  # node peers imported, and how many of them share this GPU
         self._gpu_shared = False
         self._timeout = ctx.config.gpu_timeout
+        self._runtime = ctx.runtime
+        #: kernels' launch device, request ring and ring service (get_initiator), or None
+        self.initiator: Any = None
         size = _env_int(ENV_SIZE) or ctx.config.gpu_symmetric_size
         self.size = self.device.round_up(size)
         try:
@@ -254,6 +257,30 @@ class CudaDomain(MemoryDomain):
     def make_array(self, offset: int, shape: tuple[int, ...], dtype: np.dtype) -> CudaArray:
         return CudaArray(self, offset, shape, dtype)
 
+    # -- GPU-initiated communication -------------------------------------------------------------
+
+    def get_initiator(self) -> Any:
+        """Vulkan kernels on this heap (:func:`vkshmem.shmem.gpu_kernel`): the Vulkan device
+        of this GPU imports the VMM heap's fd (device-local memory), so the Vulkan domain's
+        kernels, request ring and ring service run on it unchanged (see
+        :mod:`vkshmem.gpu.initiated`). Made on first use, not collective; needs the GPU's
+        Vulkan driver and the ``vulkan`` package (FeatureNotAvailableError says which is
+        missing)."""
+        if self.initiator is None:
+            from vkshmem.gpu.initiated import Initiator
+
+            if self._runtime is None:
+                raise InvalidArgumentError("GPU kernels need the runtime (shmem.init)")
+            self.initiator = Initiator.for_fd(self._runtime, self.seg_id, self.device.uuid,
+                                              self.fd, self.size)
+        return self.initiator
+
+    def stop_threads(self) -> BaseException | None:
+        """Stop the kernels' ring service and release the Vulkan import (before the heap);
+        return its recorded failure, if any."""
+        init, self.initiator = self.initiator, None
+        return init.stop() if init is not None else None
+
     # -- teardown ---------------------------------------------------------------------------------
 
     def close(self) -> None:
@@ -261,6 +288,7 @@ class CudaDomain(MemoryDomain):
             return
         self.closed = True
         try:
+            self.stop_threads()  # normally done by the core already
             if isinstance(self._svc, Service):
                 self._svc.close()
             if self.host_pinned:
