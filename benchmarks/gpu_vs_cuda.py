@@ -14,7 +14,9 @@ When CuPy is importable, the same operations through CUDA on PE 0's GPU, each a
 ``cudaMemcpyAsync`` + stream synchronize per call (what a Python user of CUDA pays): device to
 device into PE 1's buffer opened with CUDA IPC (with ``--peer`` on a two-GPU machine: GPU 0 to
 GPU 1 with peer access), pageable and
-pinned host to device, device to pageable host. Prints one table; ``--json``
+pinned host to device, device to pageable host; the fetch_add a one-thread ``atomicAdd`` kernel
+on the peer's word whose old value lands in pinned memory, + synchronize. Array views (and
+CUDA's pointers) are made once per size, outside the timed calls. Prints one table; ``--json``
 writes the rows ``{"op", "pair", "bytes", "vkshmem", "cuda", "unit"}`` with the date, the
 device, the driver and the command.
 """
@@ -92,11 +94,13 @@ def nbi_batch() -> None:
 
 row("put_nbi", "gpu->gpu", NBI, timed(nbi_batch, SMALL // 20) / NBI_N * 1e6, "us")
 for size in SIZES:
+    # views made once per size, as the CUDA side computes its pointers once
+    gd, gs, ha, hs, ho = g_dst[:size], g_src[:size], h_arb[:size], h_sym[:size], h_out[:size]
     for op, pair, fn in (
-            ("put", "gpu->gpu", lambda s=size: shmem.put(g_dst[:s], g_src[:s], peer)),
-            ("put", "cpu->gpu", lambda s=size: shmem.put(g_dst[:s], h_arb[:s], peer)),
-            ("put", "cpu(sym)->gpu", lambda s=size: shmem.put(g_dst[:s], h_sym[:s], peer)),
-            ("get", "gpu->cpu", lambda s=size: shmem.get(h_out[:s], g_dst[:s], peer))):
+            ("put", "gpu->gpu", lambda gd=gd, gs=gs: shmem.put(gd, gs, peer)),
+            ("put", "cpu->gpu", lambda gd=gd, ha=ha: shmem.put(gd, ha, peer)),
+            ("put", "cpu(sym)->gpu", lambda gd=gd, hs=hs: shmem.put(gd, hs, peer)),
+            ("get", "gpu->cpu", lambda gd=gd, ho=ho: shmem.get(ho, gd, peer))):
         row(op, pair, size, size / timed(fn, BIG) / 1e9, "GB/s")
 
 
@@ -181,10 +185,24 @@ def cuda_reference(ipc: np.ndarray | None) -> str:
         else:
             t = cost(copy(dst, src, nbytes, kind), SMALL if nbytes <= 8 else BIG)
         r["cuda"] = round(t * 1e6 if r["unit"] == "us" else nbytes / t / 1e9, 3)
+    fadd = cp.RawKernel(r"""extern "C" __global__ void fadd(unsigned long long *p,
+                            unsigned long long *out) { *out = atomicAdd(p, 1ull); }""", "fadd")
+    res = cp.cuda.alloc_pinned_memory(8)  # device-mapped (unified addressing)
+    res_np = np.frombuffer(res, np.uint64, 1)
+
+    def cuda_fadd() -> None:
+        fadd((1,), (1,), (dp, res.ptr), stream=stream)
+        stream.synchronize()
+        int(res_np[0])
+
+    for r in rows:
+        if r["op"] == "fetch_add":
+            r["cuda"] = round(cost(cuda_fadd, SMALL) * 1e6, 3)
     props = rt.getDeviceProperties(0)
     return (f"CUDA {rt.runtimeGetVersion()} on {props['name'].decode()}: memcpyAsync + stream "
             "sync per call; cpu->gpu and gpu->cpu from/to pageable numpy memory, cpu(sym)->gpu "
-            f"compared with pinned H2D{peer_note}")
+            f"compared with pinned H2D; fetch_add: a one-thread atomicAdd kernel on the peer's "
+            f"word, its old value in pinned memory, + sync{peer_note}")
 
 
 ipc = ipc_exchange()

@@ -4,7 +4,8 @@ goes, layer by layer, against the same copy with nothing around it. PE 0 copies 
 ``copy``, (c) the CUDA copier's ``d2d``, (d) cuda-bindings cuMemcpyDtoDAsync + stream
 synchronize on the same pointers, (e) libcuda through ctypes on the same pointers, (f) the
 same ctypes copy between two cuMemAlloc buffers, (g) CuPy memcpyAsync + synchronize between
-two CuPy buffers. Prints µs per copy (median of 5 rounds).
+two CuPy buffers. Then the same for a fetch_add on PE 1's word: shmem.atomic_fetch_add, the
+domain's ``amo``, the copier's ``amo``. Prints µs per call (median of 5 rounds).
 
     VKSHMEM_GPU_PROVIDER=vulkan VKSHMEM_GPU_SYMMETRIC_SIZE=512M vkshmem run -n 2 \
         tests/gpu/bulk_layers_probe.py
@@ -83,6 +84,16 @@ if me == 0:
             rows.setdefault("cupy", []).append(per_call(cpy))
     except ImportError:
         pass
+    from vkshmem.core.transport import AmoOp
+
+    word = g_dst[:8].view(np.int64)
+    amo_rows = {
+        "shmem.atomic_fetch_add": per_call(lambda: shmem.atomic_fetch_add(word, 1, 1), 2000),
+        "domain.amo": per_call(lambda: dom.amo(peer_mem, word.offset, AmoOp.ADD, 8, 1, 0), 2000),
+        "copier.amo": per_call(lambda: copier.amo(peer_mem, word.offset, int(AmoOp.ADD), 8, 1, 0),
+                               2000),
+    }
+    print("AMO layers, µs per call:", ", ".join(f"{k} {v:.1f}" for k, v in amo_rows.items()))
     print("bulk layers, µs per copy:", " ".join(f"{s >> 20} MiB" for s in SIZES))
     for name, vals in rows.items():
         print(f"  {name:20s}" + "".join(f"{v:10.1f}" for v in vals), flush=True)

@@ -1,10 +1,14 @@
-"""Bulk copies of the Vulkan heap through CUDA (vkshmem/gpu/cudacopy.py): on NVIDIA with
-cuda-bindings, blocking copies from VKSHMEM_GPU_CUDA_COPY bytes (CPU->GPU, GPU->CPU, GPU->GPU
-to this PE's heap and to same-device peers') go through CUDA; elsewhere (lavapipe) they stay
-on Vulkan. Either way the bytes land, at odd offsets and sizes, and Vulkan's own operations
-(small reads, shader AMOs) see what CUDA wrote. Run under ``vkshmem run``."""
+"""Bulk copies and AMOs of the Vulkan heap through CUDA (vkshmem/gpu/cudacopy.py): on NVIDIA
+with cuda-bindings, blocking copies from VKSHMEM_GPU_CUDA_COPY bytes (CPU->GPU, GPU->CPU,
+GPU->GPU to this PE's heap and to same-device peers') go through CUDA, and so do AMOs where NVRTC
+is installed (VKSHMEM_GPU_CUDA_AMO); elsewhere (lavapipe) they stay on Vulkan. Either way the
+bytes land, at odd offsets and sizes, Vulkan's own operations (small reads, shader AMOs) see
+what CUDA wrote, and AMOs on one word from every PE, half of them CUDA kernels and half Vulkan
+shaders, lose no update. Run under ``vkshmem run``."""
 
 from __future__ import annotations
+
+import itertools
 
 import numpy as np
 from _common import check
@@ -25,6 +29,13 @@ except ImportError:
     bindings = False
 expect_cuda = (dom.spec.name == "vulkan" and dom.device.info.vendor == "NVIDIA" and bindings
                and dom.cuda_copy_min > 0)
+try:
+    from cuda.bindings import nvrtc
+
+    nvrtc_ok = nvrtc.nvrtcVersion()[0] == nvrtc.nvrtcResult.NVRTC_SUCCESS
+except Exception:
+    nvrtc_ok = False
+expect_amo = expect_cuda and nvrtc_ok and dom.cuda_amo
 
 
 def pattern(pe: int, salt: int) -> np.ndarray:
@@ -61,9 +72,44 @@ c.copy_from(np.full(1 << 16, 40 + me, np.int64))  # 512 KiB: above the threshold
 old = shmem.atomic_fetch_add(c[100:101], 2, me)
 check(old == 40 + me and int(c[100:101].to_numpy()[0]) == 42 + me, f"AMO after a bulk copy: {old}")
 shmem.barrier_all()
+# AMOs on one word of PE 0 from every PE; odd PEs use Vulkan shaders, even ones CUDA kernels
+word = shmem.zeros(2, np.int64, domain="gpu")
+w32 = shmem.zeros(2, np.int32, domain="gpu")
+shmem.barrier_all()
+use_cuda = dom.cuda_amo
+dom.cuda_amo = use_cuda and me % 2 == 0
+amos0 = dom.cuda_amos
+K = 100
+olds = [shmem.atomic_fetch_add(word[1:2], 1, 0) for _ in range(K)]
+check(all(b > a for a, b in itertools.pairwise(olds)), f"fetch_add not increasing: {olds[:5]}")
+for _ in range(K):
+    shmem.atomic_add(w32[0:1], 3, 0)
+swapped = 0
+for _ in range(K):  # compare_swap races: each success moves the word on by one
+    cur = int(shmem.atomic_fetch(word[0:1], 0))
+    swapped += int(shmem.atomic_compare_swap(word[0:1], cur, cur + 1, 0) == cur)
+shmem.barrier_all()
+total = np.zeros(1, np.int64)
+total[0] = swapped
+everyone = shmem.zeros(n, np.int64)
+shmem.put(everyone[me:me + 1], total, 0)
+shmem.barrier_all()
+if me == 0:
+    got64 = word.to_numpy()
+    check(int(got64[1]) == K * n, f"fetch_add total {int(got64[1])} != {K * n}")
+    check(int(w32[0:1].to_numpy()[0]) == 3 * K * n, f"32-bit adds {w32.to_numpy()}")
+    check(int(got64[0]) == int(everyone.sum()), f"compare_swap: word {int(got64[0])}, "
+                                                 f"successes {int(everyone.sum())}")
+dom.cuda_amo = use_cuda
+amos = dom.cuda_amos - amos0
+want_amo = expect_amo and me % 2 == 0
+check((amos > 0) == want_amo, f"{amos} AMOs went through CUDA (expected "
+                              f"{'some' if want_amo else 'none'})")
+shmem.barrier_all()
 used = dom.cuda_copies
 check((used > 0) == expect_cuda, f"{used} copies went through CUDA (expected "
                                  f"{'some' if expect_cuda else 'none'})")
-for a in (x, y, c):
+for a in (x, y, c, word, w32):
     shmem.free(a)
-print(f"[pe {me}] gpu_cuda_copy ok: {used} copies through CUDA", flush=True)
+shmem.free(everyone)
+print(f"[pe {me}] gpu_cuda_copy ok: {used} copies and {amos} AMOs through CUDA", flush=True)

@@ -219,6 +219,10 @@ _var("VKSHMEM_GPU_CUDA_COPY", "size", "256K",
      "bytes or more (GPU<->GPU on one device, CPU<->GPU) go through CUDA's copy path (the heap "
      "imported into CUDA): a Vulkan submission costs more per call and its DMA of host memory "
      "moves less. 0 keeps every copy on Vulkan.", parse_size)
+_var("VKSHMEM_GPU_CUDA_AMO", "bool", "1",
+     "On NVIDIA, with cuda-bindings and NVRTC installed, AMOs on the Vulkan heap are a one-thread "
+     "CUDA kernel on the same memory (a launch costs less than a Vulkan submission); 0 keeps "
+     "them in Vulkan shaders. Atomic with the shaders' atomics either way.", _parse_bool)
 _var("VKSHMEM_GPU_NATIVE", "bool", "1",
      "Submit GPU copies and AMOs and wait for them through vkshmem's native helper (one C call "
      "with the GIL released); 0 uses the Python path (for comparison and debugging).",
@@ -318,6 +322,7 @@ class Config:
     gpu_spin_us: float
     gpu_native: bool
     gpu_cuda_copy: int
+    gpu_cuda_amo: bool
     gpu_bar: str
     gpu_host_import: bool
     gpu_provider: str

@@ -1,4 +1,4 @@
-"""Bulk copies of the Vulkan heap through CUDA's copy path, on NVIDIA GPUs.
+"""Copies and AMOs of the Vulkan heap through CUDA, on NVIDIA GPUs.
 
 A Vulkan queue submission costs 12-13 µs on an H100 before any byte moves and the driver's
 DMA of imported host memory tops out near 50 GB/s, where CUDA's ``cudaMemcpyAsync`` costs
@@ -8,27 +8,37 @@ installed and CUDA sees the Vulkan device (same UUID), :class:`CudaCopier` runs 
 domain's blocking copies of ``VKSHMEM_GPU_CUDA_COPY`` bytes or more there: this PE's heap as
 CUDA imports it (:class:`~vkshmem.gpu.cudaview.CudaView`), each same-device peer's heap
 imported from a duplicate of the fd the core passed (``cuImportExternalMemory``, made at the
-first copy that needs it), and the core's host heap registered (``cuMemHostRegister``). The
-Vulkan path stays for everything else: smaller copies, non-blocking ones (batched on the
-Vulkan queue, completed by ``quiet``), AMOs, shaders, other vendors.
+first copy that needs it), and the core's host heap registered (``cuMemHostRegister``). Its
+AMOs are a one-thread CUDA kernel (:mod:`~vkshmem.gpu.cudakernels`, compiled by NVRTC at the
+first AMO; atomic with the Vulkan shaders' atomics on the same word, both being the GPU's)
+whose old value comes back through mapped pinned memory: a launch instead of a Vulkan
+submission. Each copy or AMO is one call into C (``vkshmem.gpu._cuda``, see
+``csrc/cudacalls.c``), GIL released, which spins ``VKSHMEM_GPU_SPIN_US`` before blocking. The
+Vulkan path stays for everything else: smaller copies, non-blocking ones (batched on the Vulkan
+queue, completed by ``quiet``), shaders, other vendors, and AMOs where NVRTC is missing.
 
-Ordering: every copy here is complete when it returns (a stream synchronize), and vkshmem's
-Vulkan work is complete when its call returns (or at ``quiet``), so either API's later work
-sees the other's bytes, as with the DLPack view.
+Ordering: every copy and AMO here is complete when it returns, and vkshmem's Vulkan work is
+complete when its call returns (or at ``quiet``), so either API's later work sees the other's
+bytes, as with the DLPack view.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from typing import TYPE_CHECKING, Any
 
+from . import _cuda
+from .env import DEFAULT_SPIN_US, ENV_SPIN, env_float
 from .errors import GpuError
 
 if TYPE_CHECKING:
     from .cudaview import CudaView
 
 __all__ = ["CudaCopier"]
+
+log = logging.getLogger("vkshmem")
 
 
 class CudaCopier:
@@ -40,9 +50,24 @@ class CudaCopier:
         cu = self._cu = view.cu
         self._lock = threading.Lock()
         self.copies = 0  # how many copies went through CUDA (tests read it)
+        self.amos = 0  # and how many AMOs
         view.make_current()
+        self._ffi, self._lib = _cuda.ffi, _cuda.lib
+        if self._lib.vkc_load() != 0:
+            raise GpuError(f"a copy through CUDA: could not load "
+                           f"{self._ffi.string(self._lib.vkc_missing()).decode()}")
         self._stream = self._check(cu.cuStreamCreate(
             cu.CUstream_flags.CU_STREAM_NON_BLOCKING), "cuStreamCreate")
+        self._ctx_ptr, self._stream_ptr = int(view.context), int(self._stream)
+        self._spin_ns = int(env_float(ENV_SPIN, DEFAULT_SPIN_US) * 1000)
+        # the AMO kernel (made at the first AMO; False: it cannot be) and its result words
+        # in mapped pinned memory (old value, then the sequence number the kernel stores)
+        self._amo_fn: int | bool = 0
+        self._amo_lock = threading.Lock()
+        self._amo_seq = 0
+        self._amo_host = 0
+        self._amo_dev = 0
+        self._amo_out = self._ffi.new("uint64_t *")
         self._host = (0, 0)
         if host is not None and host[1]:
             try:
@@ -54,6 +79,8 @@ class CudaCopier:
         #: then (external memory, pointer)
         self._pending: dict[Any, tuple[int, int, bool]] = {}
         self._peers: dict[Any, tuple[Any, int]] = {}
+        #: CUDA's address of every memory known so far (this PE's heap, imported peers')
+        self._ptrs: dict[Any, int] = {view.memory: view.pointer}
 
     def _check(self, res: Any, what: str) -> Any:
         return self.view.check(res, what, GpuError, "a copy through CUDA")
@@ -70,6 +97,7 @@ class CudaCopier:
             if pending is not None:
                 os.close(pending[0])
             got = self._peers.pop(mem, None)
+            self._ptrs.pop(mem, None)
         if got is not None:
             self.view.make_current()
             self._cu.cuMemFree(got[1])
@@ -92,25 +120,104 @@ class CudaCopier:
             except BufferError as exc:
                 raise GpuError(f"a copy through CUDA: {exc}") from None
             self._peers[mem] = (ext, ptr)
+            self._ptrs[mem] = ptr
             return ptr
 
-    def _run(self, issue: Any, *args: Any) -> None:
-        self.view.make_current()
-        self._check(issue(*args, self._stream), issue.__name__)
-        self._check(self._cu.cuStreamSynchronize(self._stream), "cuStreamSynchronize")
+    def copy(self, dst: Any, dst_offset: int, src: Any, src_offset: int, nbytes: int) -> bool:
+        """Device to device between two memories of this GPU (this PE's heap, same-device
+        peers'), complete on return; False (nothing done) where CUDA has no address for one.
+        The Vulkan domain's hot path: lookups, bounds and the C call, nothing else."""
+        dptr = self._ptrs.get(dst) or self.pointer(dst)
+        sptr = self._ptrs.get(src) or self.pointer(src)
+        if not (dptr and sptr):
+            return False
+        if dst_offset < 0 or src_offset < 0 or dst_offset + nbytes > dst.size or \
+                src_offset + nbytes > src.size:
+            dst.check_range(dst_offset, nbytes, "GPU copy")
+            src.check_range(src_offset, nbytes, "GPU copy")
+        res = self._lib.vkc_copy(0, self._ctx_ptr, self._stream_ptr, dptr + dst_offset,
+                                 sptr + src_offset, nbytes, self._spin_ns)
+        if res:
+            self._done(res, "cuMemcpyDtoD")
         self.copies += 1
+        return True
+
+    def _done(self, res: int, what: str) -> None:
+        if res:
+            cu = self._cu
+            _e, name = cu.cuGetErrorName(cu.CUresult(res))
+            raise GpuError(f"{what} through CUDA failed: "
+                           f"{name.decode() if isinstance(name, bytes) else res}")
 
     def d2d(self, dst: int, src: int, nbytes: int) -> None:
         """Device to device (CUDA addresses), complete on return."""
-        self._run(self._cu.cuMemcpyDtoDAsync, dst, src, nbytes)
+        self._done(self._lib.vkc_copy(0, self._ctx_ptr, self._stream_ptr, dst, src, nbytes,
+                                      self._spin_ns), "cuMemcpyDtoD")
+        self.copies += 1
 
     def h2d(self, dst: int, host: int, nbytes: int) -> None:
         """Host address ``host`` to device ``dst``, complete on return."""
-        self._run(self._cu.cuMemcpyHtoDAsync, dst, host, nbytes)
+        self._done(self._lib.vkc_copy(1, self._ctx_ptr, self._stream_ptr, dst, host, nbytes,
+                                      self._spin_ns), "cuMemcpyHtoD")
+        self.copies += 1
 
     def d2h(self, host: int, src: int, nbytes: int) -> None:
         """Device ``src`` to host address ``host``, complete on return."""
-        self._run(self._cu.cuMemcpyDtoHAsync, host, src, nbytes)
+        self._done(self._lib.vkc_copy(2, self._ctx_ptr, self._stream_ptr, host, src, nbytes,
+                                      self._spin_ns), "cuMemcpyDtoH")
+        self.copies += 1
+
+    def can_amo(self) -> bool:
+        """Whether AMOs can run here (the kernel compiles: NVRTC is installed); decided once."""
+        if self._amo_fn is False:
+            return False
+        if self._amo_fn:
+            return True
+        with self._amo_lock:
+            if not self._amo_fn:
+                self._amo_fn = self._make_amo()
+        return self._amo_fn is not False
+
+    def _make_amo(self) -> int | bool:
+        from vkshmem.core.errors import FeatureNotAvailableError
+
+        from .cudakernels import AMO_NAME, AMO_SOURCE, compile_kernel
+
+        cu = self._cu
+        self.view.make_current()
+        try:
+            fn = int(compile_kernel(cu, self._check_cu, self.view.device, AMO_SOURCE, AMO_NAME,
+                                    GpuError))
+        except (FeatureNotAvailableError, GpuError) as exc:
+            log.info("GPU AMOs stay on Vulkan: %s", exc)
+            return False
+        self._amo_host = int(self._check(cu.cuMemHostAlloc(64, 2), "cuMemHostAlloc"))
+        self._amo_dev = int(self._check(cu.cuMemHostGetDevicePointer(self._amo_host, 0),
+                                        "cuMemHostGetDevicePointer"))
+        return fn
+
+    def _check_cu(self, res: Any, what: str) -> Any:
+        return self.view.check(res, what, GpuError, "an AMO through CUDA")
+
+    def amo(self, mem: Any, offset: int, op: int, width: int, operand: int,
+            compare: int) -> int | None:
+        """The AMO ``op`` (AmoOp number) on the ``width``-byte word at ``offset`` of ``mem``:
+        the old value (needs :meth:`can_amo`); None (nothing done) where CUDA has no address
+        for ``mem``."""
+        ptr = self._ptrs.get(mem) or self.pointer(mem)
+        if not ptr:
+            return None
+        if offset < 0 or offset + width > mem.size:
+            mem.check_range(offset, width, "GPU AMO")
+        addr = ptr + offset
+        with self._amo_lock:  # the result words: the proxy thread also calls
+            self._amo_seq += 1
+            self._done(self._lib.vkc_amo(self._ctx_ptr, self._stream_ptr, int(self._amo_fn),
+                                         addr, op, width, operand, compare, self._amo_dev,
+                                         self._amo_host, self._amo_seq, self._amo_out,
+                                         self._spin_ns), "an AMO kernel")
+            self.amos += 1
+            return int(self._amo_out[0])
 
     def close(self) -> None:
         """Release the peers' imports, the host registration and the stream (idempotent)."""
@@ -118,6 +225,9 @@ class CudaCopier:
             self.drop_peer(mem)
         cu = self._cu
         self.view.make_current()
+        if self._amo_host:
+            cu.cuMemFreeHost(self._amo_host)
+            self._amo_host = 0
         if self._host[1]:
             cu.cuMemHostUnregister(self._host[0])
             self._host = (0, 0)

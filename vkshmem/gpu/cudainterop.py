@@ -46,7 +46,7 @@ class CudaInterop:
     my_pe: int
     closed: bool
 
-    def _init_cuda(self, copy_min: int) -> None:
+    def _init_cuda(self, copy_min: int, amo: bool) -> None:
         self._cuda: CudaView | None = None  # the heap as CUDA sees it (first use)
         self._cuda_error = ""
         self._cuda_lock = threading.Lock()
@@ -54,6 +54,8 @@ class CudaInterop:
         #: blocking copies from this size go through CUDA (NVIDIA; VKSHMEM_GPU_CUDA_COPY, 0:
         #: never); the copier is made at the first such copy (False: it could not be)
         self.cuda_copy_min = copy_min
+        #: AMOs through a CUDA kernel (NVIDIA; VKSHMEM_GPU_CUDA_AMO)
+        self.cuda_amo = amo
         self._copier: CudaCopier | bool | None = None
         self._peer_fds: dict[Any, tuple[int, int, bool]] = {}
 
@@ -62,11 +64,16 @@ class CudaInterop:
         """How many copies went through CUDA so far."""
         return self._copier.copies if isinstance(self._copier, CudaCopier) else 0
 
+    @property
+    def cuda_amos(self) -> int:
+        """How many AMOs went through CUDA so far."""
+        return self._copier.amos if isinstance(self._copier, CudaCopier) else 0
+
     # -- peers' fds, for CUDA's import of their heaps ------------------------------------------
 
     def _dup_for_cuda(self, fd: int) -> int:
         """A duplicate of a peer's fd where CUDA copies may want it (else -1)."""
-        if self._copier is False or not self.cuda_copy_min or \
+        if self._copier is False or not (self.cuda_copy_min or self.cuda_amo) or \
                 self.device.info.vendor != "NVIDIA":
             return -1
         return os.dup(fd)
@@ -88,9 +95,24 @@ class CudaInterop:
         """The CUDA copier for a blocking copy of ``nbytes`` (None: take the Vulkan path)."""
         copier = self._copier
         if isinstance(copier, CudaCopier):
-            return copier if nbytes >= self.cuda_copy_min else None
+            return copier if nbytes >= self.cuda_copy_min > 0 else None
         if copier is False or not self.cuda_copy_min or nbytes < self.cuda_copy_min:
             return None
+        return self._open_copier()
+
+    def _cuda_amo(self) -> CudaCopier | None:
+        """The CUDA copier where AMOs go through CUDA (None: Vulkan shaders)."""
+        copier = self._copier
+        if copier is False or not self.cuda_amo:
+            return None
+        if copier is None:
+            if self.device.info.vendor != "NVIDIA":
+                return None
+            copier = self._open_copier()
+        return copier if copier is not None and copier.can_amo() else None
+
+    def _open_copier(self) -> CudaCopier | None:
+        """Make the copier at first use (None where it cannot be: logged once)."""
         with self._copier_lock:  # the proxy thread copies too
             if self._copier is None:
                 self._copier = self._make_copier()

@@ -71,6 +71,16 @@ class CudaView:
         """The ``cuda.bindings.driver`` module."""
         return self._cu
 
+    @property
+    def context(self) -> Any:
+        """The device's primary context (``CUcontext``; ``int()`` of it is the handle)."""
+        return self._ctx
+
+    @property
+    def device(self) -> Any:
+        """The CUDA device (``CUdevice``)."""
+        return self._dev
+
     def make_current(self) -> None:
         """Make the device's primary context current on the calling thread."""
         self.check(self._cu.cuCtxSetCurrent(self._ctx), "cuCtxSetCurrent")

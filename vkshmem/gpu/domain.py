@@ -61,7 +61,7 @@ class VulkanDomain(CudaInterop, MemoryDomain):
         self.closed = False
         self.initiator: Initiator | None = None
         self.segment: GpuSegment | None = None
-        self._init_cuda(cfg.gpu_cuda_copy)
+        self._init_cuda(cfg.gpu_cuda_copy, cfg.gpu_cuda_amo)
         self._seen_errors = 0
         #: use CPU mappings of host-visible GPU memory for copies, waits and zeroing
         self.mapped = cfg.gpu_mapped
@@ -190,13 +190,9 @@ class VulkanDomain(CudaInterop, MemoryDomain):
         ``VKSHMEM_GPU_CUDA_COPY`` bytes, where it can, for disjoint ranges)."""
         copier = self._cuda_copier(nbytes)
         if copier is not None and (dst is not src or dst_offset + nbytes <= src_offset
-                                   or src_offset + nbytes <= dst_offset):
-            dptr, sptr = copier.pointer(dst), copier.pointer(src)
-            if dptr and sptr:
-                dst.check_range(dst_offset, nbytes, "GPU copy")
-                src.check_range(src_offset, nbytes, "GPU copy")
-                copier.d2d(dptr + dst_offset, sptr + src_offset, nbytes)
-                return
+                                   or src_offset + nbytes <= dst_offset) and \
+                copier.copy(dst, dst_offset, src, src_offset, nbytes):
+            return
         if self.mapped and dst.host_address and src.host_address and (
                 src.host_cached or nbytes <= self.bar_read_max):
             dst.check_range(dst_offset, nbytes, "GPU copy")
@@ -249,6 +245,11 @@ class VulkanDomain(CudaInterop, MemoryDomain):
         if self.cpu_atomics and mem.host_address:
             return int(_core.vk_amo(mem.host_address + offset, int(op), width, operand,
                                     compare))
+        copier = self._cuda_amo()
+        if copier is not None:
+            old = copier.amo(mem, offset, int(op), width, operand, compare)
+            if old is not None:
+                return old
         return self.device.amo(mem, offset, op, width, operand, compare)
 
     def zero(self, offset: int, nbytes: int) -> None:

@@ -1,76 +1,28 @@
-"""The CUDA domain's kernels, compiled by NVRTC at first use: the one-thread AMO and the
-element-wise reduction of up to :data:`MAX_SOURCES` arrays (a PE's own and its peers', as
-mapped on its GPU) into one, per (op, dtype)."""
+"""The CUDA domain's kernels, compiled by NVRTC at first use: the one-thread AMO (vkshmem's
+own, :mod:`vkshmem.gpu.cudakernels`, which the Vulkan domain also launches on NVIDIA), the
+service kernel, and the element-wise reduction of up to :data:`MAX_SOURCES` arrays (a PE's own
+and its peers', as mapped on its GPU) into one, per (op, dtype)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
-from vkshmem.core.errors import FeatureNotAvailableError
+from vkshmem.gpu.cudakernels import AMO_APPLY, AMO_NAME, AMO_SOURCE, compile_kernel
 
 __all__ = ["AMO_NAME", "AMO_SOURCE", "MAX_SOURCES", "REDUCE_NAME", "SERVICE_NAME",
            "SERVICE_SOURCE", "compile_kernel", "reduce_source"]
 
-AMO_NAME = b"vkshmem_amo"
 REDUCE_NAME = b"vkshmem_reduce"
 SERVICE_NAME = b"vkshmem_service"
 #: sources one reduce launch takes (a struct of pointers passed by value; see ``_ops_build``)
 MAX_SOURCES = 8
-
-_AMO_APPLY = r"""
-typedef unsigned long long u64;
-/* The OpenSHMEM AMO ``op`` (vkshmem's AmoOp numbers) on the word at addr; the old value. */
-__device__ __forceinline__ u64 amo_apply(u64 addr, int op, int width, u64 operand,
-                                         u64 compare) {
-    u64 old = 0;
-    if (width == 8) {
-        u64 *p = (u64 *)addr;
-        switch (op) {
-        case 0: old = atomicAdd(p, 0ull); break;                 /* FETCH */
-        case 1: case 2: old = atomicExch(p, operand); break;    /* SET, SWAP */
-        case 3: old = atomicCAS(p, compare, operand); break;    /* CSWAP */
-        case 4: old = atomicAdd(p, operand); break;
-        case 5: old = atomicAnd(p, operand); break;
-        case 6: old = atomicOr(p, operand); break;
-        case 7: old = atomicXor(p, operand); break;
-        }
-    } else {
-        unsigned *p = (unsigned *)addr;
-        unsigned v = (unsigned)operand, c = (unsigned)compare;
-        switch (op) {
-        case 0: old = atomicAdd(p, 0u); break;
-        case 1: case 2: old = atomicExch(p, v); break;
-        case 3: old = atomicCAS(p, c, v); break;
-        case 4: old = atomicAdd(p, v); break;
-        case 5: old = atomicAnd(p, v); break;
-        case 6: old = atomicOr(p, v); break;
-        case 7: old = atomicXor(p, v); break;
-        }
-    }
-    return old;
-}
-"""
-
-AMO_SOURCE = _AMO_APPLY + r"""
-/* out[0] = the old value, then out[1] = seq: the host (out is mapped pinned memory) returns
-   once it sees seq, without waiting for the kernel's completion to reach the stream. */
-extern "C" __global__ void vkshmem_amo(u64 addr, int op, int width, u64 operand, u64 compare,
-                                       u64 *out, u64 seq) {
-    u64 old = amo_apply(addr, op, width, operand, compare);
-    out[0] = old;
-    __threadfence_system();
-    ((volatile u64 *)out)[1] = seq;
-}
-"""
 
 #: bytes one service request carries inline (host data of a put, or what a get returns)
 SERVICE_MAX = 4096
 #: threads of the service kernel's one block (they share a request's copy)
 SERVICE_THREADS = 128
 
-SERVICE_SOURCE = _AMO_APPLY + r"""
+SERVICE_SOURCE = AMO_APPLY + r"""
 /* The service kernel: one block that stays resident while requests keep coming and serves the
    mailbox ``b`` (mapped pinned host memory, layout in _ops_build.py's SERVICE_C): the host
    stores a request and then its sequence number; the block copies (device addresses: this
@@ -221,35 +173,3 @@ def reduce_source(op: str, dtype: np.dtype) -> str | None:
                                             np.dtype(dtype).kind == "f"):
         return None
     return _REDUCE % {"T": ctype, "N": MAX_SOURCES, "OP": _OPS[op]}
-
-
-def compile_kernel(cu: Any, check: Any, dev: Any, source: str, name: bytes,
-                   error: type[Exception]) -> Any:
-    """NVRTC-compile ``source`` for device ``dev``, load it, return the function ``name``
-    (``error``: the exception a compile error raises)."""
-    try:
-        from cuda.bindings import nvrtc
-    except ImportError as exc:
-        raise FeatureNotAvailableError(f"kernels on CUDA memory need NVRTC: {exc}") from None
-    attr = cu.CUdevice_attribute
-    major = check(cu.cuDeviceGetAttribute(
-        attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev), "compute capability")
-    minor = check(cu.cuDeviceGetAttribute(
-        attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev), "compute capability")
-    err, prog = nvrtc.nvrtcCreateProgram(source.encode(), name + b".cu", 0, [], [])
-    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
-        raise FeatureNotAvailableError(f"NVRTC could not start ({err}): install "
-                                       "nvidia-cuda-nvrtc for kernels on CUDA memory")
-    opts = [f"--gpu-architecture=compute_{major}{minor}".encode()]
-    (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
-    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
-        _e, n = nvrtc.nvrtcGetProgramLogSize(prog)
-        log = b" " * n
-        nvrtc.nvrtcGetProgramLog(prog, log)
-        raise error(f"NVRTC could not compile {name.decode()}: {log.decode()}", err)
-    _e, n = nvrtc.nvrtcGetPTXSize(prog)
-    ptx = b" " * n
-    nvrtc.nvrtcGetPTX(prog, ptx)
-    nvrtc.nvrtcDestroyProgram(prog)
-    module = check(cu.cuModuleLoadData(ptx), f"cuModuleLoadData ({name.decode()})")
-    return check(cu.cuModuleGetFunction(module, name), "cuModuleGetFunction")

@@ -1,0 +1,152 @@
+/* CUDA driver calls from C for vkshmem's GPU code: the Vulkan domain's copies and AMOs on
+   NVIDIA (vkshmem.gpu._cuda, built by vkshmem/gpu/_cuda_build.py) and the cuda domain plugin
+   (plugins/cuda, whose helper compiles this file ahead of its own functions). Each call is
+   one C call with the GIL released: make the context current if it is not, issue the copy or
+   the kernel launch on the caller's stream, then spin on the stream (or on the AMO's
+   completion flag) for up to spin_ns before blocking.
+
+   No CUDA headers: the functions come from libcuda.so.1 by dlopen/dlsym at vkc_load (so this
+   builds on machines without CUDA, and says so at run time); handles are pointers and device
+   addresses 64-bit integers, as in cuda.h on 64-bit Linux. Declarations: cudacalls.h. */
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+
+typedef int CUresult;
+typedef uint64_t CUdeviceptr;
+typedef void *CUstream;
+typedef void *CUcontext;
+typedef void *CUfunction;
+#define VKC_NOT_READY 600     /* CUDA_ERROR_NOT_READY */
+#define VKC_NO_DRIVER 100     /* CUDA_ERROR_NO_DEVICE, returned when libcuda is missing */
+
+static struct {
+    int loaded;
+    const char *missing;
+    CUresult (*ctx_get)(CUcontext *);
+    CUresult (*ctx_set)(CUcontext);
+    CUresult (*d2d)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+    CUresult (*h2d)(CUdeviceptr, const void *, size_t, CUstream);
+    CUresult (*d2h)(void *, CUdeviceptr, size_t, CUstream);
+    CUresult (*memset8)(CUdeviceptr, unsigned char, size_t, CUstream);
+    CUresult (*query)(CUstream);
+    CUresult (*sync)(CUstream);
+    CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
+                       unsigned, unsigned, CUstream, void **, void **);
+} cu;
+
+static void *sym(void *lib, const char *name) {
+    void *p = dlsym(lib, name);
+    if (!p && !cu.missing) cu.missing = name;
+    return p;
+}
+
+int vkc_load(void) {
+    if (cu.loaded) return 0;
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+    if (!lib) { cu.missing = "libcuda.so.1"; return -1; }
+    cu.ctx_get = (CUresult (*)(CUcontext *))sym(lib, "cuCtxGetCurrent");
+    cu.ctx_set = (CUresult (*)(CUcontext))sym(lib, "cuCtxSetCurrent");
+    cu.d2d = (CUresult (*)(CUdeviceptr, CUdeviceptr, size_t, CUstream))
+        sym(lib, "cuMemcpyDtoDAsync_v2");
+    cu.h2d = (CUresult (*)(CUdeviceptr, const void *, size_t, CUstream))
+        sym(lib, "cuMemcpyHtoDAsync_v2");
+    cu.d2h = (CUresult (*)(void *, CUdeviceptr, size_t, CUstream))
+        sym(lib, "cuMemcpyDtoHAsync_v2");
+    cu.memset8 = (CUresult (*)(CUdeviceptr, unsigned char, size_t, CUstream))
+        sym(lib, "cuMemsetD8Async");
+    cu.query = (CUresult (*)(CUstream))sym(lib, "cuStreamQuery");
+    cu.sync = (CUresult (*)(CUstream))sym(lib, "cuStreamSynchronize");
+    cu.launch = (CUresult (*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
+                              unsigned, unsigned, CUstream, void **, void **))
+        sym(lib, "cuLaunchKernel");
+    if (cu.missing) return -2;
+    cu.loaded = 1;
+    return 0;
+}
+
+const char *vkc_missing(void) { return cu.missing ? cu.missing : ""; }
+
+static int64_t now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+static CUresult current(uintptr_t ctx) {
+    CUcontext cur = 0;
+    CUresult r = cu.ctx_get(&cur);
+    if (r == 0 && cur != (CUcontext)ctx) r = cu.ctx_set((CUcontext)ctx);
+    return r;
+}
+
+/* Spin on the stream for up to spin_ns, then block: a small copy completes in a few
+   microseconds, well before the blocking wait would have been woken. */
+static CUresult finish(CUstream s, int64_t spin_ns) {
+    if (spin_ns > 0) {
+        int64_t end = now_ns() + spin_ns;
+        do {
+            CUresult r = cu.query(s);
+            if (r != VKC_NOT_READY) return r;
+        } while (now_ns() < end);
+    }
+    return cu.sync(s);
+}
+
+int vkc_copy(int kind, uintptr_t ctx, uintptr_t stream, uint64_t dst, uint64_t src,
+             size_t nbytes, int64_t spin_ns) {
+    if (!cu.loaded) return VKC_NO_DRIVER;
+    CUresult r = current(ctx);
+    if (r) return r;
+    CUstream s = (CUstream)stream;
+    if (kind == 0) r = cu.d2d(dst, src, nbytes, s);
+    else if (kind == 1) r = cu.h2d(dst, (const void *)(uintptr_t)src, nbytes, s);
+    else r = cu.d2h((void *)(uintptr_t)dst, src, nbytes, s);
+    if (r || spin_ns < 0) return r;  /* spin_ns < 0: issued only (a non-blocking operation) */
+    return finish(s, spin_ns);
+}
+
+/* Wait for everything issued on the stream (quiet of the non-blocking copies). */
+int vkc_sync(uintptr_t ctx, uintptr_t stream, int64_t spin_ns) {
+    if (!cu.loaded) return VKC_NO_DRIVER;
+    CUresult r = current(ctx);
+    return r ? r : finish((CUstream)stream, spin_ns);
+}
+
+/* The AMO kernel writes the old value, then seq, into mapped pinned memory: spin on seq (a
+   host load, far cheaper than cuStreamQuery), polling the stream now and then in case the
+   kernel failed; past spin_ns, block on the stream. */
+int vkc_amo(uintptr_t ctx, uintptr_t stream, uintptr_t fn, uint64_t addr, int op, int width,
+            uint64_t operand, uint64_t compare, uint64_t out_dev, uintptr_t out_host,
+            uint64_t seq, uint64_t *result, int64_t spin_ns) {
+    if (!cu.loaded) return VKC_NO_DRIVER;
+    CUresult r = current(ctx);
+    if (r) return r;
+    CUstream s = (CUstream)stream;
+    uint64_t *out = (uint64_t *)out_host;
+    void *params[] = {&addr, &op, &width, &operand, &compare, &out_dev, &seq};
+    r = cu.launch((CUfunction)fn, 1, 1, 1, 1, 1, 1, 0, s, params, 0);
+    if (r) return r;
+    int64_t end = now_ns() + spin_ns;
+    for (unsigned k = 1;; ++k) {
+        if (__atomic_load_n(&out[1], __ATOMIC_ACQUIRE) == seq) {
+            *result = __atomic_load_n(&out[0], __ATOMIC_RELAXED);
+            return 0;
+        }
+        if (k % 64 == 0) {
+            r = cu.query(s);
+            if (r != VKC_NOT_READY) break;  /* done (the flag is checked below) or failed */
+            if (now_ns() > end) { r = cu.sync(s); break; }
+        }
+    }
+    if (r) return r;
+    if (__atomic_load_n(&out[1], __ATOMIC_ACQUIRE) != seq) return 999;  /* CUDA_ERROR_UNKNOWN */
+    *result = __atomic_load_n(&out[0], __ATOMIC_RELAXED);
+    return 0;
+}

@@ -1,0 +1,12 @@
+/* The functions of cudacalls.c, as cffi's cdef reads them (vkshmem/gpu/_cuda_build.py; the
+   cuda plugin's _ops_build.py puts them ahead of its own). Return values are CUresults (0:
+   success); VKC_NO_DRIVER where vkc_load has not succeeded. */
+int vkc_load(void);
+const char *vkc_missing(void);
+int vkc_copy(int kind, uintptr_t ctx, uintptr_t stream, uint64_t dst, uint64_t src,
+             size_t nbytes, int64_t spin_ns);
+int vkc_sync(uintptr_t ctx, uintptr_t stream, int64_t spin_ns);
+int vkc_amo(uintptr_t ctx, uintptr_t stream, uintptr_t fn, uint64_t addr, int op, int width,
+            uint64_t operand, uint64_t compare, uint64_t out_dev, uintptr_t out_host,
+            uint64_t seq, uint64_t *result, int64_t spin_ns);
+#define VKC_NO_DRIVER 100
