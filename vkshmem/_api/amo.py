@@ -17,7 +17,7 @@ from ..core.errors import InvalidArgumentError, InvalidTypeError
 from ..core.fast import entry
 from ..core.transport import AmoOp
 from . import state
-from .args import ND, DomainArray, locate, resolve, segment_route
+from .args import ND, DomainArray, check_pe, locate, resolve, segment_route
 from .enums import AMO
 
 __all__ = [
@@ -114,6 +114,17 @@ def _amo(target: np.ndarray, pe: int, op: AmoOp, value: Any, cond: Any, fetch: b
     enc = kind.encode
     operand = enc(value)
     compare = enc(cond) if op == _CSWAP else 0
+    if ctx is None and type(target) is not ND and isinstance(target, DomainArray):
+        # a domain's word: straight to its heap (checked there: aligned, in range)
+        pe = check_pe(pe)
+        if rt.liveness.any:
+            rt.liveness.check(pe, f"operation on PE {pe}")
+        heap = rt.domain_heaps.get(target.domain)
+        off = target.offset
+        if heap is None or off & (kind.width - 1) or off + kind.width > heap.size:
+            _word(target, ints_only, what)  # raises the precise error
+        u = heap.amo(pe, heap.seg_id, off, op, kind.width, operand, compare, fetch)
+        return kind.decode(u) if fetch else None
     pe, t = resolve(ctx, pe)
     if t is rt.shm and (type(target) is ND or not isinstance(target, DomainArray)):
         # the shm fast path: one native call

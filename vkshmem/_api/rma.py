@@ -18,6 +18,7 @@ from . import state
 from .args import (
     ND,
     DomainArray,
+    check_pe,
     contiguous,
     count_of,
     element_count,
@@ -63,6 +64,11 @@ def put(target: np.ndarray, source: np.ndarray, pe: int, size: int | None = None
     """Copy ``size`` elements (default: the shorter array) of local ``source`` into symmetric
     ``target`` on ``pe``. Returns when ``source`` may be reused; ``quiet`` completes it."""
     rt = state.rt
+    tt = type(target)
+    if tt is not ND and tt is type(source) and ctx is None and size is None and \
+            isinstance(target, DomainArray) and target.domain is source.domain:
+        _put_within(target, source, pe)  # two arrays of one domain: its own copy
+        return
     dt = same_dtype(target, source)
     n = count_of(target, source, size)
     nbytes = n * dt.itemsize
@@ -232,6 +238,26 @@ def iget(target: np.ndarray, source: np.ndarray, pe: int, tst: int = 1, sst: int
 # everything else, and every error, takes the Python functions above.
 iput = entry("iput", iput)
 iget = entry("iget", iget)
+
+
+def _put_within(target: Any, source: Any, pe: int) -> None:
+    """put between two arrays of one domain (the default context, the shorter length): the
+    checks of the general path, inline, then the domain's device copy."""
+    dt = target.dtype
+    if source.dtype != dt:
+        same_dtype(target, source)  # raises
+    n = target.size if target.size < source.size else source.size
+    pe = check_pe(pe)
+    rt = state.rt
+    if rt.liveness.any:
+        rt.liveness.check(pe, f"operation on PE {pe}")
+    heap = rt.domain_heaps.get(target.domain)
+    nbytes = n * dt.itemsize
+    toff, soff = target.offset, source.offset
+    if heap is None or toff + nbytes > heap.size or soff + nbytes > heap.size:
+        place(target, nbytes, "put target")  # raises
+        place(source, nbytes, "put source")
+    heap.put_device(pe, toff, soff, nbytes)
 
 
 def _put_device(target: Any, source: Any, pe: int, t: Any, n: int, nbytes: int) -> None:
