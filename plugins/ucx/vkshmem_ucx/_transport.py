@@ -5,7 +5,10 @@ operation, with the GIL released):
 
 * ``register`` → ``ucp_mem_map`` of the segment's existing memory, or (rail option ``heap=``)
   memory UCX allocates in place of the core's memfd mapping, and ``ucp_rkey_pack``; the key
-  blob is ``<IQQ`` (segment id, base address, size) + packed rkey.
+  blob is ``<IIQQ`` (segment id, flags, base address, size) + packed rkey. A ``cuda_va``
+  segment (CUDA device memory) is mapped with ``UCS_MEMORY_TYPE_CUDA`` (flag 1 in its key):
+  UCX then puts and gets it with its CUDA transports, or with active messages and a memory-type
+  copy (cuda_copy) on the target; it carries no AMOs on it (see :meth:`UcxTransport.carries`).
 * Where UCX maps a peer's segment here (``ucp_rkey_ptr``, its shared memory on a heap it
   allocated), put/get/AMOs are memcpy and the core's CPU atomics on that mapping
   (``direct=on``).
@@ -42,6 +45,7 @@ from typing import Any
 
 from vkshmem.core.errors import InvalidArgumentError, TransportError
 from vkshmem.core.transport import (
+    AMO,
     AmoOp,
     PeerInfo,
     SegmentInfo,
@@ -58,7 +62,8 @@ __all__ = ["DEFAULT_TIMEOUT", "UcxTransport", "check_library", "ucx_version"]
 
 log = logging.getLogger("vkshmem.ucx")
 
-_KEY = struct.Struct("<IQQ")
+_KEY = struct.Struct("<IIQQ")
+_DEVICE = 1  # key flag: the segment is device memory
 _M64 = (1 << 64) - 1
 _BITWISE = (AmoOp.AND, AmoOp.OR, AmoOp.XOR)
 
@@ -135,12 +140,15 @@ class _Shared:
         self.context = context
         self.options = options
         self.ctx: Any = None
-        self.peers: dict[int, tuple[bytes, dict[int, tuple[int, int, bytes]]]] = {}
+        #: pe -> (worker address, seg id -> (base, size, key flags, packed rkey))
+        self.peers: dict[int, tuple[bytes, dict[int, tuple[int, int, int, bytes]]]] = {}
         self.children: weakref.WeakSet[UcxTransport] = weakref.WeakSet()
         self.lock = threading.Lock()
         self.emulated: tuple[str, ...] = ()
         #: this PE's registered segments, seg id -> (address, size): AMOs to itself
         self.local: dict[int, tuple[int, int]] = {}
+        #: segment ids of device memory (cuda_va), here or on any peer: no AMOs on them
+        self.device: set[int] = set()
         #: the segments UCX allocated in place (rail option heap=)
         self.allocated: set[int] = set()
         self.connected = False
@@ -235,9 +243,11 @@ class UcxTransport(Transport):
         blob: segment id, base address and size, then the packed rkey. The memory must stay
         mapped until :meth:`close`."""
         self._live()
-        if segment.kind != "host":
+        if segment.kind not in SPEC.memory_kinds:
             raise TransportError(NAME, f"cannot register memory of kind {segment.kind!r}; "
-                                 "the ucx transport registers host memory only")
+                                 "the ucx transport registers "
+                                 f"{' and '.join(sorted(SPEC.memory_kinds))} memory only")
+        cuda = segment.kind == "cuda_va"
         if not 0 <= segment.seg_id < lib.VKU_MAX_SEGS:
             raise TransportError(NAME, f"segment id {segment.seg_id} is out of range "
                                  f"(0..{lib.VKU_MAX_SEGS - 1})")
@@ -245,21 +255,38 @@ class UcxTransport(Transport):
         buf = ffi.new("char[]", lib.VKU_RKEY_MAX)
         size = ffi.new("size_t *", lib.VKU_RKEY_MAX)
         heap = sh.options.heap
-        alloc = _new("int *", int(segment.fd >= 0 and not sh.connected and (
+        alloc = _new("int *", int(segment.fd >= 0 and not cuda and not sh.connected and (
             heap == "ucx" or (heap == "auto" and sh.context.rail == 0 and heap_unshared()))))
-        rc = lib.vku_mem_map(sh.ctx, segment.address, segment.size, segment.fd, alloc, buf,
-                             size)
+        rc = lib.vku_mem_map(sh.ctx, segment.address, segment.size, segment.fd, int(cuda),
+                             alloc, buf, size)
         if rc:
-            raise TransportError(NAME, f"cannot register segment {segment.seg_id} "
-                                 f"({segment.size} bytes at {segment.address:#x})",
-                                 status=_status(rc))
+            hint = " (a UCX with CUDA support and its cuda_copy transport in UCX_TLS are " \
+                "needed for CUDA memory)" if cuda else ""
+            raise TransportError(NAME, f"cannot register {segment.kind} segment "
+                                 f"{segment.seg_id} ({segment.size} bytes at "
+                                 f"{segment.address:#x}){hint}", status=_status(rc))
         if alloc[0]:
             sh.allocated.add(segment.seg_id)
             log.debug("ucx: segment %d (%d bytes) allocated by UCX in place", segment.seg_id,
                       segment.size)
-        sh.local[segment.seg_id] = (segment.address, segment.size)
-        return _KEY.pack(segment.seg_id, segment.address, segment.size) + \
+        if cuda:
+            sh.device.add(segment.seg_id)  # never touched by this PE's CPU atomics
+        else:
+            sh.local[segment.seg_id] = (segment.address, segment.size)
+        flags = _DEVICE if cuda else 0
+        return _KEY.pack(segment.seg_id, flags, segment.address, segment.size) + \
             bytes(ffi.buffer(buf, size[0]))
+
+    def carries(self, kind: str, dmabuf: bool = False) -> frozenset[str]:
+        """Puts and gets on every kind it registers; AMOs on host memory only (UCX would apply
+        them to CUDA memory with the CPU), and on no memory domain's segment with the rail
+        option ``domain_amo=proxy`` (their owner applies them: atomic with its own atomics
+        whatever UCX_ATOMIC_MODE). Not consulted for the host heap, whose AMOs UCX always
+        carries."""
+        ops = SPEC.ops_on(kind, dmabuf)
+        if self._shared.options.domain_amo == "proxy":
+            ops -= {AMO}
+        return ops
 
     def connect(self, peers: Mapping[int, PeerInfo]) -> None:
         """Record every peer's worker address and segment keys; endpoints open on first use.
@@ -270,27 +297,29 @@ class UcxTransport(Transport):
         for pe, info in peers.items():
             if info.address is None:
                 continue
-            segs: dict[int, tuple[int, int, bytes]] = {}
+            segs: dict[int, tuple[int, int, int, bytes]] = {}
             for seg_id, blob in info.rkeys.items():
                 if len(blob) <= _KEY.size:
                     raise TransportError(NAME, f"PE {pe} published an unreadable key for "
                                          f"segment {seg_id}")
-                sid, base, size = _KEY.unpack_from(blob)
+                sid, flags, base, size = _KEY.unpack_from(blob)
                 if sid != seg_id:
                     raise TransportError(NAME, f"PE {pe}'s key for segment {seg_id} names "
                                          f"segment {sid}")
-                segs[sid] = (base, size, blob[_KEY.size:])
+                segs[sid] = (base, size, flags, blob[_KEY.size:])
+                if flags & _DEVICE:
+                    sh.device.add(sid)
             with sh.lock:
                 sh.peers[pe] = (bytes(info.address), segs)
             self._feed(w, pe, bytes(info.address), segs)
 
     def _feed(self, w: Any, pe: int, address: bytes,
-              segs: Mapping[int, tuple[int, int, bytes]]) -> None:
+              segs: Mapping[int, tuple[int, int, int, bytes]]) -> None:
         rc = lib.vku_peer_set(w, pe, address, len(address))
         if rc:
             raise TransportError(NAME, f"PE {pe}: unusable worker address", status=_status(rc))
-        for sid, (base, size, key) in segs.items():
-            rc = lib.vku_peer_seg(w, pe, sid, base, size, key, len(key))
+        for sid, (base, size, flags, key) in segs.items():
+            rc = lib.vku_peer_seg(w, pe, sid, base, size, int(flags & _DEVICE), key, len(key))
             if rc:
                 raise TransportError(NAME, f"PE {pe}: unusable key for segment {sid}",
                                      status=_status(rc))
@@ -401,6 +430,10 @@ class UcxTransport(Transport):
             raise self._error(lib.VKU_ECLOSED if w is None else lib.VKU_EBOUNDS, "AMO on",
                               pe, seg, offset, width)
         sh = self._shared
+        if seg in sh.device:
+            raise InvalidArgumentError(f"ucx: segment {seg} is CUDA device memory, on which "
+                                       "the ucx transport carries no AMOs (the core sends them "
+                                       "through the memory domain's proxy)")
         local = sh.local.get(seg) if pe == sh.context.my_pe else None
         if local is not None and width in (4, 8) and not offset % width \
                 and offset + width <= local[1]:
