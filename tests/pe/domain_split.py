@@ -8,7 +8,7 @@ put_signal, a signal wait and a reduction still work."""
 from __future__ import annotations
 
 import numpy as np
-from _common import check
+from _common import check, check_fetch_sees_put
 
 from vkshmem import shmem
 
@@ -61,12 +61,7 @@ if me == 0:
     check(int(ctr[0]) == 22 * n, f"counter {int(ctr[0])} != {22 * n}")
 
 # a fetching AMO right after a put of the same word (UCX, then the proxy) sees the put
-word = shmem.zeros(1, np.uint64, domain="file")
-for i in range(1, 6):
-    shmem.put(word, np.array([i * 1000 + me], np.uint64), right)
-    seen = int(shmem.atomic_fetch(word, right))
-    check(seen == i * 1000 + me, f"fetch after put saw {seen}, not {i * 1000 + me}")
-    shmem.barrier_all()
+check_fetch_sees_put("file", 5)
 
 # put_signal (data through UCX, the signal through the proxy), a wait, a reduction
 sig = shmem.zeros(1, np.uint64, domain="file")
@@ -79,7 +74,7 @@ dst = shmem.zeros(5, np.int64, domain="file")
 shmem.sum_reduce(dst, src)
 check(np.all(dst == n * (n + 1) // 2), f"sum_reduce into the file heap: {dst}")
 
-for x in (a, ctr, word, sig, data, src, dst):
+for x in (a, ctr, sig, data, src, dst):
     shmem.free(x)
 print(f"routes: {sorted({r.name for r in rt.routes})}")
 print("domain_split ok", flush=True)
