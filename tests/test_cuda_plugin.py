@@ -4,7 +4,8 @@ Everywhere: the plugin is discovered through ``vkshmem.domains``; on a machine w
 (CI) ``domain='gpu'`` still means the Vulkan domain, ``domain='cuda'`` fails with an error
 that says why, and ``VKSHMEM_GPU_PROVIDER=cuda`` makes ``domain='gpu'`` fail the same way. On a
 machine with NVIDIA GPUs the multi-PE script runs at 1, 2 and 4 PEs, over the imported
-mappings and through the domain proxy."""
+mappings and through the domain proxy, and (with the ucx plugin installed) with shm off so
+that UCX carries the heap's puts and gets as CUDA memory and the domain proxy its AMOs."""
 
 from __future__ import annotations
 
@@ -101,6 +102,37 @@ def test_cuda_gpu_initiated(cuda_installed: bool, npes: int, mode: str) -> None:
     assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout}\n{r.stderr}"
     assert r.stdout.count("gpu_initiated ok") == npes, r.stdout
     assert r.stdout.count("(domain cuda)") == npes, r.stdout
+
+
+@pytest.mark.parametrize("npes", [1, 2, 4])
+def test_cuda_domain_over_ucx(cuda_installed: bool, npes: int) -> None:
+    """tests/pe/cuda_ucx.py: every peer's CUDA heap registered with UCX (route ucx+proxy)."""
+    if not cuda_installed:
+        pytest.skip("no CUDA GPU here (tests/gpu/device_run.sh runs this on one)")
+    pytest.importorskip("vkshmem_ucx", reason="the ucx plugin is not installed (device_run.sh "
+                        "installs it where a libucx-cu12 wheel is carried)")
+    env = {"VKSHMEM_SHM": "0", "VKSHMEM_TRANSPORTS": "ucx",
+           "VKSHMEM_CUDA_SYMMETRIC_SIZE": "256M"}  # UCX_TLS as UCX's default: cuda_copy in
+    r = launch("cuda_ucx", npes, env, timeout=300)
+    print(r.stdout)  # the routes and PE 0's timings, in the device log (pytest -s / -rA)
+    check_run(r, "cuda_ucx", npes, "ucx-sm")
+    for pe in range(npes):
+        for q in range(npes):
+            route = "direct" if q == pe else "ucx+proxy"
+            assert f"PE {pe} -> PE {q}: cuda route {route}" in r.stdout, r.stdout
+
+
+def test_carriage_of_cuda_memory_per_transport(cuda_installed: bool) -> None:
+    """What `vkshmem info` says each transport does with the cuda domain's memory: ucx puts and
+    gets it (AMOs through the domain proxy), hostproxy leaves it all to the proxy."""
+    from vkshmem._info import _carriage
+
+    reg = plugins.load_plugins(load({}))
+    text = _carriage(reg.domains["cuda"], reg.transports.values())
+    assert text.startswith("memory cuda_va/dmabuf: same-node peers on the same device"), text
+    if "ucx" in reg.transports:
+        assert "ucx registers it (cuda_va): puts and gets; AMOs through the domain proxy" in text
+    assert "hostproxy through the domain proxy" in text, text
 
 
 def test_cuda_service_setting_is_checked(cuda_installed: bool) -> None:

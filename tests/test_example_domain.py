@@ -55,6 +55,19 @@ def test_file_domain_carries_traffic(domain_installed: None, npes: int, mode: st
         assert f"PE {pe} file domain: {routes}" in r.stdout, r.stdout
 
 
+@pytest.mark.parametrize("npes", [1, 2, 4])
+def test_transport_carrying_rma_only_sends_amos_through_the_proxy(domain_installed: None,
+                                                                  npes: int) -> None:
+    """UCX told to carry no AMOs on domain memory (as on CUDA memory): the routes are
+    ``ucx+proxy``, puts and gets take UCX, AMOs the owner's domain proxy."""
+    env = {**MODES["ucx-sm"], "VKSHMEM_TRANSPORTS": "", "VKSHMEM_RAIL0": "ucx:domain_amo=proxy"}
+    r = launch("domain_split", npes, env)
+    check_run(r, "domain_split", npes, "ucx-sm")
+    for pe in range(npes):
+        routes = ["direct" if q == pe else "ucx+proxy" for q in range(npes)]
+        assert f"PE {pe} file domain: {routes}" in r.stdout, r.stdout
+
+
 def test_denied_domain_is_a_clear_error(domain_installed: None) -> None:
     r = launch("domain_file", 1, {"VKSHMEM_PLUGINS_DENY": "vkshmem-example-domain"})
     assert r.returncode != 0

@@ -19,7 +19,15 @@ from collections.abc import Iterator
 import pytest
 
 from vkshmem.core.errors import ConfigError, InvalidArgumentError, TransportError
-from vkshmem.core.transport import AmoOp, PeerInfo, Transport, TransportContext
+from vkshmem.core.transport import (
+    AMO,
+    RMA,
+    AmoOp,
+    PeerInfo,
+    SegmentInfo,
+    Transport,
+    TransportContext,
+)
 
 vkshmem_ucx = pytest.importorskip("vkshmem_ucx")
 import transport_contract as contract  # noqa: E402
@@ -70,6 +78,9 @@ def test_spec_is_registered_through_the_entry_point() -> None:
     reg, spec = contract.registered_host_transport("ucx", "vkshmem-ucx")
     assert spec is vkshmem_ucx.SPEC and UcxTransport.spec is spec
     assert spec.priority == 50 > reg.transports["hostproxy"].priority
+    # CUDA device memory: puts and gets, no AMOs (the core sends those through the proxy)
+    assert spec.memory_kinds == {"host", "cuda_va"}
+    assert spec.ops_on("cuda_va") == {RMA} and spec.ops_on("opaque_fd") == set()
 
 
 def test_the_factory_opens_a_transport_and_reports_its_ucx() -> None:
@@ -323,17 +334,58 @@ def test_unreadable_keys_are_refused() -> None:
             tr.connect({1: PeerInfo(1, "n", True, b"addr", {0: b"\0" * 4})})
         with pytest.raises(TransportError, match="names segment 3"):
             tr.connect({1: PeerInfo(1, "n", True, b"addr",
-                                    {0: struct.pack("<IQQ", 3, 0, 8) + b"k"})})
+                                    {0: struct.pack("<IIQQ", 3, 0, 0, 8) + b"k"})})
     finally:
         tr.close()
 
 
 def test_only_host_memory_can_be_registered() -> None:
     def check_key(seg: Segment, key: bytes) -> None:
-        assert key[:20] == struct.pack("<IQQ", 0, seg.address, 4096)
+        assert key[:24] == struct.pack("<IIQQ", 0, 0, seg.address, 4096)  # flags 0: host
 
     contract.only_host_memory_can_be_registered(UcxTransport(context(0, 1)), vku.VKU_MAX_SEGS,
                                                 check_key)
+
+
+def test_cuda_memory_carries_rma_only() -> None:
+    """CUDA device memory: UCX carries puts and gets, no AMOs (the rail option domain_amo=proxy
+    takes AMOs on host-kind domain memory away too); a peer's segment keyed as device memory
+    is refused an AMO by name instead of UCX applying it with CPU atomics."""
+    tr = UcxTransport(context(0, 2))
+    try:
+        assert tr.carries("host") == {RMA, AMO} and tr.carries("cuda_va") == {RMA}
+        assert tr.carries("opaque_fd") == set()
+        tr.connect({1: PeerInfo(1, "n", True, tr.address(),
+                                {5: struct.pack("<IIQQ", 5, 1, 1 << 40, 4096) + b"k"})})
+        with pytest.raises(InvalidArgumentError, match="segment 5 is CUDA device memory"):
+            tr.amo(1, 5, 0, AmoOp.ADD, 8, 1, 0, True)
+    finally:
+        tr.close()
+    tr = UcxTransport(context(0, 1, options={"domain_amo": "proxy"}))
+    try:
+        assert tr.carries("host") == {RMA} and tr.carries("cuda_va") == {RMA}
+    finally:
+        tr.close()
+    with pytest.raises(ConfigError, match="domain_amo='nic'"):
+        UcxTransport(context(0, 1, options={"domain_amo": "nic"}))
+
+
+def test_cuda_memory_without_cuda_is_a_clear_error() -> None:
+    """Without a CUDA device (this machine, CI), UCX cannot map a CUDA VA: the error says
+    which segment and what is needed."""
+    tr = UcxTransport(context(0, 1))
+    seg = Segment(0, 4096)
+    try:
+        info = SegmentInfo(2, "cuda_va", seg.address, 4096, -1, seg.view)
+        try:
+            tr.register(info)
+        except TransportError as exc:
+            assert "cuda_va segment 2" in str(exc) and "cuda_copy" in str(exc)
+        else:  # a UCX that registers it anyway must at least never let the CPU at it
+            assert 2 in tr._shared.device and 2 not in tr._shared.local
+    finally:
+        tr.close()
+        seg.close()
 
 
 def test_dead_peer_times_out_naming_it() -> None:

@@ -21,6 +21,7 @@ import pytest
 from segments import Segment
 from vkshmem.core._native import lib as native
 
+from vkshmem.core import transport as core_transport
 from vkshmem.core.config import Config
 from vkshmem.core.errors import InvalidArgumentError, TransportError
 from vkshmem.core.plugins import load_plugins
@@ -150,13 +151,14 @@ def run_threads(threads: list[threading.Thread]) -> None:
 
 def registered_host_transport(name: str, dist: str) -> tuple[Registry, TransportSpec]:
     """The registry and the spec of transport ``name``, which distribution ``dist`` registers
-    through its entry point: it reaches PEs on this node and others, on host memory, with every
-    AMO of 4 and 8 bytes and a fence of its own."""
+    through its entry point: it reaches PEs on this node and others, on host memory (puts, gets
+    and AMOs; other kinds the transport's own tests check), with every AMO of 4 and 8 bytes and
+    a fence of its own."""
     reg = load_plugins(Config({}))
     spec = reg.transports[name]
     assert reg.origin[name] == dist
     assert spec.reach == {"intra", "inter"}
-    assert spec.memory_kinds == {"host"}
+    assert "host" in spec.memory_kinds and spec.ops_on("host") == core_transport.ALL_OPS
     assert spec.amo_ops == set(AmoOp)
     assert spec.amo_widths == {4, 8}
     assert spec.native_fence

@@ -16,6 +16,7 @@ from . import __version__
 from .core.config import load
 from .core.errors import VkshmemError
 from .core.plugins import load_plugins
+from .core.transport import AMO, RMA
 
 
 def main(args: argparse.Namespace) -> int:
@@ -69,16 +70,28 @@ def main(args: argparse.Namespace) -> int:
 
 def _carriage(spec: Any, transports: Any) -> str:
     """What carries domain ``spec``'s heap to each kind of peer: same-node peers that import
-    it (the shm path), each transport that registers its memory kind, the GPU proxy (the
-    target's proxy thread, data staged through host memory over the transport) for the rest."""
-    kinds = spec.memory_kinds
+    it (the shm path); per transport, what it registers and carries (puts and gets, AMOs:
+    :meth:`TransportSpec.ops_on`), the rest going through the domain proxy (the target's proxy
+    thread, data staged through host memory over the host heap's transport)."""
+    kinds = set(spec.memory_kinds)
     if not kinds:
         return "memory kind not declared: peers not imported go through the domain proxy"
+    dmabuf = "dmabuf" in kinds
+    own = sorted(kinds - {"dmabuf"}) or ["dmabuf"]
     parts = []
     for t in sorted(transports, key=lambda t: -t.priority):
-        common = sorted(kinds & t.memory_kinds)
-        parts.append(f"{t.name} registers it ({'+'.join(common)})" if common
-                     else f"{t.name} through the domain proxy")
+        says = []
+        for kind in own:
+            ops = t.ops_on(kind, dmabuf)
+            how = kind if kind in t.memory_kinds else f"{kind} by its dma-buf"
+            if ops >= {RMA, AMO}:
+                says.append(f"registers it ({how}): puts, gets and AMOs")
+            elif RMA in ops:
+                says.append(f"registers it ({how}): puts and gets; AMOs through the domain "
+                            "proxy")
+            else:
+                says.append("through the domain proxy")
+        parts.append(f"{t.name} {' / '.join(dict.fromkeys(says))}")
     where = ("same-node peers on the same device" if spec.family == "gpu"
              else "same-node peers")
     return (f"memory {'/'.join(sorted(kinds))}: {where} import it (direct); other peers: "

@@ -28,11 +28,19 @@
 #   (optional, for benchmarks/multi_gpu.py) the same download with --platform manylinux_2_34_x86_64
 #       into .devcarry/nvshmem: nvshmem4py-cu12 nvshmem4py-cu13 cuda-core cuda-pathfinder
 #
+# Optional (step 3c): the ucx transport plugin, where a libucx-cu12 wheel is carried (the PyPI
+# wheel has UCX's headers and libraries, CUDA transports included; it needs no network):
+#   python3 -m pip download --no-deps --only-binary=:all: --platform manylinux_2_28_x86_64 \
+#       -d .devcarry-ucx libucx-cu12      (or put it in $VKSHMEM_DEVCARRY/ucx or .../whl)
+# It is unpacked into /tmp/site and plugins/ucx is built against it (editable), so
+# tests/test_cuda_plugin.py::test_cuda_domain_over_ucx runs instead of skipping.
+#
 # On NVIDIA machines step 3b installs the cuda plugin, whose domain then answers domain='gpu'
 # (priority 20 > vulkan's 10): run the Vulkan GPU suite with VKSHMEM_GPU_PROVIDER=vulkan, and
 # the same scripts over the cuda domain with VKSHMEM_GPU_PROVIDER=cuda. tests/test_cuda_plugin.py
 # uninstalls the plugin at its end (step 3b's pip command puts it back).
-# Variables: VKSHMEM_DEVRUN_AFTER (a command run after pytest, same environment), PYTHON (default python3), VKSHMEM_DEVCARRY (default .devcarry),
+# Variables: VKSHMEM_DEVCARRY_UCX (default .devcarry-ucx: another folder searched for the
+# libucx-cu12 wheel), VKSHMEM_DEVRUN_AFTER (a command run after pytest, same environment), PYTHON (default python3), VKSHMEM_DEVCARRY (default .devcarry),
 # VKSHMEM_TEST_TIMEOUT (per-test seconds, default 180), VKSHMEM_GPU_TESTS (default `require`:
 # a GPU test fails instead of skipping when Vulkan is unusable), VKSHMEM_DEVRUN_NO_NVIDIA=1
 # (rehearsal on a machine without NVIDIA: keep the system's ICDs, e.g. lavapipe).
@@ -104,6 +112,26 @@ if command -v nvidia-smi >/dev/null 2>&1; then
         $PY -c "import cuda.core" >/dev/null 2>&1 && wheels=$(echo "$wheels" | grep -v -e cuda_core -e cuda_pathfinder)
         $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
             --target "$SITE" $wheels || say "nvshmem4py did not install"
+    fi
+fi
+
+# 3c. Where a libucx-cu12 wheel is carried: it goes into $SITE, and plugins/ucx is built
+# against it (editable, no network; cffi from $CARRY/whl).
+ucxwhl=$(ls "${VKSHMEM_DEVCARRY_UCX:-.devcarry-ucx}"/libucx_cu12-*.whl "$CARRY"/ucx/libucx_cu12-*.whl \
+             "$CARRY"/whl/libucx_cu12-*.whl 2>/dev/null | head -1)
+if [ -n "$ucxwhl" ]; then
+    rm -f plugins/ucx/vkshmem_ucx/_ucx*.so
+    if $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+            --target "$SITE" "$ucxwhl" >>/tmp/device_run_pip.log 2>&1; then
+        case ":${PYTHONPATH:-}:" in *":$SITE:"*) ;; *) export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}" ;; esac
+        if $PY -m pip install -q --no-deps --no-build-isolation --no-index --no-cache-dir \
+                -e plugins/ucx >>/tmp/device_run_pip.log 2>&1; then
+            say "ucx plugin built against $(basename "$ucxwhl"): $($PY -c 'from vkshmem_ucx._transport import ucx_version; print("UCX %d.%d.%d" % ucx_version())' 2>&1)"
+        else
+            tail -20 /tmp/device_run_pip.log; say "the ucx plugin did not build (log above)"
+        fi
+    else
+        say "could not unpack $ucxwhl"
     fi
 fi
 

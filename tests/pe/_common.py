@@ -27,3 +27,19 @@ def check(cond: object, what: str) -> None:
         from vkshmem import shmem
 
         raise AssertionError(f"PE {shmem.my_pe()}: {what}")
+
+
+def check_fetch_sees_put(domain: str, rounds: int) -> None:
+    """Collective: each PE puts a word into its right neighbour's ``domain`` array, then at
+    once fetches it with an AMO (which may take another path than the put: it must see it)."""
+    from vkshmem import shmem
+
+    me = shmem.my_pe()
+    right = (me + 1) % shmem.n_pes()
+    word = shmem.zeros(1, np.int64, domain=domain)
+    for i in range(1, rounds + 1):
+        shmem.put(word, np.array([i * 1000 + me], np.int64), right)
+        seen = int(shmem.atomic_fetch(word, right))
+        check(seen == i * 1000 + me, f"fetch after put saw {seen}, not {i * 1000 + me}")
+        shmem.barrier_all()
+    shmem.free(word)

@@ -15,10 +15,12 @@ and the same load policy as transports. Its life:
    ``import_peer`` for each; an import that raises makes that peer reachable another way.
 4. ``describe()`` tells transports what the memory is (``SegmentInfo.kind``: ``host`` with a
    host address, ``opaque_fd``, ``dmabuf``, ``cuda_va``); a transport whose
-   ``TransportSpec.memory_kinds`` holds that kind carries traffic to peers it reaches.
-   Peers neither imported nor reachable by such a transport go through the core's domain
-   proxy, which asks the target PE's proxy thread to apply the operation with the local
-   operations below.
+   ``TransportSpec.memory_kinds`` holds that kind carries traffic to peers it reaches: the
+   operation classes it carries on it (``Transport.carries(kind)``: ``rma``, ``amo``), the
+   rest of those peers' operations (e.g. AMOs on CUDA memory by UCX) going through the
+   domain proxy. Peers neither imported nor reachable by such a transport go through the
+   core's domain proxy, which asks the target PE's proxy thread to apply the operation with
+   the local operations below (its AMOs with ``amo``: atomic with the device's own).
 5. Local operations take a *memory handle*: :attr:`MemoryDomain.local` (this PE's segment) or
    what ``import_peer`` returned. Offsets are bytes from the start of the segment.
 6. ``close()`` releases everything (after ``stop_threads``).

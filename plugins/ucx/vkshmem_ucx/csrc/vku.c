@@ -68,6 +68,7 @@ typedef struct vku_rseg {
     size_t packed_len;
     ucp_rkey_h rkey; /* unpacked on first use (it needs the endpoint) */
     char *ptr;       /* where UCX maps the segment here (ucp_rkey_ptr), or NULL */
+    int device;      /* device memory: no CPU loads, stores or atomics on it */
 } vku_rseg;
 
 typedef struct vku_peer {

@@ -80,9 +80,10 @@ void vku_stats(vku_ctx *c, uint64_t *out3);
  * becomes the packed size). Mapping the same range again repacks it. *allocate = 1 (with fd,
  * the memfd mapped there): let UCX allocate the range in place (ALLOCATE | FIXED, bytes kept;
  * given back to the memfd at vku_ctx_destroy), falling back to registering the memory as it
- * is; *allocate becomes 1 when UCX allocated it. */
-int vku_mem_map(vku_ctx *c, uintptr_t addr, uint64_t size, int fd, int *allocate, void *buf,
-                size_t *len);
+ * is; *allocate becomes 1 when UCX allocated it. cuda=1: the range is CUDA device memory
+ * (a device virtual address), mapped with UCS_MEMORY_TYPE_CUDA and never allocated. */
+int vku_mem_map(vku_ctx *c, uintptr_t addr, uint64_t size, int fd, int cuda, int *allocate,
+                void *buf, size_t *len);
 
 /* A worker with a table of n_pes peers; it joins the progress thread's set. */
 vku_worker *vku_worker_create(vku_ctx *c, int32_t n_pes, char *err, size_t errlen);
@@ -90,8 +91,9 @@ vku_worker *vku_worker_create(vku_ctx *c, int32_t n_pes, char *err, size_t errle
 void vku_worker_destroy(vku_worker *w, int force);
 int vku_worker_address(vku_worker *w, void *buf, size_t *len);
 int vku_peer_set(vku_worker *w, int32_t pe, const void *addr, size_t len);
+/* device=1: the segment is device memory (never reached through a ucp_rkey_ptr mapping). */
 int vku_peer_seg(vku_worker *w, int32_t pe, uint32_t seg, uint64_t base, uint64_t size,
-                 const void *rkey, size_t len);
+                 int device, const void *rkey, size_t len);
 
 /* Data path. nbi=1: the operation completes by vku_quiet (buffers must stay valid).
  * nbi=VKU_TRY (and fetch | VKU_TRY for vku_amo): only if it completes at once, through a

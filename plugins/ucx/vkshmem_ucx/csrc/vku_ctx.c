@@ -252,8 +252,8 @@ static void unmap_local(vku_ctx *c, vku_local *l)
     alloc_claim(l->addr, l->size, 0);
 }
 
-int vku_mem_map(vku_ctx *c, uintptr_t addr, uint64_t size, int fd, int *allocate, void *buf,
-                size_t *len)
+int vku_mem_map(vku_ctx *c, uintptr_t addr, uint64_t size, int fd, int cuda, int *allocate,
+                void *buf, size_t *len)
 {
     int rc = 0;
     pthread_mutex_lock(&c->mem_lock);
@@ -269,7 +269,7 @@ int vku_mem_map(vku_ctx *c, uintptr_t addr, uint64_t size, int fd, int *allocate
         ucp_mem_h memh;
         int own = -1;
         long page = sysconf(_SC_PAGESIZE);
-        if (*allocate && fd >= 0 && addr % (uintptr_t)page == 0 && size % (uint64_t)page == 0 &&
+        if (*allocate && !cuda && fd >= 0 && addr % (uintptr_t)page == 0 && size % (uint64_t)page == 0 &&
             (own = fcntl(fd, F_DUPFD_CLOEXEC, 0)) >= 0 &&
             map_allocated(c, addr, size, own, &memh) != 0) {
             close(own);
@@ -281,6 +281,11 @@ int vku_mem_map(vku_ctx *c, uintptr_t addr, uint64_t size, int fd, int *allocate
             mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
             mp.address = (void *)addr;
             mp.length = size;
+            if (cuda) { /* UCX registers it with the MDs of CUDA memory (and, in a UCX built
+                         * with verbs and CUDA, with the NIC through its dma-buf) */
+                mp.field_mask |= UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
+                mp.memory_type = UCS_MEMORY_TYPE_CUDA;
+            }
             ucs_status_t st = ucp_mem_map(c->context, &mp, &memh);
             if (st != UCS_OK) {
                 rc = st;

@@ -30,9 +30,9 @@ int vku_selftest(vku_ctx *c, uint32_t *bad_mask, char *err, size_t errlen)
         len = sizeof(blob);
         int no = 0;
         if (rc == 0)
-            rc = vku_mem_map(c, (uintptr_t)mem, 4096, -1, &no, blob, &len);
+            rc = vku_mem_map(c, (uintptr_t)mem, 4096, -1, 0, &no, blob, &len);
         for (int32_t pe = 0; rc == 0 && pe < 2; pe++)
-            rc = vku_peer_seg(a, pe, 0, (uint64_t)(uintptr_t)mem, 4096, blob, len);
+            rc = vku_peer_seg(a, pe, 0, (uint64_t)(uintptr_t)mem, 4096, 0, blob, len);
         if (rc)
             set_err(err, errlen, "set-up: %s", vku_status_string(rc));
     }

@@ -164,7 +164,7 @@ int vku_peer_set(vku_worker *w, int32_t pe, const void *addr, size_t len)
 }
 
 int vku_peer_seg(vku_worker *w, int32_t pe, uint32_t seg, uint64_t base, uint64_t size,
-                 const void *rkey, size_t len)
+                 int device, const void *rkey, size_t len)
 {
     if (pe < 0 || pe >= w->npes)
         return VKU_EPEER;
@@ -176,7 +176,7 @@ int vku_peer_seg(vku_worker *w, int32_t pe, uint32_t seg, uint64_t base, uint64_
     pthread_mutex_lock(&w->lock);
     vku_rseg *s = &w->peers[pe].segs[seg];
     if (s->packed && s->packed_len == len && memcmp(s->packed, rkey, len) == 0 &&
-        s->base == base && s->size == size)
+        s->base == base && s->size == size && s->device == device)
         goto out; /* the same key again */
     void *copy = malloc(len);
     if (!copy) {
@@ -192,6 +192,7 @@ int vku_peer_seg(vku_worker *w, int32_t pe, uint32_t seg, uint64_t base, uint64_
     s->packed_len = len;
     s->base = base;
     s->size = size;
+    s->device = device;
 out:
     pthread_mutex_unlock(&w->lock);
     return rc;
@@ -246,7 +247,7 @@ static int target(vku_worker *w, int32_t pe, uint32_t seg, uint64_t off, uint64_
         /* UCX's shared memory maps memory it allocated (heap=ucx) into this process: loads,
          * stores and CPU atomics reach it directly (as UCX's own posix transport does) */
         void *lp;
-        if (ucp_rkey_ptr(s->rkey, s->base, &lp) == UCS_OK && w->ctx->direct)
+        if (!s->device && w->ctx->direct && ucp_rkey_ptr(s->rkey, s->base, &lp) == UCS_OK)
             s->ptr = lp;
     }
     *pp = p;
