@@ -239,7 +239,8 @@ class DomainHeap(DeviceTransfers):
     def amo_on(self, mem: Any, offset: int, op: AmoOp, width: int, operand: int,
                compare: int) -> int:
         """An AMO on memory handle ``mem`` (checked: aligned 4- or 8-byte word in range)."""
-        self.domain.check_range(offset, width, f"{self.name} AMO")
+        if offset < 0 or offset + width > self.size:
+            self.domain.check_range(offset, width, f"{self.name} AMO")
         if width not in (4, 8) or offset % width:
             raise InvalidArgumentError(f"AMOs take aligned 4- or 8-byte words; got {width} "
                                        f"bytes at offset {offset}")

@@ -53,6 +53,7 @@ class CudaCopier:
         self.amos = 0  # and how many AMOs
         view.make_current()
         self._ffi, self._lib = _cuda.ffi, _cuda.lib
+        self._copy_c = self._lib.vkc_copy  # bound once: the hot path's call
         if self._lib.vkc_load() != 0:
             raise GpuError(f"a copy through CUDA: could not load "
                            f"{self._ffi.string(self._lib.vkc_missing()).decode()}")
@@ -127,16 +128,17 @@ class CudaCopier:
         """Device to device between two memories of this GPU (this PE's heap, same-device
         peers'), complete on return; False (nothing done) where CUDA has no address for one.
         The Vulkan domain's hot path: lookups, bounds and the C call, nothing else."""
-        dptr = self._ptrs.get(dst) or self.pointer(dst)
-        sptr = self._ptrs.get(src) or self.pointer(src)
+        ptrs = self._ptrs
+        dptr = ptrs.get(dst) or self.pointer(dst)
+        sptr = ptrs.get(src) or self.pointer(src)
         if not (dptr and sptr):
             return False
         if dst_offset < 0 or src_offset < 0 or dst_offset + nbytes > dst.size or \
                 src_offset + nbytes > src.size:
             dst.check_range(dst_offset, nbytes, "GPU copy")
             src.check_range(src_offset, nbytes, "GPU copy")
-        res = self._lib.vkc_copy(0, self._ctx_ptr, self._stream_ptr, dptr + dst_offset,
-                                 sptr + src_offset, nbytes, self._spin_ns)
+        res = self._copy_c(0, self._ctx_ptr, self._stream_ptr, dptr + dst_offset,
+                           sptr + src_offset, nbytes, self._spin_ns)
         if res:
             self._done(res, "cuMemcpyDtoD")
         self.copies += 1

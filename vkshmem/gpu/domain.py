@@ -32,6 +32,7 @@ from vkshmem.core.errors import FeatureNotAvailableError
 from vkshmem.core.transport import AmoOp, SegmentInfo
 
 from .array import DeviceArray
+from .cudacopy import CudaCopier
 from .cudainterop import CudaInterop, address_of
 from .device import VulkanDevice
 from .errors import GpuError
@@ -188,9 +189,12 @@ class VulkanDomain(CudaInterop, MemoryDomain):
              nbytes: int) -> None:
         """Device-to-device copy (both mapped: a memmove; through CUDA from
         ``VKSHMEM_GPU_CUDA_COPY`` bytes, where it can, for disjoint ranges)."""
-        copier = self._cuda_copier(nbytes)
-        if copier is not None and (dst is not src or dst_offset + nbytes <= src_offset
-                                   or src_offset + nbytes <= dst_offset) and \
+        copier = self._copier
+        if copier.__class__ is not CudaCopier:  # not made yet, or not possible here
+            copier = self._cuda_copier(nbytes)
+        if copier is not None and nbytes >= self.cuda_copy_min > 0 and (
+                dst is not src or dst_offset + nbytes <= src_offset
+                or src_offset + nbytes <= dst_offset) and \
                 copier.copy(dst, dst_offset, src, src_offset, nbytes):
             return
         if self.mapped and dst.host_address and src.host_address and (
