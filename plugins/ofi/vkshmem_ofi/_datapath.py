@@ -271,6 +271,7 @@ class DataPath:
                 "libfabric": libfabric_version(), "mr_mode": int(info[0]),
                 "msg_order": int(info[1]), "inject_size": int(info[2]),
                 "max_msg_size": int(info[3]), "progress_waits": bool(info[4]),
+                "progress_wait": ("poll", "sread", "fd")[int(info[4])],
                 "amo_valid": int(lib.vko_amo_valid(sh.ctx)) if sh.ctx is not None else 0,
                 "emulated": sh.emulated, "completions": int(out[0]), "errors": int(out[1]),
                 "progress_wakeups": int(out[2]),

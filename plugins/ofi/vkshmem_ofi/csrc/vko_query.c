@@ -8,7 +8,7 @@ void vko_info(vko_ctx *c, uint64_t *out) {
     out[1] = c->info->tx_attr->msg_order;
     out[2] = c->info->tx_attr->inject_size;
     out[3] = c->info->ep_attr->max_msg_size;
-    out[4] = (uint64_t)c->waitable;
+    out[4] = (uint64_t)(c->waitable ? (c->wait_fd >= 0 ? 2 : 1) : 0); /* fd, sread, poll */
     out[5] = c->info->caps;
 }
 

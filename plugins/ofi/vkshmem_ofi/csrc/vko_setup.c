@@ -34,6 +34,7 @@ static vko_ctx *open_ctx(const char *prov, int32_t n_pes, uint32_t poll_us,
     c->spin_us = spin_us;
     c->timeout_ns = (uint64_t)(timeout_s * 1e9);
     c->next_key = 1;
+    c->wait_fd = -1;
     hints->ep_attr->type = FI_EP_RDM;
     hints->caps = FI_RMA | FI_ATOMIC | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE |
                   (rma_event ? FI_RMA_EVENT : 0);
@@ -81,6 +82,7 @@ static vko_ctx *open_ctx(const char *prov, int32_t n_pes, uint32_t poll_us,
             return NULL;
         }
     }
+    c->wait_fd = cq_wait_fd(c);
     if (rma_event) {
         struct fi_cntr_attr ca = {.events = FI_CNTR_EVENTS_COMP, .wait_obj = FI_WAIT_NONE};
         if ((rc = fi_cntr_open(c->domain, &ca, &c->rcntr, NULL))) {
