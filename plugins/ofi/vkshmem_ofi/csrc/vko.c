@@ -30,7 +30,15 @@
 #include "vko.h"
 #include "vko_native.h"
 
+/* The API version asked of fi_getinfo: 1.9 (what the plugin needs), or 1.20 where the headers
+ * have FI_MR_DMABUF: a library reads fi_mr_attr.dmabuf only for a fabric opened at 1.20 or
+ * later (below that it reads the same union as mr_iov: a dma-buf registration would describe
+ * garbage). Never 2.x: the 1.x semantics stay the same whichever library is loaded. */
+#ifdef FI_MR_DMABUF
+#define VKO_API FI_VERSION(1, 20)
+#else
 #define VKO_API FI_VERSION(1, 9)
+#endif
 #define VKO_IDLE_MS 50
 #define VKO_IDLE_AFTER_NS 1000000000ull
 #define VKO_CLOSE_NS 5000000000ull
@@ -67,6 +75,7 @@ struct vko_ep {
     vko_native_table nops;       /* vko_native_ops (vko_native.c) */
     int py_held;                 /* Python holds buffers of non-blocking operations */
     uint64_t n_polls;            /* atomic: CQ reads made by callers waiting (vko_probe) */
+    int pooled;                  /* a closed context's endpoint, kept for the next (c->lock) */
 };
 
 struct vko_ctx {
@@ -293,8 +302,8 @@ static void drop_req(vko_req *r) { /* the post failed: it never went out */
     })
 
 #include "vko_progress.c"
-#include "vko_setup.c"
 #include "vko_query.c"
+#include "vko_setup.c"
 #include "vko_data.c"
 #include "vko_native.c"
 #include "vko_probe.c"

@@ -116,8 +116,10 @@ int vko_peer_seg(vko_ctx *c, int32_t pe, uint32_t seg, uint64_t base, uint64_t s
 /* name: the endpoint's name where the provider names endpoints by strings (shm: the file under
  * /dev/shm), set before it is enabled; NULL or "" keeps the provider's default. */
 vko_ep *vko_ep_open(vko_ctx *c, const char *name, char *err, size_t errlen);
-/* Wait (bounded) for a context endpoint's operations, then close it; for the root endpoint
- * this does nothing (vko_close closes it, after stopping the progress thread). */
+/* Wait (bounded) for a context endpoint's operations, then park it: the next vko_ep_open
+ * reuses it (vko_close closes every endpoint; one whose operations did not finish within 5 s is
+ * closed at once instead). For the root endpoint this does nothing (vko_close closes it, after
+ * stopping the progress thread). */
 void vko_ep_close(vko_ep *e);
 int vko_ep_name(vko_ep *e, void *buf, size_t *len);
 
