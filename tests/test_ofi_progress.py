@@ -1,7 +1,9 @@
-"""The ofi progress thread's polling policy over ``shm`` (a provider whose CQ has no wait fd):
+"""The ofi progress thread's polling policy. Over ``shm`` (a provider whose CQ has no wait fd):
 a peer's operation landing on a PE (seen by a remote-access counter) makes that PE's progress
 thread poll without sleeping for ``busy_us``, so the next requests are served at once instead of
-at the next ``poll_us`` nap; ``busy_us=0`` turns the window (and the counter) off.
+at the next ``poll_us`` nap; ``busy_us=0`` turns the window (and the counter) off. Over
+``tcp;ofi_rxm`` (a CQ wait fd, no counter): the thread sleeps in ``poll()`` on the fd, a peer's
+traffic waking it opens the same window, and once the traffic stops it sleeps again.
 
 Real libfabric between two transports of this process; timings are medians with wide margins
 (a 20 ms nap against a 2 ms bound), so load on the machine does not decide them.
@@ -9,6 +11,7 @@ Real libfabric between two transports of this process; timings are medians with 
 
 from __future__ import annotations
 
+import resource
 import statistics
 import time
 
@@ -62,6 +65,40 @@ def test_tcp_sleeps_on_its_wait_fd_without_a_counter() -> None:
         job.t[0][0].amo(1, 0, 0, AmoOp.ADD, 8, 1, 0, True)
         stats = job.t[0][1].stats()
     assert stats["progress_waits"] and stats["remote_ops"] is None
+    assert stats["progress_wait"] == "fd"
+
+
+def _cpu_share(seconds: float) -> float:
+    """This process's CPU time over the next ``seconds``, in cores."""
+    r0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.monotonic()
+    time.sleep(seconds)
+    r1 = resource.getrusage(resource.RUSAGE_SELF)
+    used = r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime
+    return used / (time.monotonic() - t0)
+
+
+def test_tcp_a_peer_waking_the_target_opens_a_busy_window_that_ends() -> None:
+    """The target's thread (woken on its wait fd by PE 0's requests) opens busy windows; the
+    initiator's, whose caller reads its own CQ while it waits, opens (almost) none; once the
+    requests stop, both threads sleep again (a 20 ms window, then well under a core)."""
+    with Job(options={"provider": "tcp;ofi_rxm", "busy_us": "20000"}) as job:
+        before = job.t[0][0].stats()["busy_windows"]
+        times = _fetch_add_times(job, 200)
+        target, initiator = job.t[0][1].stats(), job.t[0][0].stats()
+        idle = _cpu_share(0.5)
+        assert job.t[0][0].amo(1, 0, 0, AmoOp.FETCH, 8, 0, 0, True) == 200
+    assert target["progress_wait"] == "fd" and target["busy_windows"] >= 1, target
+    assert initiator["busy_windows"] - before <= 3, initiator
+    assert statistics.median(times) < 0.005, times
+    assert idle < 0.3, idle
+
+
+def test_tcp_busy_us_zero_opens_no_window() -> None:
+    with Job(options={"provider": "tcp;ofi_rxm", "busy_us": "0"}) as job:
+        times = _fetch_add_times(job, 50)
+        stats = job.t[0][1].stats()
+    assert stats["busy_windows"] == 0 and stats["progress_wait"] == "fd"
+    assert statistics.median(times) < 0.05, times
 
 
 @pytest.mark.parametrize("value", ["-1", "x", "1e9"])

@@ -266,6 +266,25 @@ def test_dmabuf_registration_names_what_is_missing() -> None:
         seg.close()
 
 
+def test_gpu_memory_with_a_dmabuf_fd_names_what_is_missing() -> None:
+    """A GPU segment whose domain exports a dma-buf (SegmentInfo.dmabuf_fd): on a build
+    without FI_MR_DMABUF the spec does not offer "dmabuf" (the core never hands it one) and a
+    registration names VKSHMEM_OFI_PREFIX."""
+    if vko.vko_has_dmabuf():
+        pytest.skip("built against a libfabric with FI_MR_DMABUF (tests/test_ofi_libfabric2.py)")
+    assert vkshmem_ofi.SPEC.memory_kinds == {"host"}
+    tr = OfiTransport(context(0, 1))
+    seg = Segment(0, 4096)
+    try:
+        info = SegmentInfo(0, "opaque_fd", seg.address, 4096, seg.fd, seg.view,
+                           dmabuf_fd=seg.fd)
+        with pytest.raises(TransportError, match=r"FI_MR_DMABUF.*VKSHMEM_OFI_PREFIX"):
+            tr.register(info)
+    finally:
+        tr.close()
+        seg.close()
+
+
 def test_dead_peer_times_out_naming_it() -> None:
     with Job(options={"provider": PROVIDERS["tcp"], "timeout": "1"}) as j:
         tr = j.t[0][0]

@@ -36,7 +36,7 @@ import numpy as np
 from ._native import lib
 from .domain import DomainContext, DomainSpec, MemoryDomain
 from .domainxfer import DeviceTransfers
-from .errors import ConfigError, InvalidArgumentError, WaitTimeoutError
+from .errors import ConfigError, InvalidArgumentError, TransportError, WaitTimeoutError
 from .fdshare import exchange_fds
 from .heap import Allocator
 from .transport import AMO, RMA, AmoOp, SegmentInfo, Transport
@@ -158,7 +158,15 @@ class DomainHeap(DeviceTransfers):
         able = [t for t in rt.transports if RMA in ops[t]]
         keys = {}
         for t in able:
-            keys[f"{t.spec.name}@{rt.rail_of(t)}"] = t.register(self.info).hex()
+            try:
+                keys[f"{t.spec.name}@{rt.rail_of(t)}"] = t.register(self.info).hex()
+            except TransportError as exc:
+                if kind == "host":
+                    raise
+                # a transport refusing GPU memory (e.g. a provider without dma-buf
+                # registration): the peers reach this segment another way (the GPU proxy)
+                log.warning("PE %d: %s; the %s segment goes through another route",
+                            self.my_pe, exc, self.name)
         tables = [json.loads(b) for b in rt.bootstrap.allgather(json.dumps(keys).encode())]
         #: per PE, the transport carrying this domain to it, or None
         self.carrier: list[Transport | None] = [None] * rt.n_pes

@@ -5,8 +5,12 @@ e.g. ``VKSHMEM_TRANSPORTS=ofi`` or ``VKSHMEM_RAIL0=ofi:provider=shm``. The provi
 the rail option ``provider=``, else ``VKSHMEM_OFI_PROVIDER``, else ``tcp;ofi_rxm``. See
 ``README.md`` for the options and what each Debian 12 provider really does.
 
-Importing this package does not load libfabric: the spec is always offered (so ``vkshmem
-info`` lists it), and the native module is loaded when the transport is first opened.
+Importing this package opens nothing: the spec is always offered (so ``vkshmem info`` lists
+it, with or without libfabric). It looks at the native module where it loads, to say whether
+GPU memory exported as a dma-buf can be registered (``memory_kinds`` holds ``"dmabuf"`` where
+the binding was built against headers with ``FI_MR_DMABUF``, libfabric 1.20+; a provider that
+then refuses one raises an error naming ``VKSHMEM_OFI_PROVIDER``, and that memory takes
+another route).
 """
 
 from __future__ import annotations
@@ -45,6 +49,15 @@ def load_native() -> Any:
     return _ofi
 
 
+def _memory_kinds() -> frozenset[str]:
+    """``host``, and ``dmabuf`` where the binding has the dma-buf registration path."""
+    try:
+        from ._ofi import lib
+    except ImportError:
+        return frozenset({"host"})
+    return frozenset({"host", "dmabuf"}) if lib.vko_has_dmabuf() else frozenset({"host"})
+
+
 def open_transport(context: TransportContext) -> OfiTransport:
     """The spec's factory: open the ofi transport for one rail (loads libfabric on first use)."""
     load_native()
@@ -57,7 +70,7 @@ SPEC = TransportSpec(
     name=NAME,
     factory=open_transport,
     priority=40,
-    memory_kinds=frozenset({"host"}),
+    memory_kinds=_memory_kinds(),
     reach=frozenset({"intra", "inter"}),
     amo_ops=frozenset(AmoOp),
     amo_widths=frozenset({4, 8}),

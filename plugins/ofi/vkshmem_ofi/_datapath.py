@@ -236,8 +236,11 @@ class DataPath:
     # -- contexts, introspection, shutdown ------------------------------------------------
 
     def create_context(self) -> Any:
-        """A new endpoint on this transport's domain, AV and CQ, reaching the same peers; its
-        quiet waits only for its own operations. ``close()`` on it closes only that endpoint."""
+        """A new endpoint on this transport's domain, AV and CQ (a parked one where a closed
+        context left one), reaching the same peers; its quiet waits only for its own
+        operations. ``close()`` on it waits for them and parks the endpoint for the next
+        context (libfabric 2.5's shm crashes opening an endpoint after a closed one had sent
+        to this PE); the transport's ``close()`` closes them all."""
         self._live()
         sh = self._shared
         ep = object.__new__(type(self))
@@ -271,6 +274,7 @@ class DataPath:
                 "libfabric": libfabric_version(), "mr_mode": int(info[0]),
                 "msg_order": int(info[1]), "inject_size": int(info[2]),
                 "max_msg_size": int(info[3]), "progress_waits": bool(info[4]),
+                "progress_wait": ("poll", "sread", "fd")[int(info[4])],
                 "amo_valid": int(lib.vko_amo_valid(sh.ctx)) if sh.ctx is not None else 0,
                 "emulated": sh.emulated, "completions": int(out[0]), "errors": int(out[1]),
                 "progress_wakeups": int(out[2]),

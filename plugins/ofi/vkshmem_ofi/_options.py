@@ -16,8 +16,9 @@ __all__ = ["BROKEN", "DEFAULT_BUSY_US", "DEFAULT_PROVIDER", "DEFAULT_TIMEOUT", "
 #: Seconds any wait (completion, quiet) may last before the peer is declared stuck or dead.
 DEFAULT_TIMEOUT = 60.0
 DEFAULT_PROVIDER = "tcp;ofi_rxm"
-#: Microseconds the progress thread of a polling provider (shm) polls without sleeping after a
-#: peer's operation was served here (the rail option busy_us; 0: never).
+#: Microseconds the progress thread polls without sleeping after a peer's operation was served
+#: here (shm: seen by a remote-access counter) or a peer's traffic woke it on the CQ's wait fd
+#: (tcp;ofi_rxm) (the rail option busy_us; 0: never).
 DEFAULT_BUSY_US = 2000
 #: Providers measured correct on libfabric 1.17 (Debian 12), with what they need.
 KNOWN = {

@@ -5,7 +5,9 @@ per operation, with the GIL released):
 
 * ``register`` → ``fi_mr_reg`` of the segment's existing memory (nothing is allocated), with
   the MR modes the provider asked for (``FI_MR_VIRT_ADDR``, ``FI_MR_PROV_KEY``); the key blob
-  is ``<IQQQ`` (segment id, remote address of its first byte, size, key).
+  is ``<IQQQ`` (segment id, remote address of its first byte, size, key). GPU memory whose
+  domain exports a dma-buf (``SegmentInfo.dmabuf_fd``, or a ``"dmabuf"`` segment's fd) →
+  ``fi_mr_regattr`` with ``FI_MR_DMABUF``, where the headers built against have it (1.20+).
 * ``address`` → ``fi_getname`` of the endpoint; ``connect`` inserts peers in the AV.
 * ``put``/``get`` → ``fi_writemsg`` (``FI_DELIVERY_COMPLETE``) / ``fi_readmsg``; puts up to
   256 bytes are copied, so a blocking put returns at once; larger ones wait for completion.
@@ -157,22 +159,40 @@ class OfiTransport(DataPath, Transport):
         """``fi_mr_reg`` the segment's memory (mapped by the core, not by us) and return its key
         blob. The memory must stay mapped until :meth:`close`."""
         self._live()
-        if segment.kind not in ("host", "dmabuf"):
-            raise TransportError(NAME, f"cannot register memory of kind {segment.kind!r}; "
-                                 "the ofi transport registers host memory only (and dma-buf "
-                                 "where libfabric has FI_MR_DMABUF)")
-        if segment.kind == "dmabuf" and not lib.vko_has_dmabuf():
+        # host memory registers as itself; other kinds through a dma-buf fd of the memory
+        # (the segment's own where its kind is "dmabuf", else the one its domain exports)
+        fd = -1 if segment.kind == "host" else (
+            segment.dmabuf_fd if segment.dmabuf_fd >= 0 else
+            segment.fd if segment.kind == "dmabuf" else -1)
+        if segment.kind != "host" and fd < 0:
+            raise TransportError(NAME, f"cannot register memory of kind {segment.kind!r} "
+                                 "without a dma-buf fd (the ofi transport registers host "
+                                 "memory only, and GPU memory whose domain exports a dma-buf)")
+        if fd >= 0 and not lib.vko_has_dmabuf():
             raise TransportError(NAME, f"cannot register dma-buf segment {segment.seg_id}: "
                                  f"this build's libfabric ({libfabric_version()}) has no "
                                  "FI_MR_DMABUF (libfabric 1.20+: rebuild vkshmem-ofi with "
                                  "VKSHMEM_OFI_PREFIX=<its prefix>)")
+        if fd >= 0 and "ofi_rxm" in self._shared.provider:
+            raise TransportError(NAME, f"the {self._shared.provider} provider cannot register "
+                                 f"dma-buf segment {segment.seg_id}: libfabric's rxm layer "
+                                 "accepts FI_MR_DMABUF registrations whose RMA then fails "
+                                 "(libfabric 2.5 over tcp: canceled); its traffic takes another "
+                                 "route; VKSHMEM_OFI_PROVIDER (or the rail option provider=) "
+                                 "chooses a provider that registers dma-bufs itself")
         if not 0 <= segment.seg_id < lib.VKO_MAX_SEGS:
             raise TransportError(NAME, f"segment id {segment.seg_id} is out of range "
                                  f"(0..{lib.VKO_MAX_SEGS - 1})")
         key = ffi.new("uint64_t *")
         base = ffi.new("uint64_t *")
-        fd = segment.fd if segment.kind == "dmabuf" else -1
         rc = lib.vko_mr_reg(self._shared.ctx, segment.address, segment.size, fd, key, base)
+        if rc and fd >= 0:
+            raise TransportError(NAME, f"the {self._shared.provider} provider refused dma-buf "
+                                 f"segment {segment.seg_id} ({segment.size} bytes, fd {fd}; "
+                                 "fi_mr_regattr with FI_MR_DMABUF): its traffic takes another "
+                                 "route; VKSHMEM_OFI_PROVIDER (or the rail option provider=) "
+                                 "chooses a provider that registers dma-bufs",
+                                 status=status(rc))
         if rc:
             raise TransportError(NAME, f"cannot register segment {segment.seg_id} "
                                  f"({segment.size} bytes at {segment.address:#x}) with "

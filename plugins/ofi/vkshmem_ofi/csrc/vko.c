@@ -1,17 +1,16 @@
 /* vkshmem-ofi native helper (see vko.h for the API, the request design and the locking).
  *
- * Progress: one pthread per vko_ctx (no GIL, signals blocked) reads the shared CQ. Where the CQ
- * has a wait object it sleeps in fi_cq_sread (which runs the provider's progress whenever a
- * socket or queue of the domain wakes it, and at least every VKO_IDLE_MS); elsewhere it polls
- * fi_cq_read every poll_us. Reading the CQ is what makes every OFI provider here progress
- * (rxm/tcp serving peers' RMA and atomics, shm its command queue), so a PE busy in Python never
- * stalls its peers. A caller waiting for its own request reads the CQ itself meanwhile.
+ * Progress: one pthread per vko_ctx (no GIL, signals blocked) reads the shared CQ
+ * (vko_progress.c). Reading the CQ is what makes every OFI provider here progress (rxm/tcp
+ * serving peers' RMA and atomics, shm its command queue), so a PE busy in Python never stalls
+ * its peers. A caller waiting for its own request reads the CQ itself meanwhile.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
 #include <errno.h>
 #include <pthread.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -31,7 +30,15 @@
 #include "vko.h"
 #include "vko_native.h"
 
+/* The API version asked of fi_getinfo: 1.9 (what the plugin needs), or 1.20 where the headers
+ * have FI_MR_DMABUF: a library reads fi_mr_attr.dmabuf only for a fabric opened at 1.20 or
+ * later (below that it reads the same union as mr_iov: a dma-buf registration would describe
+ * garbage). Never 2.x: the 1.x semantics stay the same whichever library is loaded. */
+#ifdef FI_MR_DMABUF
+#define VKO_API FI_VERSION(1, 20)
+#else
 #define VKO_API FI_VERSION(1, 9)
+#endif
 #define VKO_IDLE_MS 50
 #define VKO_IDLE_AFTER_NS 1000000000ull
 #define VKO_CLOSE_NS 5000000000ull
@@ -68,6 +75,7 @@ struct vko_ep {
     vko_native_table nops;       /* vko_native_ops (vko_native.c) */
     int py_held;                 /* Python holds buffers of non-blocking operations */
     uint64_t n_polls;            /* atomic: CQ reads made by callers waiting (vko_probe) */
+    int pooled;                  /* a closed context's endpoint, kept for the next (c->lock) */
 };
 
 struct vko_ctx {
@@ -101,6 +109,8 @@ struct vko_ctx {
     uint64_t n_emulated;         /* AMOs run as compare-and-swap loops */
     uint64_t n_rounds;           /* the progress thread's rounds (vko_probe) */
     int busy_yield;              /* busy window: sched_yield between polls (else spin) */
+    int wait_fd;                 /* the root CQ's wait fd (FI_GETWAIT), -1: none or sread */
+    uint64_t seen_issued;        /* the progress thread's last look at n_issued */
     char lasterr[VKO_ERRLEN];
 };
 
@@ -174,97 +184,6 @@ static int drain(vko_ctx *c, struct fid_cq *cq) {
         }
         return total;
     }
-}
-
-/* One round over the contexts' own CQs (the caller holds cqlock for reading). */
-static int drain_contexts(vko_ctx *c) {
-    int n = 0;
-    pthread_mutex_lock(&c->lock);
-    for (vko_ep *e = c->eps; e; e = e->next)
-        if (e->cq != c->cq)
-            n += drain(c, e->cq);
-    pthread_mutex_unlock(&c->lock);
-    return n;
-}
-
-/* The remote-access counter's value (peers' operations served here), or the last one seen. */
-static uint64_t remote_count(vko_ctx *c, uint64_t last) {
-    if (!c->rcntr)
-        return last;
-    uint64_t v = fi_cntr_read(c->rcntr);
-    return v + fi_cntr_readerr(c->rcntr);
-}
-
-static void *progress_main(void *arg) {
-    vko_ctx *c = arg;
-    sigset_t all;
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, NULL);
-    prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0); /* poll_us means poll_us, not +50 us */
-    struct timespec nap = {0, (long)c->poll_us * 1000};
-    struct timespec idle_nap = {0, (long)c->idle_poll_us * 1000};
-    uint64_t seen = 0, last_active = now_ns(), busy_until = 0, rseen = remote_count(c, 0);
-    uint64_t busy_ns = (uint64_t)c->busy_us * 1000;
-    while (!__atomic_load_n(&c->stop, __ATOMIC_ACQUIRE)) {
-        int got = 0;
-        pthread_rwlock_rdlock(&c->cqlock);
-        if (c->waitable) {
-            struct fi_cq_entry ent[16];
-            ssize_t n = fi_cq_sread(c->cq, ent, 16, NULL, c->eps_n > 1 ? 1 : VKO_IDLE_MS);
-            if (n > 0) {
-                for (ssize_t i = 0; i < n; i++)
-                    complete(c, (vko_req *)ent[i].op_context, 0);
-                got = (int)n;
-            } else if (n == -FI_EAVAIL) {
-                got = drain(c, c->cq);
-            }
-        } else {
-            got = drain(c, c->cq);
-        }
-        got += drain_contexts(c);
-        pthread_rwlock_unlock(&c->cqlock);
-        __atomic_add_fetch(&c->n_rounds, 1, __ATOMIC_RELAXED);
-        uint64_t issued = __atomic_load_n(&c->n_issued, __ATOMIC_RELAXED);
-        uint64_t remote = remote_count(c, rseen);
-        if (got)
-            __atomic_add_fetch(&c->n_wakeups, 1, __ATOMIC_RELAXED);
-        int peer = remote != rseen;
-        if (peer) {
-            /* a peer's operation was served here: more are likely to follow at once, and
-             * each waits for this thread (the provider's progress is manual), so poll
-             * without sleeping for busy_us */
-            __atomic_add_fetch(&c->n_remote, remote - rseen, __ATOMIC_RELAXED);
-            rseen = remote;
-            if (busy_ns) {
-                uint64_t t = now_ns();
-                if (t >= busy_until)
-                    __atomic_add_fetch(&c->n_busy, 1, __ATOMIC_RELAXED);
-                busy_until = t + busy_ns;
-            }
-        }
-        if (got || issued != seen || peer) {
-            seen = issued;
-            last_active = now_ns();
-        } else if (!c->waitable) {
-            /* polling: polls without sleeping within busy_us of a peer's operation (spinning,
-             * or yielding the CPU between polls where the node has more PEs than CPUs),
-             * then every poll_us while this PE was active in the last VKO_IDLE_AFTER_NS,
-             * then every idle_poll_us (peers' requests then wait up to that long) */
-            uint64_t t = now_ns();
-            if (t < busy_until) {
-                last_active = t;
-                if (__atomic_load_n(&c->busy_yield, __ATOMIC_RELAXED))
-                    sched_yield();
-#if defined(__x86_64__) || defined(__i386__)
-                else
-                    __builtin_ia32_pause();
-#endif
-            } else {
-                nanosleep(t - last_active > VKO_IDLE_AFTER_NS ? &idle_nap : &nap, NULL);
-            }
-        }
-    }
-    return NULL;
 }
 
 /* One round of a caller's wait that began at start, after i rounds: 0 to go on (spinning for
@@ -382,8 +301,9 @@ static void drop_req(vko_req *r) { /* the post failed: it never went out */
         (int)rc_;                                                                         \
     })
 
-#include "vko_setup.c"
+#include "vko_progress.c"
 #include "vko_query.c"
+#include "vko_setup.c"
 #include "vko_data.c"
 #include "vko_native.c"
 #include "vko_probe.c"

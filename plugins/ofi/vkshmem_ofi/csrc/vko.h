@@ -65,9 +65,10 @@ const char *vko_strerror(int rc);
  * "shm", ...; NULL or "" lets libfabric choose), then fabric, domain, AV and CQ, and start the
  * progress thread. n_pes sizes the peer table; poll_us: how long the progress thread sleeps
  * between polls where the CQ has no wait object, idle_poll_us: the same once this PE issued
- * nothing for a second; busy_us: how long it polls without sleeping (yielding the CPU between
- * polls) after a peer's operation landed here (seen by a remote-access counter, where the
- * provider offers FI_RMA_EVENT; 0: never); spin_us: how long a waiting caller spins
+ * nothing for a second; busy_us: how long it polls without sleeping after a peer's operation
+ * landed here (seen by a remote-access counter, where the provider offers FI_RMA_EVENT, or
+ * by the CQ's wait fd waking it while this PE issued nothing; 0: never; vko_progress.c);
+ * spin_us: how long a waiting caller spins
  * before it yields; timeout_s bounds every wait. NULL on failure, with err filled. */
 vko_ctx *vko_open(const char *prov, int32_t n_pes, uint32_t poll_us, uint32_t idle_poll_us,
                   uint32_t busy_us, uint32_t spin_us, double timeout_s, char *err,
@@ -75,7 +76,8 @@ vko_ctx *vko_open(const char *prov, int32_t n_pes, uint32_t poll_us, uint32_t id
 /* Stop the thread, close every endpoint and MR, the CQ, AV, domain and fabric. */
 void vko_close(vko_ctx *c);
 /* What the provider granted: name, mr_mode, tx msg_order, inject size, max message size,
- * whether the progress thread sleeps on a wait object (1) or polls (0). */
+ * how the progress thread waits (2: poll() on the CQ's wait fd, with a busy window after a
+ * peer's traffic woke it; 1: fi_cq_sread; 0: it polls the CQ, napping), caps. */
 const char *vko_provider(vko_ctx *c);
 void vko_info(vko_ctx *c, uint64_t *out6);
 /* The AMO capability mask (VKO_AMO bits) found by fi_*atomicvalid, and which to emulate
@@ -114,8 +116,10 @@ int vko_peer_seg(vko_ctx *c, int32_t pe, uint32_t seg, uint64_t base, uint64_t s
 /* name: the endpoint's name where the provider names endpoints by strings (shm: the file under
  * /dev/shm), set before it is enabled; NULL or "" keeps the provider's default. */
 vko_ep *vko_ep_open(vko_ctx *c, const char *name, char *err, size_t errlen);
-/* Wait (bounded) for a context endpoint's operations, then close it; for the root endpoint
- * this does nothing (vko_close closes it, after stopping the progress thread). */
+/* Wait (bounded) for a context endpoint's operations, then park it: the next vko_ep_open
+ * reuses it (vko_close closes every endpoint; one whose operations did not finish within 5 s is
+ * closed at once instead). For the root endpoint this does nothing (vko_close closes it, after
+ * stopping the progress thread). */
 void vko_ep_close(vko_ep *e);
 int vko_ep_name(vko_ep *e, void *buf, size_t *len);
 

@@ -1,4 +1,5 @@
-/* vkshmem-ofi: the data path (put, get, AMOs, fence, quiet). Included by vko.c.
+/* vkshmem-ofi: the peers' addresses and segment keys, and the data path (put, get, AMOs,
+ * fence, quiet). Included by vko.c.
  * fence: where the provider grants write-after-write ordering on both sides, only the
  * outstanding AMOs are waited for (puts stay in flight); elsewhere all outstanding writes.
  *
@@ -7,6 +8,47 @@
  * outstanding puts (AMO-after-AMO the providers order themselves). No provider here grants
  * read-after-write or put-then-AMO ordering across RMA and atomics. fence waits for the outstanding writes (fence = quiet of
  * writes): tcp;ofi_rxm orders put-after-put and AMO-after-AMO but not put-then-AMO. */
+
+int vko_peer_set(vko_ctx *c, int32_t pe, const void *addr, size_t len) {
+    if (pe < 0 || pe >= c->n_pes || len == 0)
+        return VKO_EPEER;
+    if (len > VKO_ADDR_MAX)
+        return VKO_ETOOBIG;
+    vko_peer *p = &c->peers[pe];
+    int rc = 0;
+    pthread_mutex_lock(&c->lock);
+    if (!(p->valid && p->namelen == len && !memcmp(p->name, addr, len))) {
+        fi_addr_t fa = FI_ADDR_NOTAVAIL;
+        int n = fi_av_insert(c->av, addr, 1, &fa, 0, NULL);
+        if (n != 1) {
+            rc = n < 0 ? n : -FI_EINVAL;
+        } else {
+            memcpy(p->name, addr, len);
+            p->namelen = len;
+            p->fa = fa;
+            __atomic_store_n(&p->valid, 1, __ATOMIC_RELEASE);
+        }
+    }
+    pthread_mutex_unlock(&c->lock);
+    return rc;
+}
+
+int vko_peer_seg(vko_ctx *c, int32_t pe, uint32_t seg, uint64_t base, uint64_t size,
+                 uint64_t key) {
+    if (pe < 0 || pe >= c->n_pes)
+        return VKO_EPEER;
+    if (seg >= VKO_MAX_SEGS)
+        return VKO_ESEG;
+    vko_rseg *s = &c->peers[pe].segs[seg];
+    pthread_mutex_lock(&c->lock);
+    __atomic_store_n(&s->valid, 0, __ATOMIC_RELEASE);
+    s->base = base;
+    s->size = size;
+    s->key = key;
+    __atomic_store_n(&s->valid, 1, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&c->lock);
+    return 0;
+}
 
 /* The peer's segment for [off, off+n), or an error code. */
 static int target(vko_ctx *c, int32_t pe, uint32_t seg, uint64_t off, uint64_t n,

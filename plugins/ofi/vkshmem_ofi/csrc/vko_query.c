@@ -1,5 +1,30 @@
-/* vkshmem-ofi: what the provider granted, the settings chosen after opening, the counters,
- * the names of the return codes. Included by vko.c. */
+/* vkshmem-ofi: the AMOs the provider offers (fi_*atomicvalid), what it granted, the settings
+ * chosen after opening, the counters, the names of the return codes. Included by vko.c. */
+
+static const enum fi_op FIOP[8] = {FI_ATOMIC_READ, FI_ATOMIC_WRITE, FI_ATOMIC_WRITE, FI_CSWAP,
+                                   FI_SUM, FI_BAND, FI_BOR, FI_BXOR};
+
+static uint32_t query_valid(struct fid_ep *ep) {
+    uint32_t mask = 0;
+    for (int w8 = 0; w8 < 2; w8++) {
+        enum fi_datatype dt = w8 ? FI_UINT64 : FI_UINT32;
+        for (int op = 0; op < 8; op++) {
+            size_t n = 0;
+            uint32_t bit = 1u << (op + (w8 ? VKO_AMO_W8 : 0));
+            if (op == VKO_CSWAP) {
+                if (!fi_compare_atomicvalid(ep, dt, FI_CSWAP, &n) && n)
+                    mask |= bit << VKO_AMO_FETCH;
+                continue;
+            }
+            if (op != VKO_FETCH && op != VKO_SWAP && !fi_atomicvalid(ep, dt, FIOP[op], &n) && n)
+                mask |= bit;
+            n = 0;
+            if (!fi_fetch_atomicvalid(ep, dt, FIOP[op], &n) && n)
+                mask |= bit << VKO_AMO_FETCH;
+        }
+    }
+    return mask;
+}
 
 const char *vko_provider(vko_ctx *c) { return c->info->fabric_attr->prov_name; }
 
@@ -8,7 +33,7 @@ void vko_info(vko_ctx *c, uint64_t *out) {
     out[1] = c->info->tx_attr->msg_order;
     out[2] = c->info->tx_attr->inject_size;
     out[3] = c->info->ep_attr->max_msg_size;
-    out[4] = (uint64_t)c->waitable;
+    out[4] = (uint64_t)(c->waitable ? (c->wait_fd >= 0 ? 2 : 1) : 0); /* fd, sread, poll */
     out[5] = c->info->caps;
 }
 

@@ -1,4 +1,4 @@
-/* vkshmem-ofi: opening and closing the fabric, registrations, peers, endpoints.
+/* vkshmem-ofi: opening and closing the fabric, registrations, endpoints (contexts' parked for reuse).
  * Included by vko.c (one translation unit, so cffi compiles one file). */
 
 static void seterr(char *err, size_t errlen, const char *what, int rc) {
@@ -34,6 +34,7 @@ static vko_ctx *open_ctx(const char *prov, int32_t n_pes, uint32_t poll_us,
     c->spin_us = spin_us;
     c->timeout_ns = (uint64_t)(timeout_s * 1e9);
     c->next_key = 1;
+    c->wait_fd = -1;
     hints->ep_attr->type = FI_EP_RDM;
     hints->caps = FI_RMA | FI_ATOMIC | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE |
                   (rma_event ? FI_RMA_EVENT : 0);
@@ -81,6 +82,7 @@ static vko_ctx *open_ctx(const char *prov, int32_t n_pes, uint32_t poll_us,
             return NULL;
         }
     }
+    c->wait_fd = cq_wait_fd(c);
     if (rma_event) {
         struct fi_cntr_attr ca = {.events = FI_CNTR_EVENTS_COMP, .wait_obj = FI_WAIT_NONE};
         if ((rc = fi_cntr_open(c->domain, &ca, &c->rcntr, NULL))) {
@@ -239,74 +241,30 @@ int vko_mr_reg(vko_ctx *c, uintptr_t addr, uint64_t size, int dmabuf_fd, uint64_
     return 0;
 }
 
-int vko_peer_set(vko_ctx *c, int32_t pe, const void *addr, size_t len) {
-    if (pe < 0 || pe >= c->n_pes || len == 0)
-        return VKO_EPEER;
-    if (len > VKO_ADDR_MAX)
-        return VKO_ETOOBIG;
-    vko_peer *p = &c->peers[pe];
-    int rc = 0;
+/* A closed context's endpoint, parked (vko_ep_close) for the next context: libfabric 2.5's shm
+ * crashes opening an endpoint on an AV after a same-process endpoint that had sent to this
+ * PE's root endpoint closed (its map keeps the closed endpoint's region), so context
+ * endpoints are reused rather than closed and reopened. NULL if none is parked. */
+static vko_ep *ep_reuse(vko_ctx *c) {
     pthread_mutex_lock(&c->lock);
-    if (!(p->valid && p->namelen == len && !memcmp(p->name, addr, len))) {
-        fi_addr_t fa = FI_ADDR_NOTAVAIL;
-        int n = fi_av_insert(c->av, addr, 1, &fa, 0, NULL);
-        if (n != 1) {
-            rc = n < 0 ? n : -FI_EINVAL;
-        } else {
-            memcpy(p->name, addr, len);
-            p->namelen = len;
-            p->fa = fa;
-            __atomic_store_n(&p->valid, 1, __ATOMIC_RELEASE);
-        }
+    vko_ep *e = c->eps;
+    while (e && !e->pooled)
+        e = e->next;
+    if (e) {
+        e->pooled = 0;
+        e->first_err = 0;
+        e->py_held = 0;
+        memset(e->dirty, 0, (size_t)c->n_pes);
     }
     pthread_mutex_unlock(&c->lock);
-    return rc;
-}
-
-int vko_peer_seg(vko_ctx *c, int32_t pe, uint32_t seg, uint64_t base, uint64_t size,
-                 uint64_t key) {
-    if (pe < 0 || pe >= c->n_pes)
-        return VKO_EPEER;
-    if (seg >= VKO_MAX_SEGS)
-        return VKO_ESEG;
-    vko_rseg *s = &c->peers[pe].segs[seg];
-    pthread_mutex_lock(&c->lock);
-    __atomic_store_n(&s->valid, 0, __ATOMIC_RELEASE);
-    s->base = base;
-    s->size = size;
-    s->key = key;
-    __atomic_store_n(&s->valid, 1, __ATOMIC_RELEASE);
-    pthread_mutex_unlock(&c->lock);
-    return 0;
-}
-
-static const enum fi_op FIOP[8] = {FI_ATOMIC_READ, FI_ATOMIC_WRITE, FI_ATOMIC_WRITE, FI_CSWAP,
-                                   FI_SUM, FI_BAND, FI_BOR, FI_BXOR};
-
-static uint32_t query_valid(struct fid_ep *ep) {
-    uint32_t mask = 0;
-    for (int w8 = 0; w8 < 2; w8++) {
-        enum fi_datatype dt = w8 ? FI_UINT64 : FI_UINT32;
-        for (int op = 0; op < 8; op++) {
-            size_t n = 0;
-            uint32_t bit = 1u << (op + (w8 ? VKO_AMO_W8 : 0));
-            if (op == VKO_CSWAP) {
-                if (!fi_compare_atomicvalid(ep, dt, FI_CSWAP, &n) && n)
-                    mask |= bit << VKO_AMO_FETCH;
-                continue;
-            }
-            if (op != VKO_FETCH && op != VKO_SWAP && !fi_atomicvalid(ep, dt, FIOP[op], &n) && n)
-                mask |= bit;
-            n = 0;
-            if (!fi_fetch_atomicvalid(ep, dt, FIOP[op], &n) && n)
-                mask |= bit << VKO_AMO_FETCH;
-        }
-    }
-    return mask;
+    return e;
 }
 
 vko_ep *vko_ep_open(vko_ctx *c, const char *name, char *err, size_t errlen) {
-    vko_ep *e = calloc(1, sizeof *e);
+    vko_ep *e = c->root_taken ? ep_reuse(c) : NULL;
+    if (e)
+        return e;
+    e = calloc(1, sizeof *e);
     int rc;
     if (!e || !(e->dirty = calloc((size_t)c->n_pes, 1))) {
         free(e);
@@ -377,6 +335,18 @@ void vko_ep_close(vko_ep *e) {
     vko_ctx *c = e->c;
     if (e->cq == c->cq) /* the root endpoint closes with the context (vko_close) */
         return;
+    uint64_t t0 = now_ns(); /* its operations done, it is parked for the next context */
+    while (__atomic_load_n(&e->outstanding, __ATOMIC_ACQUIRE) > 0 &&
+           now_ns() - t0 < VKO_CLOSE_NS) {
+        drain(c, e->cq);
+        sched_yield();
+    }
+    if (__atomic_load_n(&e->outstanding, __ATOMIC_ACQUIRE) <= 0) {
+        pthread_mutex_lock(&c->lock);
+        e->pooled = 1;
+        pthread_mutex_unlock(&c->lock);
+        return;
+    }
     pthread_mutex_lock(&c->lock);
     for (vko_ep **p = &c->eps; *p; p = &(*p)->next)
         if (*p == e) {
