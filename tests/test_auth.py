@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from vkshmem.core import auth, fdshare
-from vkshmem.core.bootstrap import builtin
+from vkshmem.core.bootstrap import builtin, storeboot
 from vkshmem.core.errors import BootstrapError, ConfigError
 
 pytestmark = pytest.mark.timeout(120)
@@ -105,7 +105,7 @@ def test_env_store_binds_the_chosen_address_not_the_wildcard() -> None:
         assert boot.allgather(b"x") == [b"x"]
     finally:
         boot.close()
-        builtin._close_env_stores()
+        storeboot._close_env_stores()
 
 
 def test_env_on_loopback_without_a_secret_still_runs() -> None:
@@ -114,7 +114,7 @@ def test_env_on_loopback_without_a_secret_still_runs() -> None:
         assert boot.secret == b"" and boot.allgather(b"y") == [b"y"]
     finally:
         boot.close()
-        builtin._close_env_stores()
+        storeboot._close_env_stores()
 
 
 def test_vkshmem_run_passes_the_secret_as_an_fd_not_in_the_environment(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from vkshmem.core.bootstrap import builtin
+from vkshmem.core.bootstrap import builtin, envvars
 from vkshmem.core.bootstrap.base import Bootstrap, BootstrapSpec
 from vkshmem.core.bootstrap.select import choose_bootstrap, open_bootstrap
 from vkshmem.core.bootstrap.store import StoreClient, StoreServer, pack_blobs, unpack_blobs
@@ -440,13 +440,13 @@ def test_env_bootstrap_configuration_errors(environ: dict[str, str], match: str)
 
 def test_env_bootstrap_port_choices() -> None:
     slurm = {"SLURM_JOB_ID": "1234", "SLURM_STEP_ID": "0"}
-    port, why = builtin._env_master_port(slurm, slurm=True)
+    port, why = envvars.env_master_port(slurm, slurm=True)
     assert 15000 <= port < 32000 and "SLURM_JOB_ID" in why
-    assert builtin._env_master_port({"MASTER_PORT": "29500"}, slurm=False)[0] == 29500
+    assert envvars.env_master_port({"MASTER_PORT": "29500"}, slurm=False)[0] == 29500
     torchrun = {"MASTER_PORT": "29500", "TORCHELASTIC_RUN_ID": "none"}
-    assert builtin._env_master_port(torchrun, slurm=False)[0] == 29501
+    assert envvars.env_master_port(torchrun, slurm=False)[0] == 29501
     override = {"MASTER_PORT": "29500", "VKSHMEM_BOOTSTRAP_PORT": "4000"}
-    assert builtin._env_master_port(override, slurm=False) == (4000, "VKSHMEM_BOOTSTRAP_PORT")
+    assert envvars.env_master_port(override, slurm=False) == (4000, "VKSHMEM_BOOTSTRAP_PORT")
 
 
 @pytest.mark.parametrize(("environ", "variable"), [

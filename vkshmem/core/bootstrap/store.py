@@ -18,7 +18,10 @@ Operations
 ``abort(status)`` (not collective)
     Ask for the whole job to end with ``status`` (``global_exit``).
 
-The wire format and its limits are :mod:`vkshmem.core.bootstrap.wire`'s.
+This module holds the server's sockets, threads and authentication (:class:`StoreServer`).
+What the server knows of the job and how it answers a request (members, allgather rounds,
+failures, aborts) is :mod:`vkshmem.core.bootstrap.storestate`'s; the wire format and its limits
+are :mod:`vkshmem.core.bootstrap.wire`'s.
 """
 
 from __future__ import annotations
@@ -33,19 +36,17 @@ from collections.abc import Callable
 
 from ..auth import derive_key, new_nonce, verify
 from .client import StoreClient
-from .members import Members, generation_name
+from .storestate import StoreState
 from .wire import (
     AUTH_FAILED,
     CONTROL_TIMEOUT,
     FRAME_TIMEOUT,
     HELLO,
     HELLO_TIMEOUT,
-    I32,
     MAGIC,
     MAX_HELLO,
     MAX_JOB_ID,
     MAX_REQUEST,
-    ROUND,
     TIMEOUT_VAR,
     U32,
     Msg,
@@ -54,7 +55,6 @@ from .wire import (
     deadline_in,
     format_seconds,
     pack_blobs,
-    rank_list,
     recv_frame,
     send_frame,
     server_proof,
@@ -80,16 +80,8 @@ _MISMATCH = ("protocol mismatch: this store speaks another vkshmem store protoco
 # Server
 # --------------------------------------------------------------------------------------------
 
-class _Round:
-    __slots__ = ("blobs", "fetched", "result")
 
-    def __init__(self) -> None:
-        self.blobs: dict[int, bytes] = {}
-        self.result: bytes | None = None
-        self.fetched = 0
-
-
-class StoreServer:
+class StoreServer(StoreState):
     """The rendezvous server of one job of ``size`` PEs.
 
     The socket is bound and listening when the constructor returns (so its address can be
@@ -128,19 +120,12 @@ class StoreServer:
         family: socket.AddressFamily | None = None,
         secret: bytes = b"",
     ) -> None:
-        if size < 1:
-            raise ValueError(f"job size must be >= 1, got {size}")
-        self.size = size
+        super().__init__(size, fail_fast=fail_fast, on_failure=on_failure, on_abort=on_abort)
         self.job_id = job_id
         self._key = derive_key(secret, "store")
         self.max_conns = 2 * size + MAX_PENDING + 16
         #: connections dropped: for too many pending, too many open, failed authentication
         self.dropped = {"pending": 0, "open": 0, "auth": 0}
-        self.fail_fast = fail_fast
-        self.on_failure = on_failure
-        self.on_abort = on_abort
-        self.failures: list[tuple[int, str]] = []
-        self.aborts: list[tuple[int, int]] = []
         if family is None:
             family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self._listener = socket.socket(family, socket.SOCK_STREAM)
@@ -153,12 +138,6 @@ class StoreServer:
         except BaseException:
             self._listener.close()
             raise
-        self._cond = threading.Condition()
-        self._members = Members(size)
-        self._next: dict[int, int] = {}  # rank -> its next round (in its generation)
-        self._rounds: dict[tuple[int, int], _Round] = {}  # (generation, round) -> round
-        self._poison: str | None = None
-        self._closed = False
         self._conns: set[socket.socket] = set()
         self._pending: dict[socket.socket, None] = {}  # in arrival order
         self._threads: list[threading.Thread] = []
@@ -177,36 +156,6 @@ class StoreServer:
                                               name="vkshmem-store-accept", daemon=True)
             self._acceptor.start()
         return self
-
-    def wait_members_gone(self, timeout: float | None, generation: int | None = None) -> bool:
-        """Wait until every PE that ever connected has left; False if ``timeout`` ran out.
-
-        With ``generation``, only connections of that generation or an older one are waited
-        for (a PE that already joined the next runtime does not hold up the end of this one).
-        PEs that never connected are not waited for, and nobody is waited for once a
-        ``fail_fast`` store knows the job failed.
-        """
-        deadline = deadline_in(timeout)
-        with self._cond:
-            while (self._members.connected(generation) and not self._closed
-                   and self._poison is None):
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    return False
-                self._cond.wait(remaining if remaining is not None else 1.0)
-            return True
-
-    def connected(self) -> list[int]:
-        """The ranks that hold a member connection now."""
-        with self._cond:
-            return self._members.connected()
-
-    def member_exited(self, rank: int) -> None:
-        """The process of PE ``rank`` has ended (the launcher saw it): it cannot join again, so
-        a round of a later generation that waits for it fails at once, naming it."""
-        with self._cond:
-            if self._members.exited(rank):
-                self._cond.notify_all()
 
     @property
     def closed(self) -> bool:
@@ -383,97 +332,3 @@ class StoreServer:
         if got.failure:
             self._failed(rank, got.text)
         return got.text
-
-    def _failed(self, rank: int, text: str) -> None:
-        """Record that PE ``rank`` failed (its report, or a refused join after a crash) and
-        tell ``on_failure``."""
-        with self._cond:
-            self.failures.append((rank, text))
-            if self.fail_fast and self._poison is None:
-                self._poison = f"PE {rank} failed: {text}"
-            self._cond.notify_all()
-        if self.on_failure is not None:
-            with contextlib.suppress(Exception):
-                self.on_failure(rank, text)
-
-    def _handle(self, rank: int, generation: int, kind: int,
-                payload: bytes) -> tuple[Msg, bytes]:
-        if kind == Msg.ALLGATHER:
-            if len(payload) < ROUND.size:
-                return Msg.ERROR, b"malformed allgather request"
-            if generation < 0:
-                return Msg.ERROR, b"allgather on a control connection"
-            round_no, limit_ms = ROUND.unpack_from(payload)
-            return self._allgather(rank, generation, round_no, limit_ms / 1000.0,
-                                   payload[ROUND.size:])
-        if kind == Msg.FAILURE:
-            self._failed(rank, payload.decode("utf-8", "replace"))
-            return Msg.OK, b""
-        if kind == Msg.ABORT:
-            if len(payload) != I32.size:
-                return Msg.ERROR, b"malformed abort request"
-            (status,) = I32.unpack(payload)
-            with self._cond:
-                self.aborts.append((rank, status))
-                if self.fail_fast and self._poison is None:
-                    self._poison = f"PE {rank} called global_exit({status})"
-                self._cond.notify_all()
-            if self.on_abort is not None:
-                with contextlib.suppress(Exception):
-                    self.on_abort(rank, status)
-            return Msg.OK, b""
-        return Msg.ERROR, f"unknown request kind {kind}".encode()
-
-    def _allgather(self, rank: int, generation: int, round_no: int, limit: float,
-                   blob: bytes) -> tuple[Msg, bytes]:
-        name = f"allgather round {round_no}{generation_name(generation)}"
-        with self._cond:
-            expected = self._next[rank]
-            if round_no != expected:
-                return Msg.ERROR, (f"PE {rank} sent {name}, expected round "
-                                   f"{expected}").encode()
-            self._next[rank] = round_no + 1
-            key = (generation, round_no)
-            rnd = self._rounds.setdefault(key, _Round())
-            rnd.blobs[rank] = blob
-            if len(rnd.blobs) == self.size:
-                rnd.result = pack_blobs(rnd.blobs[r] for r in range(self.size))
-                rnd.blobs.clear()
-                self._cond.notify_all()
-            deadline = None if limit <= 0 else time.monotonic() + limit
-            while rnd.result is None:
-                problem = self._stuck(rnd, generation)
-                if problem is not None:
-                    return Msg.ERROR, f"{name} cannot complete: {problem}".encode()
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    return Msg.ERROR, self._timeout_text(name, generation, rnd, limit).encode()
-                self._cond.wait(remaining)
-            result = rnd.result
-            rnd.fetched += 1
-            if rnd.fetched >= self.size:
-                self._rounds.pop(key, None)
-        return Msg.RESULT, result
-
-    def _stuck(self, rnd: _Round, generation: int) -> str | None:
-        """Why a pending round can never complete, or None (caller holds the lock)."""
-        if self._closed:
-            return "the bootstrap store is shutting down"
-        if self._poison is not None:
-            return self._poison
-        for r in range(self.size):
-            if r not in rnd.blobs:
-                why = self._members.absent(r, generation, self.fail_fast)
-                if why is not None:
-                    return f"PE {r} will not take part: {why}"
-        return None
-
-    def _timeout_text(self, name: str, generation: int, rnd: _Round, limit: float) -> str:
-        missing = sorted(set(range(self.size)) - set(rnd.blobs))
-        notes = self._members.notes(missing, generation)
-        detail = f" ({'; '.join(notes)})" if notes else ""
-        return (f"{name} timed out after {format_seconds(limit)} waiting "
-                f"for PEs {rank_list(missing)}{detail}; {len(rnd.blobs)} of {self.size} PEs "
-                f"arrived. {TIMEOUT_VAR} sets this limit: raise it if they are only slow, "
-                f"otherwise find out why they stopped (every PE must make the same collective "
-                f"calls in the same order)")
