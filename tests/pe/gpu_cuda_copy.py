@@ -66,6 +66,18 @@ check(np.array_equal(y[(2 << 20) - 1:(2 << 20) - 1 + size].to_numpy(), pattern(m
       "GPU->GPU get")
 shmem.put(x[0:size], y[5:5 + size], me)
 check(np.array_equal(x[0:size].to_numpy(), pattern(me, 2)), "GPU->GPU within the heap")
+# non-blocking: a symmetric host array (in the registered host heap) into a peer's heap and
+# back, completed by quiet (on NVIDIA issued on CUDA's stream)
+hs = shmem.zeros(2 * size, np.uint8)
+hs[:size] = pattern(me, 3)
+shmem.barrier_all()
+shmem.put_nbi(y[9:9 + size], hs[:size], right)
+shmem.quiet()
+shmem.barrier_all()
+shmem.get_nbi(hs[size:], y[9:9 + size], me)
+shmem.quiet()
+check(np.array_equal(hs[size:], pattern(left, 3)), "put_nbi/get_nbi through quiet")
+shmem.free(hs)
 # a shader AMO on a word the bulk copy wrote
 c = shmem.zeros(1 << 16, np.int64, domain="gpu")
 c.copy_from(np.full(1 << 16, 40 + me, np.int64))  # 512 KiB: above the threshold

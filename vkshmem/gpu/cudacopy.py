@@ -54,6 +54,7 @@ class CudaCopier:
         view.make_current()
         self._ffi, self._lib = _cuda.ffi, _cuda.lib
         self._copy_c = self._lib.vkc_copy  # bound once: the hot path's call
+        self._started = False  # start() was used: sync() waits on the stream from then on
         if self._lib.vkc_load() != 0:
             raise GpuError(f"a copy through CUDA: could not load "
                            f"{self._ffi.string(self._lib.vkc_missing()).decode()}")
@@ -168,6 +169,27 @@ class CudaCopier:
         self._done(self._lib.vkc_copy(2, self._ctx_ptr, self._stream_ptr, host, src, nbytes,
                                       self._spin_ns), "cuMemcpyDtoH")
         self.copies += 1
+
+    def pinned(self, host: int, nbytes: int) -> bool:
+        """Whether ``nbytes`` at host address ``host`` lie in the registered host heap (an
+        asynchronous copy from or to them is a DMA that needs no staging)."""
+        lo, size = self._host
+        return size > 0 and lo <= host and host + nbytes <= lo + size
+
+    def start(self, kind: int, dst: int, src: int, nbytes: int) -> None:
+        """Issue a copy on the stream without waiting (kind 0 device to device, 1 host to
+        device, 2 device to host; CUDA and host addresses): :meth:`sync` completes it."""
+        self._done(self._copy_c(kind, self._ctx_ptr, self._stream_ptr, dst, src, nbytes, -1),
+                   "cuMemcpyAsync")
+        self._started = True
+        self.copies += 1
+
+    def sync(self) -> None:
+        """Wait for every copy :meth:`start` issued, on any thread (the stream is shared: a
+        wait may also cover another thread's copies, never fewer than this thread's)."""
+        if self._started:
+            self._done(self._lib.vkc_sync(self._ctx_ptr, self._stream_ptr, self._spin_ns),
+                       "cuStreamSynchronize")
 
     def can_amo(self) -> bool:
         """Whether AMOs can run here (the kernel compiles: NVRTC is installed); decided once."""

@@ -210,20 +210,39 @@ class VulkanDomain(CudaInterop, MemoryDomain):
 
     def write_nbi(self, mem: GpuMemory, offset: int, src: Any) -> None:
         """:meth:`write`, batched (completed by :meth:`quiet`) where it would be a GPU copy
-        from imported host memory (a symmetric host array)."""
-        if self.mapped and mem.host_visible and (
-                mem.host_cached or memoryview(src).nbytes <= self.bar_write_max):
+        from imported host memory (a symmetric host array); on NVIDIA, from
+        ``VKSHMEM_GPU_CUDA_COPY`` bytes, issued on CUDA's stream instead."""
+        n = memoryview(src).nbytes
+        if self.mapped and mem.host_visible and (mem.host_cached or n <= self.bar_write_max):
             self.write(mem, offset, src)
-        else:
+        elif not self._cuda_start(1, mem, offset, address_of(src), n):
             self.device.write_nbi(mem, offset, src)
 
     def read_nbi(self, mem: GpuMemory, offset: int, dst: Any) -> None:
-        """:meth:`read`, batched where it would be a GPU copy into imported host memory."""
-        if self.mapped and mem.host_visible and (
-                mem.host_cached or memoryview(dst).nbytes <= self.bar_read_max):
+        """:meth:`read`, batched where it would be a GPU copy into imported host memory (on
+        NVIDIA, from ``VKSHMEM_GPU_CUDA_COPY`` bytes, on CUDA's stream)."""
+        n = memoryview(dst).nbytes
+        if self.mapped and mem.host_visible and (mem.host_cached or n <= self.bar_read_max):
             self.read(mem, offset, dst)
-        else:
+        elif not self._cuda_start(2, mem, offset, address_of(dst), n):
             self.device.read_nbi(mem, offset, dst)
+
+    def _cuda_start(self, kind: int, mem: GpuMemory, offset: int, host: int, n: int) -> bool:
+        """Issue a host<->device copy on CUDA's stream (kind 1: to ``mem``, 2: from it) where
+        the copier is in use for that size and ``host`` is in the registered host heap; False
+        (nothing issued) otherwise."""
+        copier = self._cuda_copier(n)
+        if copier is None or not copier.pinned(host, n):
+            return False
+        ptr = copier.pointer(mem)
+        if not ptr:
+            return False
+        mem.check_range(offset, n, "GPU copy")
+        if kind == 1:
+            copier.start(1, ptr + offset, host, n)
+        else:
+            copier.start(2, host, ptr + offset, n)
+        return True
 
     def copy_nbi(self, dst: GpuMemory, dst_offset: int, src: GpuMemory, src_offset: int,
                  nbytes: int) -> None:
@@ -236,7 +255,11 @@ class VulkanDomain(CudaInterop, MemoryDomain):
             self.device.copy_nbi(dst, dst_offset, src, src_offset, nbytes)
 
     def quiet(self) -> None:
-        """Complete the batched copies (VKSHMEM_GPU_TIMEOUT bounds the wait)."""
+        """Complete the batched copies, on CUDA's stream and on Vulkan's queue
+        (VKSHMEM_GPU_TIMEOUT bounds the Vulkan wait)."""
+        copier = self._copier
+        if copier.__class__ is CudaCopier:
+            copier.sync()
         self.device.quiet_nbi()
 
     def flush(self) -> None:
