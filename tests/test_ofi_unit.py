@@ -10,6 +10,8 @@ providers Debian 12's libfabric 1.17 has that are known to work: ``tcp;ofi_rxm``
 from __future__ import annotations
 
 import struct
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 
@@ -18,7 +20,7 @@ import pytest
 from vkshmem.core.config import Config
 from vkshmem.core.errors import ConfigError, TransportError
 from vkshmem.core.plugins import load_plugins
-from vkshmem.core.transport import AmoOp, PeerInfo, SegmentInfo, TransportContext
+from vkshmem.core.transport import AMO, RMA, AmoOp, PeerInfo, SegmentInfo, TransportContext
 
 vkshmem_ofi = pytest.importorskip("vkshmem_ofi")
 import transport_contract as contract  # noqa: E402
@@ -268,14 +270,17 @@ def test_dmabuf_registration_names_what_is_missing() -> None:
 
 def test_gpu_memory_with_a_dmabuf_fd_names_what_is_missing() -> None:
     """A GPU segment whose domain exports a dma-buf (SegmentInfo.dmabuf_fd): on a build
-    without FI_MR_DMABUF the spec does not offer "dmabuf" (the core never hands it one) and a
-    registration names VKSHMEM_OFI_PREFIX."""
+    without FI_MR_DMABUF the open transport carries nothing on it (the core never hands it
+    one), host memory still everything, and a registration names VKSHMEM_OFI_PREFIX."""
     if vko.vko_has_dmabuf():
         pytest.skip("built against a libfabric with FI_MR_DMABUF (tests/test_ofi_libfabric2.py)")
-    assert vkshmem_ofi.SPEC.memory_kinds == {"host"}
+    assert vkshmem_ofi.SPEC.memory_kinds == {"host", "dmabuf"}  # what a build may offer
     tr = OfiTransport(context(0, 1))
     seg = Segment(0, 4096)
     try:
+        assert tr.carries("opaque_fd", True) == frozenset()
+        assert tr.carries("cuda_va", True) == frozenset()
+        assert tr.carries("host") == {RMA, AMO}
         info = SegmentInfo(0, "opaque_fd", seg.address, 4096, seg.fd, seg.view,
                            dmabuf_fd=seg.fd)
         with pytest.raises(TransportError, match=r"FI_MR_DMABUF.*VKSHMEM_OFI_PREFIX"):
@@ -340,3 +345,17 @@ def test_misuse_of_a_closed_transport_raises() -> None:
             tr.register(seg.info())
     finally:
         seg.close()
+
+
+def test_discovering_the_plugin_loads_no_libfabric() -> None:
+    """Plugin discovery must not load libfabric (nor the native module that links it): an MPI
+    library the mpi bootstrap loads later brings its own libfabric.so.1, and finding the
+    system's already loaded under that soname it fails (FABRIC_1.9 not found)."""
+    probe = ("import vkshmem_ofi; from vkshmem.core.config import load; "
+             "from vkshmem.core.plugins import load_plugins; p = load_plugins(load()); "
+             "assert 'ofi' in p.transports; "
+             "print(sum('libfabric' in line for line in open('/proc/self/maps')))")
+    r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "0", "libfabric is mapped after discovery"

@@ -49,15 +49,6 @@ def load_native() -> Any:
     return _ofi
 
 
-def _memory_kinds() -> frozenset[str]:
-    """``host``, and ``dmabuf`` where the binding has the dma-buf registration path."""
-    try:
-        from ._ofi import lib
-    except ImportError:
-        return frozenset({"host"})
-    return frozenset({"host", "dmabuf"}) if lib.vko_has_dmabuf() else frozenset({"host"})
-
-
 def open_transport(context: TransportContext) -> OfiTransport:
     """The spec's factory: open the ofi transport for one rail (loads libfabric on first use)."""
     load_native()
@@ -70,7 +61,7 @@ SPEC = TransportSpec(
     name=NAME,
     factory=open_transport,
     priority=40,
-    memory_kinds=_memory_kinds(),
+    memory_kinds=frozenset({"host", "dmabuf"}),  # dmabuf: builds with FI_MR_DMABUF (carries)
     reach=frozenset({"intra", "inter"}),
     amo_ops=frozenset(AmoOp),
     amo_widths=frozenset({4, 8}),

@@ -155,6 +155,14 @@ class OfiTransport(DataPath, Transport):
             raise TransportError(NAME, "cannot read the endpoint name", status=status(rc))
         return bytes(ffi.buffer(buf, size[0]))
 
+    def carries(self, kind: str, dmabuf: bool = False) -> frozenset[str]:
+        """The spec's operations, but no GPU memory where this build has no dma-buf
+        registration path (libfabric < 1.20 headers): such a segment is not registered here
+        and takes another route (the domain proxy), without an error."""
+        if kind != "host" and not lib.vko_has_dmabuf():
+            return frozenset()
+        return super().carries(kind, dmabuf)
+
     def register(self, segment: SegmentInfo) -> bytes:
         """``fi_mr_reg`` the segment's memory (mapped by the core, not by us) and return its key
         blob. The memory must stay mapped until :meth:`close`."""
