@@ -152,23 +152,22 @@ class CudaCopier:
             raise GpuError(f"{what} through CUDA failed: "
                            f"{name.decode() if isinstance(name, bytes) else res}")
 
+    def _blocking(self, kind: int, dst: int, src: int, nbytes: int, what: str) -> None:
+        self._done(self._copy_c(kind, self._ctx_ptr, self._stream_ptr, dst, src, nbytes,
+                                self._spin_ns), what)
+        self.copies += 1
+
     def d2d(self, dst: int, src: int, nbytes: int) -> None:
         """Device to device (CUDA addresses), complete on return."""
-        self._done(self._lib.vkc_copy(0, self._ctx_ptr, self._stream_ptr, dst, src, nbytes,
-                                      self._spin_ns), "cuMemcpyDtoD")
-        self.copies += 1
+        self._blocking(0, dst, src, nbytes, "cuMemcpyDtoD")
 
     def h2d(self, dst: int, host: int, nbytes: int) -> None:
         """Host address ``host`` to device ``dst``, complete on return."""
-        self._done(self._lib.vkc_copy(1, self._ctx_ptr, self._stream_ptr, dst, host, nbytes,
-                                      self._spin_ns), "cuMemcpyHtoD")
-        self.copies += 1
+        self._blocking(1, dst, host, nbytes, "cuMemcpyHtoD")
 
     def d2h(self, host: int, src: int, nbytes: int) -> None:
         """Device ``src`` to host address ``host``, complete on return."""
-        self._done(self._lib.vkc_copy(2, self._ctx_ptr, self._stream_ptr, host, src, nbytes,
-                                      self._spin_ns), "cuMemcpyDtoH")
-        self.copies += 1
+        self._blocking(2, host, src, nbytes, "cuMemcpyDtoH")
 
     def pinned(self, host: int, nbytes: int) -> bool:
         """Whether ``nbytes`` at host address ``host`` lie in the registered host heap (an

@@ -107,6 +107,7 @@ class CudaInterop:
             return None
         if copier is None:
             if self.device.info.vendor != "NVIDIA":
+                self._copier = False  # no CUDA here: not asked again
                 return None
             copier = self._open_copier()
         return copier if copier is not None and copier.can_amo() else None
