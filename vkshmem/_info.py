@@ -83,7 +83,8 @@ def _carriage(spec: Any, transports: Any) -> str:
         says = []
         for kind in own:
             ops = t.ops_on(kind, dmabuf)
-            how = kind if kind in t.memory_kinds else f"{kind} by its dma-buf"
+            how = kind if kind in t.memory_kinds else (
+                f"{kind} by its dma-buf, where the build and the device or provider take one")
             if ops >= {RMA, AMO}:
                 says.append(f"registers it ({how}): puts, gets and AMOs")
             elif RMA in ops:
