@@ -3,8 +3,10 @@
     VKSHMEM_SHM=0 vkshmem run -n 2 benchmarks/gpu_proxy.py [--json] [--reps 5] [--domain D]
 
 (``--domain``: the GPU domain, default ``vulkan``, whose heaps only the proxy reaches across
-GPUs; on a machine with one GPU per PE, the shm path may stay on: the peers' GPU heaps are
-then reached through the proxy over the shm path). PE 0 measures against PE 1: GPU->GPU put and
+GPUs; on a machine with one GPU per PE, or with ``VKSHMEM_DOMAIN_IMPORT=0`` on one GPU, the
+shm path may stay on: the peers' GPU heaps are then reached through the proxy, which moves
+pieces by DMA straight into the peer's mailbox; ``--staged`` turns that off, so pieces go
+through host staging and the transport's copy). PE 0 measures against PE 1: GPU->GPU put and
 get of 8 B (µs per call, complete on return), a fetch_add on the peer's GPU word, put and get
 of 16 MiB (GB/s), and the same 16 MiB host->host over the carrying transport (put + quiet,
 get): the ceiling the proxy is held to (issue 11: proxy >= 0.8x the transport's bandwidth).
@@ -41,6 +43,9 @@ carrier = shmem._state.rt.route_transport[1 - me].spec.name
 if route != "proxy":
     raise SystemExit(f"the {DOMAIN} route to the peer is {route!r}, not the proxy: run with "
                      "VKSHMEM_SHM=0 (or pick a domain the peers cannot map: --domain)")
+if "--staged" in sys.argv and heap.proxy is not None:  # pieces through the transport's copy
+    heap.proxy.direct = [None] * n
+direct = heap.proxy is not None and any(heap.proxy.direct)
 g_src.copy_from(np.arange(BIG, dtype=np.uint8))
 shmem.barrier_all()
 
@@ -68,8 +73,9 @@ if me == 0:
     sizes = {k: BIG for k in rows if "16 MiB" in k}
     chunk = heap.proxy.chunk if heap.proxy is not None else 0
     report(rows, {"carrier": carrier, "chunk": chunk,
-                  "shm": os.environ.get("VKSHMEM_SHM", "1")},
-           f"GPU proxy over {carrier}, {chunk >> 10} KiB pieces ({' '.join(sys.argv[1:])})",
+                  "shm": os.environ.get("VKSHMEM_SHM", "1"), "direct": direct},
+           f"GPU proxy over {carrier}, {chunk >> 10} KiB pieces"
+           f"{', by DMA into the peer mailbox' if direct else ''} ({' '.join(sys.argv[1:])})",
            sizes)
 else:  # the target sleeps (a target spinning in a barrier would take a core from its proxy)
     while done[0] == 0:

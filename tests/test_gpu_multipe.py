@@ -104,10 +104,13 @@ def test_stale_device_arrays_are_refused() -> None:
     assert "gpu_stale ok" in r.stdout, r.stdout
 
 
-#: the GPU proxy's pipeline: the discrete-GPU paths (batched device copies) over hostproxy, and
-#: the mapped paths over UCX shared memory
+#: the GPU proxy's pipeline: the discrete-GPU paths (batched device copies) over hostproxy,
+#: the mapped paths over UCX shared memory, and peers on the shm path that do not import each
+#: other's GPU heaps (pieces by DMA straight into the peers' mailboxes)
 PROXY_MODES = {"hostproxy-unmapped": {**MODES["hostproxy"], "VKSHMEM_GPU_MAPPED": "0"},
-               "ucx-sm": MODES["ucx-sm"]}
+               "ucx-sm": MODES["ucx-sm"],
+               "shm-noimport-unmapped": {"VKSHMEM_DOMAIN_IMPORT": "0",
+                                         "VKSHMEM_GPU_MAPPED": "0"}}
 
 
 @pytest.mark.parametrize("mode", list(PROXY_MODES))

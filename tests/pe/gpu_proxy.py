@@ -1,10 +1,13 @@
 """The GPU domain proxy's pipeline: transfers of many pieces (a small VKSHMEM_GPU_PROXY_CHUNK),
 sizes around the inline and piece boundaries, puts and gets interleaved on one range, every PE
 targeting one, AMOs right after puts, the nbi forms. A piece delivered twice, lost, reordered
-or read before its copy finished shows up as wrong bytes. Run with VKSHMEM_SHM=0 under
-``vkshmem run`` (see tests/test_gpu_multipe.py)."""
+or read before its copy finished shows up as wrong bytes. Run with VKSHMEM_SHM=0, or with
+VKSHMEM_DOMAIN_IMPORT=0 (pieces by DMA into the peers' mailboxes), under ``vkshmem run`` (see
+tests/test_gpu_multipe.py)."""
 
 from __future__ import annotations
+
+import os
 
 import numpy as np
 from _common import check
@@ -17,7 +20,7 @@ right, left = (me + 1) % n, (me - 1) % n
 probe = shmem.zeros(1, np.uint8, domain="gpu")
 heap = shmem._state.rt.heaps[probe.domain.spec.name]
 proxy = heap.proxy
-check(n == 1 or proxy is not None, "VKSHMEM_SHM=0 at several PEs must start the proxy")
+check(n == 1 or proxy is not None, "several PEs that do not import must start the proxy")
 check(n == 1 or heap.route_names[right] == "proxy", f"route {heap.route_names}")
 C = proxy.chunk if proxy is not None else 12 << 10
 N = 23 * C + 123  # many pieces, the last one short
@@ -158,6 +161,13 @@ if proxy is not None:
     stats = dict(proxy.stats)
     check(stats["max_in_flight"] == DEPTH, f"never {DEPTH} requests in flight: {stats}")
     check(stats["rounds"] > 0 and stats["max_round"] >= 1, f"the proxy served nothing: {stats}")
+    # peers mapped here (shm path on, domain import off): pieces go by DMA to their mailboxes
+    if os.environ.get("VKSHMEM_DOMAIN_IMPORT") == "0" and os.environ.get("VKSHMEM_SHM") != "0":
+        check(all(proxy.direct[pe] is not None for pe in range(n) if pe != me),
+              "a peer's mailbox is not mapped and registered")
+        check(stats["direct"] > 0, f"no piece went straight to a peer's mailbox: {stats}")
+    elif os.environ.get("VKSHMEM_SHM") == "0":
+        check(stats["direct"] == 0 and not any(proxy.direct), f"direct pieces: {stats}")
 for x in (many, mine, words, got, dst, src, probe):
     shmem.free(x)
 shmem.barrier_all()

@@ -101,6 +101,11 @@ _var("VKSHMEM_TRANSPORTS", "list", "",
 _var("VKSHMEM_SHM", "bool", "1",
      "Same-node peers load/store each other's heaps directly. 0 forces all traffic, even to "
      "this PE itself, through the chosen transport.", _parse_bool)
+_var("VKSHMEM_DOMAIN_IMPORT", "bool", "1",
+     "Same-node peers of one device import each other's GPU (memory domain) heaps and copy "
+     "directly. 0 reaches them as peers on other devices are reached (a transport that carries "
+     "the memory, else the GPU proxy) while host memory keeps the shm path: to compare the "
+     "routes, or test the proxy on one device.", _parse_bool)
 _var("VKSHMEM_STRIPE_THRESHOLD", "size", "256K",
      "With several rails, puts/gets of at least this many bytes are split across every rail "
      "that reaches the target; smaller ones use one rail per target.", parse_size)
@@ -304,6 +309,7 @@ class Config:
     bootstrap_port: str
     transports: tuple[str, ...]
     shm: bool
+    domain_import: bool
     stripe_threshold: int
     plugins_allow: tuple[str, ...]
     plugins_deny: tuple[str, ...]

@@ -211,6 +211,14 @@ class MemoryDomain(ABC):
         now). The domain proxy calls it to overlap a device copy with a transfer over a
         transport. Default: nothing (the ``*_nbi`` operations already run)."""
 
+    def register_host(self, address: int, size: int) -> bool:
+        """Make ``size`` bytes of host memory at ``address`` (page-aligned; mapped in this
+        process until :meth:`close`) a range the ``*_nbi`` copies move by DMA, as the host
+        heap is. The domain proxy offers it a same-node peer's mailbox, so pieces go between
+        the device and the peer's host memory with no CPU copy. Return whether it did;
+        default: False (copies of the range then take the domain's ordinary path)."""
+        return False
+
     def zero(self, offset: int, nbytes: int) -> None:
         """Zero ``nbytes`` of this PE's segment (default: writes of zeros)."""
         chunk = 1 << 20

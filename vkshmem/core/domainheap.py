@@ -127,7 +127,8 @@ class DomainHeap(DeviceTransfers):
     def _import(self, infos: list[dict[str, Any]], fds: list[int]) -> None:
         """Same-node peers of one group import each other's segments (fd passing)."""
         rt = self.rt
-        groups = [(rt.node_ids[pe], i["group"]) if rt.config.shm and i["group"] is not None
+        imports = rt.config.shm and rt.config.domain_import
+        groups = [(rt.node_ids[pe], i["group"]) if imports and i["group"] is not None
                   else None for pe, i in enumerate(infos)]
         mine = groups[self.my_pe]
         direct = [pe for pe in range(rt.n_pes)

@@ -21,6 +21,14 @@ requests of successive calls stay in flight; :meth:`DomainProxy.quiet` (called b
 serves every pending request of every sender per wake-up: it starts their device copies
 together, answers the previous round's requests meanwhile, then waits (``quiet``) once.
 
+**Peers on this node** (the shm path maps their host heaps here, e.g. PEs on two GPUs of
+one machine): each PE registers, in every such peer's mailbox, the block that holds its own
+requests to that peer and its answers to it with the domain (``register_host``: imported into
+Vulkan and registered with CUDA), so a device piece is copied by DMA straight into the peer's
+request area (puts) or answer area (the server's gets), and only headers go through the
+transport: two DMAs per piece and no CPU copy, where other routes stage every piece through
+host memory and a transport's copy.
+
 **Mailbox**: a symmetric host-heap allocation made when the domain opens (collective), laid
 out on every PE as (``area = 64 + chunk`` bytes, ``n`` PEs)::
 
@@ -58,8 +66,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ._native import lib
 from .endpoints import Endpoints
 from .errors import PeerFailedError, WaitTimeoutError
+from .hostalloc import HOST_SEG
 from .proxymailbox import AMO, DEPTH, GET, HDR, HEAD, INLINE, PUT, RESP, U64, Layout, proxy_chunk
 from .proxyserve import ProxyServer
 from .transport import AmoOp
@@ -73,6 +83,7 @@ __all__ = ["DomainProxy", "proxy_chunk"]
 log = logging.getLogger("vkshmem")
 
 Done = Callable[[memoryview, int], Any]
+_PAGE = 4096
 
 
 class DomainProxy:
@@ -117,7 +128,9 @@ class DomainProxy:
         # the PE waited for is known to have failed
         self._waiter = Waiter(self.timeout, rt.transports, rt.liveness)
         #: counters: requests sent, most in flight to one PE, serving rounds, most per round
-        self.stats = {"requests": 0, "max_in_flight": 0, "rounds": 0, "max_round": 0}
+        #: and pieces moved by DMA straight to or from a peer's mailbox (sent and served)
+        self.stats = {"requests": 0, "max_in_flight": 0, "rounds": 0, "max_round": 0,
+                      "direct": 0}
         # Own endpoints for the sending side (the serving thread makes its own), so neither
         # shares a transport's default endpoint with the application's thread.
         self._send = Endpoints(rt)
@@ -128,7 +141,36 @@ class DomainProxy:
         #: ``stage_lock``; see ``DomainHeap._pieces``)
         self.stage = self._stages[3][HEAD:]
         self.stage_lock = threading.Lock()
+        #: per peer, where it is mapped here (shm path) and the domain could register it: the
+        #: peer's mailbox block for this PE (``DEPTH`` request areas, each followed by a
+        #: response area), so device pieces to it go by DMA with no CPU copy (None: staged)
+        self.direct: list[memoryview | None] = [self._map_block(pe) for pe in range(self.n)]
         self.server = ProxyServer(self)
+
+    def _map_block(self, pe: int) -> memoryview | None:
+        """``pe``'s mailbox block for this PE, registered with the domain (see ``direct``)."""
+        buf = None if pe == self.me else self.rt.peer_buffer(pe, HOST_SEG)
+        if buf is None:
+            return None
+        view = memoryview(buf).cast("B")
+        lay = self.layout
+        lo = self.base + lay.request(self.me, 0)
+        hi = lo + self.depth * 2 * lay.area
+        heap = int(lib.vk_peer_base(HOST_SEG, pe))
+        start = (heap + lo) & ~(_PAGE - 1)  # whole pages of the peer's (page-aligned) heap
+        end = min(heap + view.nbytes, -(-(heap + hi) // _PAGE) * _PAGE)
+        if not heap or not self.heap.domain.register_host(start, end - start):
+            return None
+        return view[lo:hi]
+
+    def _area(self, pe: int, j: int, response: bool, n: int) -> memoryview | None:
+        """The payload of slot ``j``'s request (or response) area in ``pe``'s mailbox block
+        for this PE, mapped here (None: not mapped)."""
+        block = self.direct[pe]
+        if block is None:
+            return None
+        at = (2 * j + response) * self.layout.area + HEAD
+        return block[at:at + n]
 
     # -- sending side ------------------------------------------------------------------------
 
@@ -302,6 +344,9 @@ class DomainProxy:
         stages = self._stages
         with self._send_lock:
             self._begin(pe)
+            if self.direct[pe] is not None:
+                self._put_direct(pe, offset, src_off, nbytes, nbi)
+                return
             try:
                 pieces = self._pieces(nbytes)
                 for k, (lo, n) in enumerate(pieces):
@@ -318,6 +363,29 @@ class DomainProxy:
                 raise
             if not nbi:
                 self._finish(pe)
+
+    def _put_direct(self, pe: int, offset: int, src_off: int, nbytes: int, nbi: bool) -> None:
+        """:meth:`put_device` to a peer mapped here: each piece copied by the device straight
+        into the request area of ``pe``'s mailbox (once its slot is free), then announced by
+        a header-only request; ``pe``'s device copies piece k in while this one copies k+1
+        out. Under the send lock."""
+        dom, mem = self.heap.domain, self.heap.local
+        try:
+            for lo, n in self._pieces(nbytes):
+                seq = self._issued[pe] + 1
+                while seq - self._done[pe] > self.depth:
+                    self._complete(pe)
+                area = self._area(pe, (seq - 1) % self.depth, False, n)
+                assert area is not None
+                dom.read_nbi(mem, src_off + lo, area)
+                dom.quiet()
+                self.stats["direct"] += 1
+                self._issue(pe, PUT, offset + lo, n, nbi=nbi)
+        except BaseException:
+            self._abandon(pe)
+            raise
+        if not nbi:
+            self._finish(pe)
 
     def get_device(self, pe: int, offset: int, dst_off: int, nbytes: int,
                    nbi: bool = False) -> None:

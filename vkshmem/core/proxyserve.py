@@ -2,16 +2,16 @@
 and the mailbox): one thread per PE and domain that answers peers' requests on this PE's
 segment.
 
-Each **round** takes every request pending in any sender's slots (in sequence order per
-sender), starts their device copies without waiting (puts: ``write_nbi`` from the request's
-payload area; gets: ``read_nbi`` into it; both lie in the host heap, which a GPU domain
-imports, so each is one DMA), submits them together (``flush``), sends the previous round's
-answers while the device works, then waits once (``quiet``). A round's answers go out at the
-start of the next round, or at once when no further request is pending, so a stream of pieces
-keeps the device and the transport busy at the same time while a lone request is answered
-without delay. Copies within a round that touch overlapping bytes (one of them writing) are
-ordered by a ``quiet`` between them; an AMO waits for the round's copies first, then runs at
-once (it is not batched: its value is its answer).
+Each **round** takes every request pending in any sender's slots (in sequence order per sender),
+starts their device copies without waiting (puts: ``write_nbi`` from the request's payload area;
+gets: ``read_nbi`` into it, or straight into the sender's answer area where the sender's host heap
+is mapped here, see ``DomainProxy.direct``; both lie in host memory the GPU domain imports, so each
+is one DMA), submits them together (``flush``), sends the previous round's answers while the device
+works, then waits once (``quiet``). A round's answers go out at the start of the next round, or at
+once when no further request is pending, so a stream of pieces keeps the device and the transport
+busy at the same time while a lone request is answered without delay. Copies within a round that
+touch overlapping bytes (one of them writing) are ordered by a ``quiet`` between them; an AMO waits
+for the round's copies first, then runs at once (it is not batched: its value is its answer).
 
 Polling is native: one C call (``vk_proxy_due`` in the core's ``_native`` helper, GIL
 released) scans every sender's bells and lists the requests due in sequence order; for
@@ -46,8 +46,9 @@ _SPIN = 2e-3  # seconds of native spinning on the bells after the last request
 _SPIN_NS = 100_000  # one native spin call (then re-check the stop flag)
 _MAX_SLEEP = 1e-3
 
-#: a request answered: (sender, slot, seq, status, value, payload bytes)
-Answer = tuple[int, int, int, int, int, int]
+#: a request answered: (sender, slot, seq, status, value, payload bytes, bytes to send: the
+#: payload is already in the sender's response area when it is 0)
+Answer = tuple[int, int, int, int, int, int, int]
 
 
 class ProxyServer:
@@ -144,18 +145,23 @@ class ProxyServer:
                 dom.check_range(offset, nbytes, f"{heap.name} proxy put")
                 self._order(ranges, offset, nbytes, True)
                 dom.write_nbi(mem, offset, payload)
-                return (s, j, seq, 0, 0, 0)
+                return (s, j, seq, 0, 0, 0, 0)
             if kind == GET:
                 dom.check_range(offset, nbytes, f"{heap.name} proxy get")
                 self._order(ranges, offset, nbytes, False)
+                there = proxy._area(s, j, True, nbytes)  # the sender's answer area, mapped
+                if there is not None:
+                    dom.read_nbi(mem, offset, there)
+                    proxy.stats["direct"] += 1
+                    return (s, j, seq, 0, 0, nbytes, 0)
                 dom.read_nbi(mem, offset, payload)
-                return (s, j, seq, 0, 0, nbytes)
+                return (s, j, seq, 0, 0, nbytes, nbytes)
             if kind == AMO:
                 if ranges:
                     dom.quiet()
                     ranges.clear()
                 value = heap.amo_on(mem, offset, AmoOp(op >> 8), width, operand, compare)
-                return (s, j, seq, 0, value, 0)
+                return (s, j, seq, 0, value, 0, 0)
             raise proxy.error(f"unknown proxy request {op}")
         except Exception as exc:
             return self._fail(s, j, seq, exc)
@@ -166,19 +172,19 @@ class ProxyServer:
         at = proxy.layout.request(s, j) + HEAD
         text = f"{type(exc).__name__}: {exc}".encode()[:500]
         proxy.mem[at:at + len(text)] = text
-        return (s, j, seq, 1, 0, len(text))
+        return (s, j, seq, 1, 0, len(text), len(text))
 
     def _answer(self) -> None:
         """Send the answers of the last round: header and payload in one put, fence, seq."""
         ready, self._ready = self._ready, []
         proxy = self.proxy
         lay, me, base, mem = proxy.layout, proxy.me, proxy.base, proxy.mem
-        for s, j, seq, status, value, n in ready:
+        for s, j, seq, status, value, n, sent in ready:
             at = lay.request(s, j)
             RESP.pack_into(mem, at, value, status, n)
             t = self._eps[s]
             try:
-                t.put(s, 0, base + lay.response(me, j), mem[at:at + HEAD + n])
+                t.put(s, 0, base + lay.response(me, j), mem[at:at + HEAD + sent])
                 t.fence()
                 t.put(s, 0, base + lay.answer(me, j), memoryview(U64.pack(seq)))
             except Exception as exc:  # that sender times out (naming this PE); serve the others

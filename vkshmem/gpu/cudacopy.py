@@ -8,7 +8,8 @@ installed and CUDA sees the Vulkan device (same UUID), :class:`CudaCopier` runs 
 domain's blocking copies of ``VKSHMEM_GPU_CUDA_COPY`` bytes or more there: this PE's heap as
 CUDA imports it (:class:`~vkshmem.gpu.cudaview.CudaView`), each same-device peer's heap
 imported from a duplicate of the fd the core passed (``cuImportExternalMemory``, made at the
-first copy that needs it), and the core's host heap registered (``cuMemHostRegister``). Its
+first copy that needs it), and the core's host heap registered (``cuMemHostRegister``), as
+are other host ranges the domain imports (peers' proxy mailboxes, :meth:`add_host`). Its
 AMOs are a one-thread CUDA kernel (:mod:`~vkshmem.gpu.cudakernels`, compiled by NVRTC at the
 first AMO; atomic with the Vulkan shaders' atomics on the same word, both being the GPU's)
 whose old value comes back through mapped pinned memory: a launch instead of a Vulkan
@@ -45,7 +46,7 @@ class CudaCopier:
     """CUDA copies between this PE's Vulkan heap, its same-device peers' heaps and host
     memory (see the module docstring). Raises GpuError when a CUDA call fails."""
 
-    def __init__(self, view: CudaView, host: tuple[int, int] | None) -> None:
+    def __init__(self, view: CudaView, hosts: list[tuple[int, int]]) -> None:
         self.view = view
         cu = self._cu = view.cu
         self._lock = threading.Lock()
@@ -70,13 +71,10 @@ class CudaCopier:
         self._amo_host = 0
         self._amo_dev = 0
         self._amo_out = self._ffi.new("uint64_t *")
-        self._host = (0, 0)
-        if host is not None and host[1]:
-            try:
-                self._check(cu.cuMemHostRegister(host[0], host[1], 0), "cuMemHostRegister")
-                self._host = host
-            except GpuError:  # pageable: CUDA stages it, still one call
-                pass
+        #: host ranges registered for DMA, (address, size): the host heap first
+        self._hosts: list[tuple[int, int]] = []
+        for address, size in hosts:
+            self.add_host(address, size)
         #: same-device peers: GpuMemory -> (fd duplicate, size, dedicated) until imported,
         #: then (external memory, pointer)
         self._pending: dict[Any, tuple[int, int, bool]] = {}
@@ -169,11 +167,29 @@ class CudaCopier:
         """Device ``src`` to host address ``host``, complete on return."""
         self._blocking(2, host, src, nbytes, "cuMemcpyDtoH")
 
+    def add_host(self, address: int, size: int) -> bool:
+        """Register ``size`` bytes of host memory at ``address`` (page-aligned, mapped until
+        :meth:`close`) for DMA; False where CUDA refuses (copies of it then stay pageable:
+        CUDA stages them, still one call)."""
+        if size <= 0:
+            return False
+        self.view.make_current()
+        try:
+            self._check(self._cu.cuMemHostRegister(address, size, 0), "cuMemHostRegister")
+        except GpuError as exc:
+            log.info("host memory at 0x%x (%d bytes) stays pageable for CUDA: %s", address,
+                     size, exc)
+            return False
+        self._hosts.append((address, size))
+        return True
+
     def pinned(self, host: int, nbytes: int) -> bool:
-        """Whether ``nbytes`` at host address ``host`` lie in the registered host heap (an
+        """Whether ``nbytes`` at host address ``host`` lie in a registered host range (an
         asynchronous copy from or to them is a DMA that needs no staging)."""
-        lo, size = self._host
-        return size > 0 and lo <= host and host + nbytes <= lo + size
+        for lo, size in self._hosts:
+            if lo <= host and host + nbytes <= lo + size:
+                return True
+        return False
 
     def start(self, kind: int, dst: int, src: int, nbytes: int) -> None:
         """Issue a copy on the stream without waiting (kind 0 device to device, 1 host to
@@ -251,9 +267,9 @@ class CudaCopier:
         if self._amo_host:
             cu.cuMemFreeHost(self._amo_host)
             self._amo_host = 0
-        if self._host[1]:
-            cu.cuMemHostUnregister(self._host[0])
-            self._host = (0, 0)
+        for address, _size in self._hosts:
+            cu.cuMemHostUnregister(address)
+        self._hosts.clear()
         if self._stream is not None:
             cu.cuStreamDestroy(self._stream)
             self._stream = None

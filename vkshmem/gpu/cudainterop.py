@@ -58,6 +58,8 @@ class CudaInterop:
         self.cuda_amo = amo
         self._copier: CudaCopier | bool | None = None
         self._peer_fds: dict[Any, tuple[int, int, bool]] = {}
+        #: host ranges registered for DMA beyond the host heap (the copier registers them too)
+        self._host_ranges: list[tuple[int, int]] = []
 
     @property
     def cuda_copies(self) -> int:
@@ -131,10 +133,17 @@ class CudaInterop:
         try:
             view = self.cuda_view()
             host = self.ctx.host_heap
-            return CudaCopier(view, (host.address, host.size) if host else None)
+            heap = [(host.address, host.size)] if host else []
+            return CudaCopier(view, heap + self._host_ranges)
         except (BufferError, GpuError) as exc:
             log.info("PE %d: GPU copies stay on Vulkan (%s)", self.my_pe, exc)
             return False
+
+    def _pin_for_cuda(self, address: int, size: int) -> None:
+        """Register a host range for CUDA's DMA too (now, or when the copier is made)."""
+        self._host_ranges.append((address, size))
+        if isinstance(self._copier, CudaCopier):
+            self._copier.add_host(address, size)
 
     # -- the heap viewed by CUDA ---------------------------------------------------------------
 

@@ -140,6 +140,22 @@ class VulkanDomain(CudaInterop, MemoryDomain):
     def check_range(self, offset: int, nbytes: int, what: str) -> None:
         self.memory.check_range(offset, nbytes, what)
 
+    def register_host(self, address: int, size: int) -> bool:
+        """Import host memory mapped here (a same-node peer's proxy mailbox) into the device,
+        and register it with CUDA where the copier runs: copies to and from it are one DMA.
+        False where the driver cannot (copies of it are then staged)."""
+        if not self.host_imported:
+            return False
+        try:
+            self.device.register_host(address, size)
+        except (GpuError, FeatureNotAvailableError) as exc:
+            log.info("PE %d: host memory at 0x%x stays unimported on %s: %s", self.my_pe,
+                     address, self.device.name, exc)
+            return False
+        if self.device.info.vendor == "NVIDIA" and self._copier is not False:
+            self._pin_for_cuda(address, size)
+        return True
+
     def _bar_works(self, mem: GpuMemory) -> bool:
         """Whether CPU stores through the mapping of ``mem`` reach the GPU and GPU copies
         reach the CPU's loads (memory bound outside its buffer's memoryTypeBits)."""
