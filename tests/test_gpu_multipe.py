@@ -35,6 +35,18 @@ def test_gpu_script(npes: int, mode: str) -> None:
 
 
 @pytest.mark.parametrize("npes", [1, 2, 4])
+def test_gpu_script_without_domain_import(npes: int) -> None:
+    """VKSHMEM_DOMAIN_IMPORT=0 with the shm path on: every peer's GPU heap through its proxy,
+    whose pieces go by DMA straight into the peers' mailboxes (as between GPUs of a node)."""
+    r = launch("gpu", npes, {**GPU_ENV, "VKSHMEM_DOMAIN_IMPORT": "0"}, timeout=240)
+    check_run(r, "gpu", npes, "shm")
+    gpu = [line for line in r.stdout.splitlines() if "gpu: imported" in line]
+    assert len(gpu) == npes, r.stdout
+    want = "proxy on" if npes > 1 else "imported [0], proxy off"
+    assert all(want in line for line in gpu), gpu
+
+
+@pytest.mark.parametrize("npes", [1, 2, 4])
 def test_gpu_script_unmapped(npes: int) -> None:
     """VKSHMEM_GPU_MAPPED=0: the paths of a discrete GPU (staged copies, shader AMOs, polled
     waits) on lavapipe, with same-device peers importing each other's memory."""

@@ -1,0 +1,149 @@
+"""Probe (run by hand on a two-GPU NVIDIA machine with CuPy): ways to sum-all-reduce 256 MiB of
+float32 between two GPUs, in one process with peer access, each timed as both GPUs' work:
+
+- ``share``: the cuda domain's kernel (``vkshmem_cuda.kernels``) as it runs now, each GPU
+  reducing its half from both sources (its own, the peer's over NVLink) into both targets;
+  variants with other grid sizes, more loads in flight (UNROLL) and streaming stores;
+- ``push``: each GPU's copy engine first pushes the half the peer reduces into the peer's
+  scratch (cudaMemcpyPeerAsync), then each reduces its half from local memory only and writes
+  both targets;
+- ``copy``: one 256 MiB peer copy (the table's ceiling).
+Prints microseconds per all-reduce (best of 10 after 3 warm-ups) and checks the sums."""
+
+from __future__ import annotations
+
+import time
+
+import cupy as cp
+import numpy as np
+from vkshmem_cuda.kernels import reduce_source
+
+N = 64 << 20  # float32 elements: 256 MiB
+HALF = N // 2
+SRC = reduce_source("sum", np.dtype(np.float32))
+assert SRC is not None
+WRAP = r"""
+extern "C" __global__ void probe2(const T *s0, const T *s1, T *d0, T *d1, int nd, u64 count) {
+    struct sources s, d;
+    s.p[0] = s0; s.p[1] = s1; d.p[0] = d0; d.p[1] = d1;
+    body(d, nd, s, 2, count);
+}
+"""
+
+
+def variant(unroll: int = 4, streaming: bool = False) -> str:
+    text = SRC.replace('extern "C" __global__ void vkshmem_reduce', "__device__ void body")
+    text = text.replace("UNROLL = 4", f"UNROLL = {unroll}")
+    if streaming:
+        text = text.replace("((struct pack *)dst.p[d])[i + u * stride] = a[u];",
+                            "__stcs((float4 *)&((struct pack *)dst.p[d])[i + u * stride], "
+                            "*(float4 *)&a[u]);")
+    return text + WRAP
+
+
+def kernels(src: str) -> list[cp.RawKernel]:
+    out = []
+    for dev in (0, 1):
+        with cp.cuda.Device(dev):
+            k = cp.RawKernel(src, "probe2", options=("-std=c++17",))
+            k.compile()
+            out.append(k)
+    return out
+
+
+def main() -> None:
+    for a, b in ((0, 1), (1, 0)):
+        with cp.cuda.Device(a):
+            cp.cuda.runtime.deviceEnablePeerAccess(b)
+    src, dst, scratch, streams = [], [], [], []
+    for dev in (0, 1):
+        with cp.cuda.Device(dev):
+            src.append(cp.full(N, dev + 1, cp.float32))
+            dst.append(cp.zeros(N, cp.float32))
+            scratch.append(cp.zeros(HALF, cp.float32))
+            streams.append(cp.cuda.Stream(non_blocking=True))
+    sms = cp.cuda.runtime.getDeviceProperties(0)["multiProcessorCount"]
+
+    def timed(run, reps: int = 10) -> float:
+        for _ in range(3):
+            run()
+        best = 1e9
+        for _ in range(reps):
+            for dev in (0, 1):
+                with cp.cuda.Device(dev):
+                    cp.cuda.runtime.deviceSynchronize()
+            t = time.perf_counter()
+            run()
+            for dev in (0, 1):
+                streams[dev].synchronize()
+            best = min(best, time.perf_counter() - t)
+        return best * 1e6
+
+    def check(name: str) -> None:
+        for dev in (0, 1):
+            with cp.cuda.Device(dev):
+                got = dst[dev]
+                if not bool(cp.all(got == 3)):
+                    print(f"{name}: GPU {dev} has wrong sums", flush=True)
+                dst[dev].fill(0)
+
+    rows = []
+
+    def share(ks, grid: int, block: int):
+        def run() -> None:
+            for dev in (0, 1):
+                lo = dev * HALF
+                with cp.cuda.Device(dev), streams[dev]:
+                    ks[dev]((grid,), (block,), (src[dev][lo:], src[1 - dev][lo:], dst[dev][lo:],
+                                                 dst[1 - dev][lo:], np.int32(2),
+                                                 np.uint64(HALF)))
+        return run
+
+    def push(ks, grid: int, block: int):
+        def run() -> None:
+            for dev in (0, 1):  # my half of the peer's work goes to its scratch
+                peer = 1 - dev
+                lo = peer * HALF
+                with cp.cuda.Device(dev):
+                    cp.cuda.runtime.memcpyPeerAsync(scratch[peer].data.ptr, peer,
+                                                    src[dev][lo:].data.ptr, dev, HALF * 4,
+                                                    streams[dev].ptr)
+            for dev in (0, 1):
+                streams[dev].synchronize()
+            for dev in (0, 1):
+                lo = dev * HALF
+                with cp.cuda.Device(dev), streams[dev]:
+                    ks[dev]((grid,), (block,), (src[dev][lo:], scratch[dev], dst[dev][lo:],
+                                                 dst[1 - dev][lo:], np.int32(2),
+                                                 np.uint64(HALF)))
+        return run
+
+    def copy() -> None:
+        with cp.cuda.Device(0):
+            cp.cuda.runtime.memcpyPeerAsync(dst[1].data.ptr, 1, src[0].data.ptr, 0, N * 4,
+                                            streams[0].ptr)
+
+    base = kernels(variant())
+    rows.append(("copy 256 MiB GPU0->GPU1 (ceiling)", timed(copy)))
+    dst[1].fill(0)
+    for grid_mul, block in ((4, 512), (2, 512), (8, 256), (1, 1024), (16, 512)):
+        name = f"share unroll4 grid {grid_mul}xSM block {block}"
+        rows.append((name, timed(share(base, sms * grid_mul, block))))
+        check(name)
+    for unroll, streaming in ((8, False), (2, False), (4, True), (8, True)):
+        ks = kernels(variant(unroll, streaming))
+        name = f"share unroll{unroll}{' stcs' if streaming else ''} grid 4xSM block 512"
+        rows.append((name, timed(share(ks, sms * 4, 512))))
+        check(name)
+    for grid_mul in (4, 2):
+        name = f"push (CE) + local reduce grid {grid_mul}xSM"
+        rows.append((name, timed(push(base, sms * grid_mul, 512))))
+        check(name)
+    ceiling = rows[0][1]
+    print(f"{'variant':52s} {'us':>9s} {'ceiling/us':>10s}")
+    for name, us in rows:
+        print(f"{name:52s} {us:9.1f} {ceiling / us:10.3f}")
+
+
+if __name__ == "__main__":
+    main()
