@@ -103,6 +103,19 @@ class CudaDomain(MemoryDomain):
             except CudaError as exc:
                 log.info("PE %d: the host heap stays unpinned for CUDA: %s", self.my_pe, exc)
 
+    def register_host(self, address: int, size: int) -> bool:
+        """Pin host memory mapped here (a same-node peer's proxy mailbox) for DMA: the proxy's
+        pieces then go between this GPU and that memory with no CPU copy."""
+        if not self.host_pinned:  # VKSHMEM_GPU_HOST_IMPORT=0, or pinning failed
+            return False
+        try:
+            self.device.register_host(address, size)
+        except CudaError as exc:
+            log.info("PE %d: host memory at 0x%x stays unpinned for CUDA: %s", self.my_pe,
+                     address, exc)
+            return False
+        return True
+
     # -- the segment -------------------------------------------------------------------------
 
     def export(self) -> DomainExport:
@@ -291,8 +304,8 @@ class CudaDomain(MemoryDomain):
             self.stop_threads()  # normally done by the core already
             if isinstance(self._svc, Service):
                 self._svc.close()
-            if self.host_pinned:
-                self.device.unregister_host(self.host_pinned)
+            for address, _size in list(self.device.pinned):  # the host heap, peers' mailboxes
+                self.device.unregister_host(address)
             self.device.release(self.local)
         finally:
             os.close(self.fd)

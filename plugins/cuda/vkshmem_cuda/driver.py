@@ -125,8 +125,10 @@ class Device:
             "multiprocessor count"))
         self.ctx_ptr = int(self.ctx)
         self._amo_fn = 0
-        #: copy_async issued work that sync has not waited for
-        self.issued = False
+        #: copies copy_async issued, and how many of them a finished sync waited for (the
+        #: application's thread and the proxy's share the stream)
+        self._issued = 0
+        self._synced = 0
         self._seq = 0  # the AMO kernel's completion flag (see _ops_build.vkc_amo)
         self._reduce_fns: dict[tuple[str, str], int] = {}
         self._amo_lock = threading.Lock()  # the result word: the proxy thread also calls
@@ -273,15 +275,19 @@ class Device:
             return False
         self._done(_lib.vkc_copy(kind, self.ctx_ptr, self.stream_ptr, dst, src, nbytes, -1),
                    "cuMemcpyAsync")
-        self.issued = True
+        self._issued += 1  # after the copy is on the stream: a sync that counts it covers it
         return True
 
     def sync(self) -> None:
-        """Wait for every copy :meth:`copy_async` issued (spin, then block)."""
-        if self.issued:
-            self._done(_lib.vkc_sync(self.ctx_ptr, self.stream_ptr, self.spin_ns),
-                       "cuStreamSynchronize")
-            self.issued = False
+        """Wait for every copy :meth:`copy_async` issued (spin, then block). Returns at once
+        only when a *finished* wait covered them all: another thread's wait still in progress
+        does not count (the proxy's thread shares the stream)."""
+        target = self._issued
+        if self._synced >= target:
+            return
+        self._done(_lib.vkc_sync(self.ctx_ptr, self.stream_ptr, self.spin_ns),
+                   "cuStreamSynchronize")
+        self._synced = max(self._synced, target)
 
     def zero(self, dst: int, nbytes: int) -> None:
         self._done(_lib.vkc_memset(self.ctx_ptr, self.stream_ptr, dst, nbytes, self.spin_ns),
