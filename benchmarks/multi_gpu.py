@@ -93,7 +93,7 @@ def main() -> int:
         if domain == "cuda" and not args.no_service_job:  # without the service kernel
             jobs.append(_job(domain, ["--latency-only"], args.quick, args.timeout,
                              {"VKSHMEM_CUDA_SERVICE": "off"},
-                             "cuda, before"))
+                             "cuda, service off"))
     rows = [dict(r, domain=j["domain"]) for j in jobs for r in j["rows"]]
     print(f"\n{'op':<20} {'bytes':>10} {'domain':<17} {'vkshmem':>9} {'nvshmem':>9} "
           f"{'ceiling':>9} {'unit':>5} {'/ceil':>6} {'/nvshm':>6}")
