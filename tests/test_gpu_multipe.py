@@ -118,9 +118,11 @@ def test_stale_device_arrays_are_refused() -> None:
 
 #: the GPU proxy's pipeline: the discrete-GPU paths (batched device copies) over hostproxy,
 #: the mapped paths over UCX shared memory, and peers on the shm path that do not import each
-#: other's GPU heaps (pieces by DMA straight into the peers' mailboxes)
+#: other's GPU heaps (pieces by DMA straight into the peers' mailboxes; with the heap mapped,
+#: as on lavapipe, the target serves them in C: the proxy's native rounds)
 PROXY_MODES = {"hostproxy-unmapped": {**MODES["hostproxy"], "VKSHMEM_GPU_MAPPED": "0"},
                "ucx-sm": MODES["ucx-sm"],
+               "shm-noimport": {"VKSHMEM_DOMAIN_IMPORT": "0"},
                "shm-noimport-unmapped": {"VKSHMEM_DOMAIN_IMPORT": "0",
                                          "VKSHMEM_GPU_MAPPED": "0"}}
 

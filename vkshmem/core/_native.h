@@ -57,6 +57,25 @@ struct vk_native_ops {
 #define VK_NATIVE_AGAIN 1     /* a VK_NATIVE_TRY call would have to wait: nothing done */
 #define VK_NATIVE_PYTHON 2    /* quiet/fence: call the transport's Python method instead */
 
+/* A memory domain's operations on its own segment in C (MemoryDomain.native_ops returns the
+ * address of one): the domain proxy's native rounds (vkshmem.core.proxyserve) serve requests
+ * with them, GIL released. start issues a copy between the segment at off and host memory
+ * (to_device 1: host -> segment; the host side lies in memory the domain registered: the host
+ * heap, peers' mailboxes) without waiting; quiet completes every copy started; amo (NULL: not
+ * offered, those requests go to Python) applies op to the word and stores the old value. Each
+ * returns 0 or the domain's error code. Copies of up to write_max / read_max bytes are done
+ * by the CPU through mapped (NULL: none) instead, each followed by a store fence. */
+struct vk_domain_ops {
+    void *self;
+    int (*start)(void *self, int to_device, uint64_t off, void *host, uint64_t n);
+    int (*quiet)(void *self);
+    int (*amo)(void *self, uint64_t off, int op, int width, uint64_t operand, uint64_t compare,
+               uint64_t *old);
+    uint64_t size;              /* the segment's bytes */
+    uint8_t *mapped;            /* the segment in this process's address space, or NULL */
+    uint64_t write_max, read_max;
+};
+
 /* The segments of this PE and where every PE's segments are mapped here. */
 struct vk_table {
     int npes, nsegs;

@@ -37,6 +37,22 @@ uint64_t vk_direct_amo(const void *target, int pe, int op, int width, uint64_t o
                        uint64_t compare);
 int vk_last_error(void);
 #define VK_SENTINEL ...
+struct vk_domain_ops { void *self; ...; };
+struct vk_proxy {
+    uint64_t *bells;
+    uint64_t *next;
+    uint64_t *due;
+    uint64_t *answer;
+    uint64_t *ranges;
+    uint8_t **peer;
+    uint8_t *direct;
+    struct vk_domain_ops *dom;
+    uint64_t answers, blocks, area, chunk;
+    int n, depth, me;
+    uint64_t rounds, requests, direct_pieces, max_round;
+};
+int vk_proxy_serve(struct vk_proxy *p, uint64_t max_ns);
+void vk_mapped_domain_ops(struct vk_domain_ops *ops, uintptr_t base, uint64_t size);
 """
 
 SOURCE = r"""
@@ -262,6 +278,9 @@ int vk_proxy_due(const uint64_t *bells, uint64_t *next, int n, int depth, uint64
     }
 }
 """
+
+#: the domain proxy's native rounds (after vk_proxy_due, which they call)
+SOURCE += (HERE / "csrc" / "proxy_round.c").read_text()
 
 ffibuilder = FFI()
 ffibuilder.cdef(CDEF)

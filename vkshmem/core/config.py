@@ -230,7 +230,8 @@ _var("VKSHMEM_GPU_CUDA_AMO", "bool", "1",
      "them in Vulkan shaders. Atomic with the shaders' atomics either way.", _parse_bool)
 _var("VKSHMEM_GPU_NATIVE", "bool", "1",
      "Submit GPU copies and AMOs and wait for them through vkshmem's native helper (one C call "
-     "with the GIL released); 0 uses the Python path (for comparison and debugging).",
+     "with the GIL released), and serve the GPU proxy's same-node requests in C; 0 uses the "
+     "Python paths (for comparison and debugging).",
      _parse_bool)
 _var("VKSHMEM_GPU_VALIDATION", "bool", "0",
      "Load the Khronos validation layer for the GPU domain; its errors make vkshmem raise "

@@ -219,6 +219,15 @@ class MemoryDomain(ABC):
         default: False (copies of the range then take the domain's ordinary path)."""
         return False
 
+    def native_ops(self, address: int) -> bool:
+        """Optional: fill the ``struct vk_domain_ops`` at ``address``
+        (``vkshmem/core/_native.h``) with C functions that copy between this PE's segment
+        and registered host memory and apply AMOs to it, kept valid until :meth:`close`; the
+        domain proxy's serving thread then serves same-node peers' requests in C (GIL
+        released) instead of through :meth:`write_nbi`/:meth:`read_nbi`/:meth:`amo`, which
+        they must equal. Return whether it did (default: False)."""
+        return False
+
     def zero(self, offset: int, nbytes: int) -> None:
         """Zero ``nbytes`` of this PE's segment (default: writes of zeros)."""
         chunk = 1 << 20

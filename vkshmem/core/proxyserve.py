@@ -18,7 +18,8 @@ released) scans every sender's bells and lists the requests due in sequence orde
 ``_SPIN`` seconds after the last request it spins in there until one is due (pausing, then
 yielding the core), after that the thread sleeps with a growing pause (20 µs doubling to
 1 ms) between scans, so a request after a quiet spell waits at most about a millisecond.
-Dispatch (the domain's operations, the transports' puts) stays in Python.
+Rounds of same-node senders run in C where the domain offers its operations in C
+(:mod:`vkshmem.core.proxynative`); the rest (senders reached through a transport) in Python.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import numpy as np
 from ._native import ffi, lib
 from .endpoints import Endpoints
 from .proxymailbox import AMO, GET, HDR, HEAD, PUT, RESP, U64
+from .proxynative import NativeRounds
 from .transport import AmoOp
 
 if TYPE_CHECKING:
@@ -62,6 +64,8 @@ class ProxyServer:
         self._due = np.zeros(3 * self.n * self.depth, np.uint64)  # (sender, slot, seq) found
         self._ready: list[Answer] = []
         self._eps = Endpoints(proxy.rt)
+        #: rounds in C for same-node senders, where the domain offers its operations in C
+        self.native = NativeRounds.make(proxy, self._next, self._due)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop,
                                         name=f"vkshmem-{proxy.heap.name}-proxy", daemon=True)
@@ -75,12 +79,22 @@ class ProxyServer:
         nxt = ffi.cast("uint64_t *", ffi.from_buffer(self._next))
         due = ffi.cast("uint64_t *", ffi.from_buffer(self._due))
         n, d, most = self.n, self.depth, self.n * self.depth
+        native = self.native
         last = time.monotonic()
         pause = 0.0
         try:
             while not self._stop.is_set():
                 spin = not self._ready and time.monotonic() - last < _SPIN
-                found = lib.vk_proxy_due(bells, nxt, n, d, due, most, _SPIN_NS if spin else 0)
+                if native is not None and not self._ready:
+                    found = native.serve(_SPIN_NS if spin else 0)
+                    if found > 0:  # served in C
+                        native.count(proxy.stats)
+                        last, pause = time.monotonic(), 0.0
+                        continue
+                    found = -found  # (0: none due) the Python round serves these
+                else:
+                    found = lib.vk_proxy_due(bells, nxt, n, d, due, most,
+                                             _SPIN_NS if spin else 0)
                 if found:
                     self._round(found)
                     last, pause = time.monotonic(), 0.0

@@ -19,7 +19,9 @@ SOURCE = (_HERE / "cudacalls.c").read_text()
 
 ffibuilder = FFI()
 ffibuilder.cdef(CDEF)
-ffibuilder.set_source("vkshmem.gpu._cuda", SOURCE, libraries=["dl"],
+#: the core's _native.h (struct vk_domain_ops), which cudacalls.c includes
+INCLUDE = str(Path(__file__).resolve().parent.parent / "core")
+ffibuilder.set_source("vkshmem.gpu._cuda", SOURCE, libraries=["dl"], include_dirs=[INCLUDE],
                       extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"],
                       py_limited_api=True)
 

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from vkshmem.core._native import ffi as _core_ffi
 from vkshmem.core._native import lib as _core
 from vkshmem.core.domain import DomainContext, DomainExport, DomainSpec, MemoryDomain
 from vkshmem.core.errors import FeatureNotAvailableError
@@ -139,6 +140,27 @@ class VulkanDomain(CudaInterop, MemoryDomain):
 
     def check_range(self, offset: int, nbytes: int, what: str) -> None:
         self.memory.check_range(offset, nbytes, what)
+
+    def native_ops(self, address: int) -> bool:
+        """The proxy's native rounds on this heap: on a CPU driver with cached mapped memory,
+        copies through the mapping and CPU atomics (the core's generic ops); on NVIDIA, CUDA's
+        copies and AMO kernel (small copies through the BAR mapping, as :meth:`write_nbi`
+        does); elsewhere none (the Python round)."""
+        mem = self.memory
+        if self.cpu_atomics and mem.host_address and mem.host_cached:
+            _core.vk_mapped_domain_ops(_core_ffi.cast("struct vk_domain_ops *", address),
+                                       mem.host_address, self.size)
+            return True
+        if self.device.info.vendor != "NVIDIA" or self._copier is False:
+            return False
+        copier = self._copier if isinstance(self._copier, CudaCopier) else self._open_copier()
+        if copier is None:
+            return False
+        mapped = mem.host_address if self.mapped and mem.host_visible else 0
+        wide = 1 << 62 if mem.host_cached else 0
+        copier.native_ops(address, self.size, mapped, max(wide, self.bar_write_max),
+                          max(wide, self.bar_read_max), self.cuda_amo)
+        return True
 
     def register_host(self, address: int, size: int) -> bool:
         """Import host memory mapped here (a same-node peer's proxy mailbox) into the device,

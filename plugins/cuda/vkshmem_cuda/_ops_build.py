@@ -114,6 +114,7 @@ int vkc_reduce(uintptr_t ctx, uintptr_t stream, uintptr_t fn, const uint64_t *ds
 ffibuilder = FFI()
 ffibuilder.cdef(CDEF)
 ffibuilder.set_source("vkshmem_cuda._ops", SOURCE, libraries=["dl"],
+                      include_dirs=[str(_core_csrc().parent.parent / "core")],  # _native.h
                       extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"],
                       py_limited_api=True)
 

@@ -103,6 +103,11 @@ class CudaDomain(MemoryDomain):
             except CudaError as exc:
                 log.info("PE %d: the host heap stays unpinned for CUDA: %s", self.my_pe, exc)
 
+    def native_ops(self, address: int) -> bool:
+        """The proxy's native rounds on this heap: CUDA copies and the AMO kernel in C."""
+        self.device.native_ops(address, self.local.va, self.size)
+        return True
+
     def register_host(self, address: int, size: int) -> bool:
         """Pin host memory mapped here (a same-node peer's proxy mailbox) for DMA: the proxy's
         pieces then go between this GPU and that memory with no CPU copy."""

@@ -125,6 +125,8 @@ class Device:
             "multiprocessor count"))
         self.ctx_ptr = int(self.ctx)
         self._amo_fn = 0
+        #: the domain proxy's native rounds: (struct vkc_domain, its stream), made on request
+        self._native: tuple[Any, Any] | None = None
         #: copies copy_async issued, and how many of them a finished sync waited for (the
         #: application's thread and the proxy's share the stream)
         self._issued = 0
@@ -319,6 +321,31 @@ class Device:
                                     self.spin_ns), "AMO")
             return int(self._amo_out[0])
 
+    def native_ops(self, address: int, base: int, size: int) -> None:
+        """Fill the core's ``struct vk_domain_ops`` at ``address`` for the domain proxy's
+        native rounds on the segment at device address ``base``: copies on a stream of their
+        own, AMOs with result words of their own (both released by :meth:`close`)."""
+        self.current()
+        if self._native is None:
+            with self._amo_lock:
+                if not self._amo_fn:
+                    self._amo_fn = int(compile_kernel(self.cu, check, self.dev, AMO_SOURCE,
+                                                      AMO_NAME, CudaError))
+            d = _ffi.new("struct vkc_domain *")
+            stream = check(self.cu.cuStreamCreate(self.cu.CUstream_flags.CU_STREAM_NON_BLOCKING),
+                           "cuStreamCreate")
+            self._native = (d, stream)
+            d.ctx, d.stream, d.amo_fn, d.spin_ns = self.ctx_ptr, int(stream), self._amo_fn, \
+                self.spin_ns
+            d.amo_host = int(check(self.cu.cuMemHostAlloc(64, 2), "cuMemHostAlloc"))
+            d.amo_dev = int(check(self.cu.cuMemHostGetDevicePointer(d.amo_host, 0),
+                                  "cuMemHostGetDevicePointer"))
+        d = self._native[0]
+        d.base = base
+        ops = _ffi.cast("struct vk_domain_ops *", address)
+        _lib.vkc_domain_ops(d, ops)
+        ops.size, ops.mapped, ops.write_max, ops.read_max = size, _ffi.NULL, 0, 0
+
     def reduce(self, dsts: list[int], sources: list[int], count: int, op: str,
                dtype: np.dtype) -> None:
         """``d[i] = op over sources[j][i]`` for every ``d`` of ``dsts`` (device addresses this
@@ -357,6 +384,11 @@ class Device:
         if self._host:
             cu.cuMemFreeHost(self._host)
             self._host = 0
+        if self._native is not None:
+            d, stream = self._native
+            self._native = None
+            cu.cuMemFreeHost(d.amo_host)
+            cu.cuStreamDestroy(stream)
         cu.cuStreamDestroy(self.stream)
         cu.cuDevicePrimaryCtxRelease(self.dev)
 

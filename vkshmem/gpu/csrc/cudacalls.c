@@ -18,6 +18,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "_native.h" /* struct vk_domain_ops (the core's; include path set by the builds) */
+
 typedef int CUresult;
 typedef uint64_t CUdeviceptr;
 typedef void *CUstream;
@@ -149,4 +151,45 @@ int vkc_amo(uintptr_t ctx, uintptr_t stream, uintptr_t fn, uint64_t addr, int op
     if (__atomic_load_n(&out[1], __ATOMIC_ACQUIRE) != seq) return 999;  /* CUDA_ERROR_UNKNOWN */
     *result = __atomic_load_n(&out[0], __ATOMIC_RELAXED);
     return 0;
+}
+
+/* A domain's segment for the core's domain proxy in C (struct vk_domain_ops): copies on the
+   proxy's own stream, completed together by quiet; AMOs by the AMO kernel with the proxy's
+   own result words. One serving thread uses it. */
+struct vkc_domain {
+    uintptr_t ctx, stream, amo_fn, amo_host;
+    uint64_t base, amo_dev, seq;
+    int64_t spin_ns;
+    int issued;
+};
+
+static int vkc_dom_start(void *self, int to_device, uint64_t off, void *host, uint64_t n) {
+    struct vkc_domain *d = (struct vkc_domain *)self;
+    uint64_t h = (uint64_t)(uintptr_t)host;
+    int r = to_device ? vkc_copy(1, d->ctx, d->stream, d->base + off, h, n, -1)
+                      : vkc_copy(2, d->ctx, d->stream, h, d->base + off, n, -1);
+    if (!r) d->issued = 1;
+    return r;
+}
+
+static int vkc_dom_quiet(void *self) {
+    struct vkc_domain *d = (struct vkc_domain *)self;
+    if (!d->issued) return 0;
+    d->issued = 0;
+    return vkc_sync(d->ctx, d->stream, d->spin_ns);
+}
+
+static int vkc_dom_amo(void *self, uint64_t off, int op, int width, uint64_t operand,
+                       uint64_t compare, uint64_t *old) {
+    struct vkc_domain *d = (struct vkc_domain *)self;
+    d->seq++;
+    return vkc_amo(d->ctx, d->stream, d->amo_fn, d->base + off, op, width, operand, compare,
+                   d->amo_dev, d->amo_host, d->seq, old, d->spin_ns);
+}
+
+void vkc_domain_ops(struct vkc_domain *d, struct vk_domain_ops *ops) {
+    ops->self = d;
+    ops->start = vkc_dom_start;
+    ops->quiet = vkc_dom_quiet;
+    ops->amo = d->amo_fn ? vkc_dom_amo : NULL;
 }

@@ -9,4 +9,19 @@ int vkc_sync(uintptr_t ctx, uintptr_t stream, int64_t spin_ns);
 int vkc_amo(uintptr_t ctx, uintptr_t stream, uintptr_t fn, uint64_t addr, int op, int width,
             uint64_t operand, uint64_t compare, uint64_t out_dev, uintptr_t out_host,
             uint64_t seq, uint64_t *result, int64_t spin_ns);
+struct vkc_domain {
+    uintptr_t ctx, stream, amo_fn, amo_host;
+    uint64_t base, amo_dev, seq;
+    int64_t spin_ns;
+    int issued;
+};
+/* the core's (vkshmem/core/_native.h): the fields its users fill from Python */
+struct vk_domain_ops {
+    uint64_t size;
+    uint8_t *mapped;
+    uint64_t write_max, read_max;
+    ...;
+};
+/* fills the core's struct vk_domain_ops (self, start, quiet, amo) */
+void vkc_domain_ops(struct vkc_domain *d, struct vk_domain_ops *ops);
 #define VKC_NO_DRIVER 100
