@@ -38,6 +38,7 @@ uint64_t vk_direct_amo(const void *target, int pe, int op, int width, uint64_t o
 int vk_last_error(void);
 #define VK_SENTINEL ...
 struct vk_domain_ops { void *self; ...; };
+struct vk_native_ops { void *self; ...; };
 struct vk_proxy {
     uint64_t *bells;
     uint64_t *next;
@@ -45,11 +46,13 @@ struct vk_proxy {
     uint64_t *answer;
     uint64_t *ranges;
     uint8_t **peer;
+    struct vk_native_ops **route;
     uint8_t *direct;
     struct vk_domain_ops *dom;
+    uint64_t base;
     uint64_t answers, blocks, area, chunk;
     int n, depth, me;
-    uint64_t rounds, requests, direct_pieces, max_round;
+    uint64_t rounds, requests, direct_pieces, max_round, answer_errors;
 };
 int vk_proxy_serve(struct vk_proxy *p, uint64_t max_ns);
 void vk_mapped_domain_ops(struct vk_domain_ops *ops, uintptr_t base, uint64_t size);

@@ -18,8 +18,9 @@ released) scans every sender's bells and lists the requests due in sequence orde
 ``_SPIN`` seconds after the last request it spins in there until one is due (pausing, then
 yielding the core), after that the thread sleeps with a growing pause (20 µs doubling to
 1 ms) between scans, so a request after a quiet spell waits at most about a millisecond.
-Rounds of same-node senders run in C where the domain offers its operations in C
-(:mod:`vkshmem.core.proxynative`); the rest (senders reached through a transport) in Python.
+Rounds run in C where the domain offers its operations in C and every sender of the round is
+on this node or reached by a transport with a data path in C (:mod:`vkshmem.core.proxynative`);
+the rest in Python.
 """
 
 from __future__ import annotations
@@ -64,8 +65,8 @@ class ProxyServer:
         self._due = np.zeros(3 * self.n * self.depth, np.uint64)  # (sender, slot, seq) found
         self._ready: list[Answer] = []
         self._eps = Endpoints(proxy.rt)
-        #: rounds in C for same-node senders, where the domain offers its operations in C
-        self.native = NativeRounds.make(proxy, self._next, self._due)
+        #: rounds in C, where the domain offers its operations in C
+        self.native = NativeRounds.make(proxy, self._eps, self._next, self._due)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop,
                                         name=f"vkshmem-{proxy.heap.name}-proxy", daemon=True)

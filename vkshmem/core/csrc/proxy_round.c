@@ -3,11 +3,13 @@
  * (appended to _native_build.py's SOURCE, after vk_proxy_due).
  *
  * vk_proxy_serve lists the requests due, like vk_proxy_due, and serves them in C when every
- * one of them comes from a sender whose mailbox is mapped here (the shm path) and is a put, a
- * get, or an AMO the domain offers in C (struct vk_domain_ops): each request's copy is
- * started, overlapping ones ordered by a quiet, AMOs applied after the round's copies so far;
- * then one quiet, and every answer is written straight into the sender's mailbox (header, a
- * get's payload unless it already landed there by DMA), a store fence, then the answer word.
+ * one of them comes from a sender whose mailbox is mapped here (the shm path) or that a
+ * transport with a data path in C reaches (struct vk_native_ops), and is a put, a get, or an
+ * AMO the domain offers in C (struct vk_domain_ops): each request's copy is started,
+ * overlapping ones ordered by a quiet, AMOs applied after the round's copies so far; then one
+ * quiet, and every answer goes into the sender's mailbox (header, a get's payload unless it
+ * already landed there by DMA), a fence, then the answer word: by stores where the mailbox is
+ * mapped here, else by the transport's put, fence, put.
  * Otherwise it serves nothing and returns minus the number found, the requests listed in due
  * for the Python round. Errors (a request past the segment, a failed copy) become error
  * answers, as in Python. */
@@ -27,11 +29,13 @@ struct vk_proxy {
     uint64_t *answer;  /* [4 * n * depth]: value, status, nbytes, bytes to send */
     uint64_t *ranges;  /* [3 * n * depth]: the round's copies: lo, hi, write */
     uint8_t **peer;    /* [n]: each sender's mailbox mapped here (NULL: not mapped) */
+    struct vk_native_ops **route; /* [n]: else the transport that reaches it, in C (NULL) */
     uint8_t *direct;   /* [n]: 1 where the sender's block for this PE is registered */
     struct vk_domain_ops *dom;
+    uint64_t base;     /* the mailbox's offset in the host heap (segment 0) */
     uint64_t answers, blocks, area, chunk;
     int n, depth, me;
-    uint64_t rounds, requests, direct_pieces, max_round;
+    uint64_t rounds, requests, direct_pieces, max_round, answer_errors;
 };
 
 struct vkp_hdr { /* struct.Struct("<IIQQQQQ") of proxymailbox.HDR */
@@ -50,7 +54,8 @@ static inline uint8_t *vkp_response(struct vk_proxy *p, int s, uint64_t j) {
 }
 
 static int vkp_servable(struct vk_proxy *p, int s, const struct vkp_hdr *h) {
-    if (!p->peer[s]) return 0;
+    struct vk_native_ops *t = p->route[s];
+    if (!p->peer[s] && !(t && t->put && t->fence)) return 0;
     int kind = (int)(h->op & 0xFF);
     if (kind == VKP_AMO) return p->dom->amo != NULL;
     return kind == VKP_PUT || kind == VKP_GET;
@@ -137,7 +142,7 @@ static void vkp_start(struct vk_proxy *p, int i, int s, uint64_t j, uint8_t *req
     } else if (kind == VKP_GET) {
         uint8_t *dst = payload;
         a[2] = a[3] = n;
-        if (p->direct[s]) { /* straight into the sender's answer area */
+        if (p->peer[s] && p->direct[s]) { /* straight into the sender's answer area */
             dst = vkp_response(p, s, j) + VKP_HEAD;
             a[3] = 0;
             p->direct_pieces++;
@@ -171,16 +176,26 @@ static void vkp_start(struct vk_proxy *p, int i, int s, uint64_t j, uint8_t *req
     }
 }
 
-/* Write request i's answer into its sender's mailbox: header (and payload), fence, seq. */
+/* Write request i's answer into its sender's mailbox: header (and payload), fence, seq;
+ * by stores where it is mapped here, else by the transport's puts. A transport's failure
+ * leaves that sender to time out (counted in answer_errors), as in Python. */
 static void vkp_answer(struct vk_proxy *p, int i, int s, uint64_t j, uint8_t *req) {
     uint64_t *a = p->answer + 4 * i;
-    uint64_t resp[3] = {a[0], a[1], a[2]};
+    uint64_t resp[3] = {a[0], a[1], a[2]}, seq = p->due[3 * i + 2];
     memcpy(req, resp, sizeof resp);
-    uint8_t *to = vkp_response(p, s, j);
-    memcpy(to, req, VKP_HEAD + a[3]);
-    __atomic_thread_fence(__ATOMIC_SEQ_CST);
-    uint64_t *word = (uint64_t *)(p->peer[s] + p->answers) + (uint64_t)p->me * p->depth + j;
-    __atomic_store_n(word, p->due[3 * i + 2], __ATOMIC_RELEASE);
+    uint64_t slot = (uint64_t)p->me * p->depth + j;
+    if (p->peer[s]) {
+        memcpy(vkp_response(p, s, j), req, VKP_HEAD + a[3]);
+        __atomic_thread_fence(__ATOMIC_SEQ_CST);
+        __atomic_store_n((uint64_t *)(p->peer[s] + p->answers) + slot, seq, __ATOMIC_RELEASE);
+        return;
+    }
+    struct vk_native_ops *t = p->route[s];
+    uint64_t at = p->base + p->blocks + slot * 2 * p->area + p->area;
+    int rc = t->put(t->self, s, 0, at, req, VKP_HEAD + a[3], 0);
+    if (!rc) rc = t->fence(t->self, 0);
+    if (!rc) rc = t->put(t->self, s, 0, p->base + p->answers + slot * 8, &seq, 8, 0);
+    if (rc) p->answer_errors++;
 }
 
 int vk_proxy_serve(struct vk_proxy *p, uint64_t max_ns) {
