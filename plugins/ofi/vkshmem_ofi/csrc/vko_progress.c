@@ -11,7 +11,9 @@
  *   CPU between reads where the node has more PEs than CPUs), so a peer's next request is
  *   served within a read, as by a target spinning on its CQ; data seen on the fd during the
  *   window (a poll() with timeout 0 after each read) extends it, and this PE issuing
- *   something closes it.
+ *   something closes it. While this PE's caller waits on the root CQ itself (quiet, a
+ *   blocking put/get/AMO: it reads the CQ without sleeping, which progresses peers' requests
+ *   as well), the thread parks on a futex instead (park() below; vko.c's drive_enter/leave).
  * - sread: a wait object without an fd: fi_cq_sread (the provider's own wait), no window.
  * - polling (shm: no wait object, manual progress): fi_cq_read every poll_us, every
  *   idle_poll_us once this PE was idle for a second, and without sleeping for busy_us after
@@ -97,6 +99,26 @@ static int fd_round(vko_ctx *c, uint64_t *busy_until, uint64_t last_issue) {
     return got;
 }
 
+/* The fd regime while a caller drives the progress (vko.c): park on a futex, not on the wait fd
+ * (the replies to the caller's operations would wake it once per operation), until the wait
+ * ends (its drive_leave wakes it) or VKO_PARK_US passed; 1 if it parked. */
+#define VKO_PARK_US 200
+
+static int park(vko_ctx *c) {
+    if (!__atomic_load_n(&c->n_driving, __ATOMIC_SEQ_CST))
+        return 0;
+    __atomic_store_n(&c->parked, 1, __ATOMIC_SEQ_CST);
+    uint32_t seq = __atomic_load_n(&c->park_seq, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&c->n_driving, __ATOMIC_SEQ_CST) &&
+        !__atomic_load_n(&c->stop, __ATOMIC_ACQUIRE)) {
+        struct timespec ts = {0, VKO_PARK_US * 1000L};
+        __atomic_add_fetch(&c->n_parks, 1, __ATOMIC_RELAXED);
+        syscall(SYS_futex, &c->park_seq, FUTEX_WAIT_PRIVATE, seq, &ts, NULL, 0);
+    }
+    __atomic_store_n(&c->parked, 0, __ATOMIC_SEQ_CST);
+    return 1;
+}
+
 /* One round of the sread regime (a wait object without an fd). */
 static int sread_round(vko_ctx *c) {
     struct fi_cq_entry ent[16];
@@ -134,7 +156,7 @@ static void *progress_main(void *arg) {
         if (active)
             last_issue = now_ns();
         if (c->wait_fd >= 0) {
-            got = fd_round(c, &busy_until, last_issue);
+            got = park(c) ? 0 : fd_round(c, &busy_until, last_issue);
         } else if (c->waitable) {
             got = sread_round(c);
         } else {
