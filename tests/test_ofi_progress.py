@@ -105,3 +105,27 @@ def test_tcp_busy_us_zero_opens_no_window() -> None:
 def test_busy_us_is_validated(value: str) -> None:
     with pytest.raises(ConfigError, match=r"VKSHMEM_RAIL0.*busy_us"):
         OfiTransport(context(0, 1, options={"provider": "shm", "busy_us": value}))
+
+
+def test_tcp_the_thread_parks_while_its_caller_waits_on_the_cq() -> None:
+    """A loop of put 8 B + quiet (timed in C, vko_probe): the caller reads the CQ itself while
+    it waits, so the initiator's thread parks instead of waking on the wait fd for each reply
+    (before: at least one round per operation); afterwards, with the caller out of the
+    transport, the same PE still serves the peer's fetch_adds at once."""
+    from vkshmem_ofi._ofi import ffi, lib
+
+    n = 2000
+    with Job(options={"provider": "tcp;ofi_rxm"}) as job:
+        initiator, target = job.t[0][0], job.t[0][1]
+        out = ffi.new("uint64_t[3]")
+        assert lib.vko_probe(initiator._e, 1, 2, 200, out) == 0  # warm-up: the loop is seen
+        assert lib.vko_probe(initiator._e, 1, 2, n, out) == 0
+        rounds, parks = int(out[2]), initiator.stats()["progress_parks"]
+        times = []
+        for _ in range(50):  # PE 0's caller is in none of its calls now: its thread serves
+            start = time.perf_counter()
+            target.amo(0, 0, 0, AmoOp.ADD, 8, 1, 0, True)
+            times.append(time.perf_counter() - start)
+        assert initiator.amo(0, 0, 0, AmoOp.FETCH, 8, 0, 0, True) == 50
+    assert parks >= 1 and rounds < n // 4, (rounds, parks)
+    assert max(times) < 0.05, times

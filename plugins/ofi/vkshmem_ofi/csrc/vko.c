@@ -116,9 +116,9 @@ struct vko_ctx {
     uint64_t seen_issued;        /* the progress thread's last look at n_issued */
     int n_driving;               /* atomic: callers waiting on the root CQ, reading it */
     uint64_t drive_end;          /* atomic: when the last of those waits ended (now_ns) */
-    uint64_t drive_gap;          /* atomic: running mean of the time between two such waits */
-    int parked;                  /* atomic: the progress thread is parked (vko_progress.c) */
-    uint32_t park_seq;           /* atomic: the futex word it parks on */
+    uint32_t drive_short;        /* atomic: bit i: the i-th last gap between two such waits was
+                                    under VKO_TIGHT_NS */
+    uint32_t park_seq;           /* atomic: the futex word the progress thread parks on */
     uint64_t n_parks;            /* atomic: times it parked */
     char lasterr[VKO_ERRLEN];
 };
@@ -198,39 +198,34 @@ static int drain(vko_ctx *c, struct fid_cq *cq) {
 /* -- a waiting caller drives the progress ---------------------------------------------------
  * A caller waiting on the root endpoint's CQ reads it without sleeping, and reading it is what
  * progresses every request of the domain (tcp;ofi_rxm's progress is manual), peers' included.
- * Meanwhile the progress thread (fd regime only) parks on a futex instead of sleeping on the
- * CQ's wait fd, which the replies to the caller's own operations would wake once per
- * operation: on a node with as many PEs as CPUs that wake-up preempts a caller or a target's
- * busy thread (README "Progress"). The wait that ends wakes the parked thread (a futex wake,
- * only while it is parked), unless this PE's waits follow each other closely (their gaps
- * average under VKO_TIGHT_NS: a loop of blocking operations, the next wait comes at once);
- * then the thread wakes by itself within VKO_PARK_US (vko_progress.c) and, if no wait is under
- * way, sleeps on the fd again: a peer's request arriving just after such a loop ends waits for
- * that. *drive: -1 not counted (another CQ, or a thread without a wait fd), 1 counted in a
- * loop, 0 counted otherwise. */
+ * In a loop of such waits (a loop of put + quiet, get, fetch_add: at least 5 of the last 8 gaps
+ * between this PE's waits under VKO_TIGHT_NS), the progress thread (fd regime only) therefore parks on
+ * a futex instead of sleeping on the CQ's wait fd, which the replies to the caller's own
+ * operations would wake once per operation: on a node with as many PEs as CPUs that wake-up
+ * preempts the caller or a target's busy thread (README "Progress"). It looks again every
+ * VKO_PARK_US (vko_progress.c: park) and sleeps on the fd again once no wait is under way and
+ * the last ended over VKO_TIGHT_NS ago: a peer's request arriving just after the loop waits for
+ * that. A wait outside such a loop changes nothing (the thread never parks for it: waking it
+ * when the wait ended would cost the caller a system call). *drive: -1 not counted (another
+ * CQ, or a thread without a wait fd), 0 counted. */
 #define VKO_TIGHT_NS 20000ull
 
 static void drive_enter(vko_ep *e, int *drive, uint64_t now) {
     vko_ctx *c = e->c;
     if (e->cq != c->cq || c->wait_fd < 0)
         return;
-    uint64_t gap = now - __atomic_load_n(&c->drive_end, __ATOMIC_RELAXED);
-    uint64_t mean = __atomic_load_n(&c->drive_gap, __ATOMIC_RELAXED);
-    mean = mean - mean / 4 + (gap < 1000000 ? gap : 1000000) / 4; /* racy among threads: a hint */
-    __atomic_store_n(&c->drive_gap, mean, __ATOMIC_RELAXED);
-    *drive = mean < VKO_TIGHT_NS;
+    uint32_t bits = __atomic_load_n(&c->drive_short, __ATOMIC_RELAXED); /* racy: a hint */
+    bits = bits << 1 | (now - __atomic_load_n(&c->drive_end, __ATOMIC_RELAXED) < VKO_TIGHT_NS);
+    __atomic_store_n(&c->drive_short, bits, __ATOMIC_RELAXED);
     __atomic_add_fetch(&c->n_driving, 1, __ATOMIC_SEQ_CST);
+    *drive = 0;
 }
 
 static int drive_leave(vko_ctx *c, int *drive, int rc) {
     if (*drive < 0)
         return rc;
     __atomic_store_n(&c->drive_end, now_ns(), __ATOMIC_RELAXED);
-    if (__atomic_sub_fetch(&c->n_driving, 1, __ATOMIC_SEQ_CST) == 0 && !*drive &&
-        __atomic_load_n(&c->parked, __ATOMIC_SEQ_CST)) {
-        __atomic_add_fetch(&c->park_seq, 1, __ATOMIC_SEQ_CST);
-        syscall(SYS_futex, &c->park_seq, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
-    }
+    __atomic_sub_fetch(&c->n_driving, 1, __ATOMIC_SEQ_CST);
     *drive = -1;
     return rc;
 }
@@ -248,10 +243,7 @@ static int wait_step(vko_ctx *c, uint64_t start, unsigned i, int *drive) {
     if (c->failed && c->failed[0])
         return VKO_EFAILED;
     if (t > (uint64_t)(c->busy_us > c->spin_us ? c->busy_us : c->spin_us) * 1000) {
-        if (*drive >= 0) { /* the thread serves peers again while this caller sleeps */
-            *drive = 0;
-            drive_leave(c, drive, 0);
-        }
+        drive_leave(c, drive, 0); /* the thread serves peers again while this caller sleeps */
         struct timespec nap = {0, (long)c->poll_us * 1000};
         nanosleep(&nap, NULL);
     } else if (t > (uint64_t)c->spin_us * 1000) {

@@ -99,23 +99,27 @@ static int fd_round(vko_ctx *c, uint64_t *busy_until, uint64_t last_issue) {
     return got;
 }
 
-/* The fd regime while a caller drives the progress (vko.c): park on a futex, not on the wait fd
- * (the replies to the caller's operations would wake it once per operation), until the wait
- * ends (its drive_leave wakes it) or VKO_PARK_US passed; 1 if it parked. */
+/* The fd regime during a loop of the caller's waits on the root CQ (vko.c: drive_enter): park
+ * on a futex, not on the wait fd (the replies to the caller's operations would wake the thread
+ * once per operation), for VKO_PARK_US at most (vko_close wakes it); 1 if it parked. */
 #define VKO_PARK_US 200
 
+static int driven(vko_ctx *c) {
+    if (__builtin_popcount(__atomic_load_n(&c->drive_short, __ATOMIC_RELAXED) & 0xff) < 5)
+        return 0; /* no loop */
+    return __atomic_load_n(&c->n_driving, __ATOMIC_SEQ_CST) ||
+           now_ns() - __atomic_load_n(&c->drive_end, __ATOMIC_RELAXED) < VKO_TIGHT_NS;
+}
+
 static int park(vko_ctx *c) {
-    if (!__atomic_load_n(&c->n_driving, __ATOMIC_SEQ_CST))
+    if (!driven(c))
         return 0;
-    __atomic_store_n(&c->parked, 1, __ATOMIC_SEQ_CST);
     uint32_t seq = __atomic_load_n(&c->park_seq, __ATOMIC_SEQ_CST);
-    if (__atomic_load_n(&c->n_driving, __ATOMIC_SEQ_CST) &&
-        !__atomic_load_n(&c->stop, __ATOMIC_ACQUIRE)) {
+    if (!__atomic_load_n(&c->stop, __ATOMIC_ACQUIRE)) {
         struct timespec ts = {0, VKO_PARK_US * 1000L};
         __atomic_add_fetch(&c->n_parks, 1, __ATOMIC_RELAXED);
         syscall(SYS_futex, &c->park_seq, FUTEX_WAIT_PRIVATE, seq, &ts, NULL, 0);
     }
-    __atomic_store_n(&c->parked, 0, __ATOMIC_SEQ_CST);
     return 1;
 }
 
