@@ -198,17 +198,19 @@ static int drain(vko_ctx *c, struct fid_cq *cq) {
 /* -- a waiting caller drives the progress ---------------------------------------------------
  * A caller waiting on the root endpoint's CQ reads it without sleeping, and reading it is what
  * progresses every request of the domain (tcp;ofi_rxm's progress is manual), peers' included.
- * In a loop of such waits (a loop of put + quiet, get, fetch_add: at least 5 of the last 8 gaps
- * between this PE's waits under VKO_TIGHT_NS), the progress thread (fd regime only) therefore parks on
- * a futex instead of sleeping on the CQ's wait fd, which the replies to the caller's own
- * operations would wake once per operation: on a node with as many PEs as CPUs that wake-up
- * preempts the caller or a target's busy thread (README "Progress"). It looks again every
- * VKO_PARK_US (vko_progress.c: park) and sleeps on the fd again once no wait is under way and
- * the last ended over VKO_TIGHT_NS ago: a peer's request arriving just after the loop waits for
- * that. A wait outside such a loop changes nothing (the thread never parks for it: waking it
- * when the wait ended would cost the caller a system call). *drive: -1 not counted (another
- * CQ, or a thread without a wait fd), 0 counted. */
-#define VKO_TIGHT_NS 20000ull
+ * In a loop of such waits (put + quiet, get, fetch_add in a loop: at least 5 of the last 8
+ * gaps between the end of one of this PE's waits and the start of the next under
+ * VKO_TIGHT_NS, the next operation's post included), the progress thread (fd regime only)
+ * therefore parks on a futex instead of sleeping on the CQ's wait fd, which the replies to the
+ * caller's own operations would wake once per operation: on a node with as many PEs as CPUs
+ * that wake-up preempts the caller or a target's busy thread (README "Progress"). It looks
+ * again every VKO_PARK_US (vko_progress.c: park) and sleeps on the fd again once no wait is
+ * under way and the last ended over VKO_TIGHT_NS ago: a peer's request arriving just after
+ * the loop waits for that. A wait outside such a loop (a barrier's quiet: the next comes a
+ * barrier later) changes nothing: the thread never parks for it (waking it when the wait ended
+ * would cost the caller a system call). *drive: -1 not counted (another CQ, or a thread
+ * without a wait fd), 0 counted. */
+#define VKO_TIGHT_NS 30000ull
 
 static void drive_enter(vko_ep *e, int *drive, uint64_t now) {
     vko_ctx *c = e->c;
