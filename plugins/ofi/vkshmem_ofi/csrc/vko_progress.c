@@ -11,9 +11,10 @@
  *   CPU between reads where the node has more PEs than CPUs), so a peer's next request is
  *   served within a read, as by a target spinning on its CQ; data seen on the fd during the
  *   window (a poll() with timeout 0 after each read) extends it, and this PE issuing
- *   something closes it. While this PE's caller waits on the root CQ itself (quiet, a
- *   blocking put/get/AMO: it reads the CQ without sleeping, which progresses peers' requests
- *   as well), the thread parks on a futex instead (park() below; vko.c's drive_enter/leave).
+ *   something closes it. While this PE's caller waits on the root CQ itself in a loop (quiet,
+ *   blocking put/get/AMO, one after the other: it reads the CQ without sleeping, which
+ *   progresses peers' requests as well), the thread parks on a futex instead (park() below;
+ *   vko.c's drive_enter/leave).
  * - sread: a wait object without an fd: fi_cq_sread (the provider's own wait), no window.
  * - polling (shm: no wait object, manual progress): fi_cq_read every poll_us, every
  *   idle_poll_us once this PE was idle for a second, and without sleeping for busy_us after
@@ -119,6 +120,11 @@ static int park(vko_ctx *c) {
         struct timespec ts = {0, VKO_PARK_US * 1000L};
         __atomic_add_fetch(&c->n_parks, 1, __ATOMIC_RELAXED);
         syscall(SYS_futex, &c->park_seq, FUTEX_WAIT_PRIVATE, seq, &ts, NULL, 0);
+    }
+    if (c->eps_n > 1) { /* the caller reads the root CQ only: the contexts' are the thread's */
+        pthread_rwlock_rdlock(&c->cqlock);
+        drain_contexts(c);
+        pthread_rwlock_unlock(&c->cqlock);
     }
     return 1;
 }
