@@ -265,7 +265,7 @@ class DataPath:
         from ._transport import libfabric_version
 
         sh = self._shared
-        out = ffi.new("uint64_t[6]")
+        out = ffi.new("uint64_t[8]")
         info = ffi.new("uint64_t[6]")
         if sh.ctx is not None:
             lib.vko_stats(sh.ctx, out)
@@ -280,7 +280,8 @@ class DataPath:
                 "progress_wakeups": int(out[2]),
                 "remote_ops": None if out[3] == 2**64 - 1 else int(out[3]),
                 "busy_windows": int(out[4]), "busy_yield": sh.busy_yield,
-                "emulated_amos": int(out[5]),
+                "emulated_amos": int(out[5]), "progress_rounds": int(out[6]),
+                "progress_parks": int(out[7]),
                 "native_calls": int(lib.vko_native_calls(sh.ctx)) if sh.ctx is not None else 0,
                 "fence": ("amos" if sh.ctx is not None and lib.vko_puts_ordered(sh.ctx)
                           else "writes")}

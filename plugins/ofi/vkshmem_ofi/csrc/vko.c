@@ -9,15 +9,18 @@
 #define _GNU_SOURCE
 #endif
 #include <errno.h>
+#include <linux/futex.h>
 #include <pthread.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <rdma/fabric.h>
 #include <rdma/fi_atomic.h>
@@ -111,6 +114,12 @@ struct vko_ctx {
     int busy_yield;              /* busy window: sched_yield between polls (else spin) */
     int wait_fd;                 /* the root CQ's wait fd (FI_GETWAIT), -1: none or sread */
     uint64_t seen_issued;        /* the progress thread's last look at n_issued */
+    int n_driving;               /* atomic: callers waiting on the root CQ, reading it */
+    uint64_t drive_end;          /* atomic: when the last of those waits ended (now_ns) */
+    uint32_t drive_short;        /* atomic: bit i: the i-th last gap between two such waits was
+                                    under VKO_TIGHT_NS */
+    uint32_t park_seq;           /* atomic: the futex word the progress thread parks on */
+    uint64_t n_parks;            /* atomic: times it parked */
     char lasterr[VKO_ERRLEN];
 };
 
@@ -186,10 +195,48 @@ static int drain(vko_ctx *c, struct fid_cq *cq) {
     }
 }
 
+/* -- a waiting caller drives the progress ---------------------------------------------------
+ * A caller waiting on the root endpoint's CQ reads it without sleeping, and reading it is what
+ * progresses every request of the domain (tcp;ofi_rxm's progress is manual), peers' included.
+ * In a loop of such waits (put + quiet, get, fetch_add in a loop: at least 5 of the last 8
+ * gaps between the end of one of this PE's waits and the start of the next under
+ * VKO_TIGHT_NS, the next operation's post included), the progress thread (fd regime only)
+ * therefore parks on a futex instead of sleeping on the CQ's wait fd, which the replies to the
+ * caller's own operations would wake once per operation: on a node with as many PEs as CPUs
+ * that wake-up preempts the caller or a target's busy thread (README "Progress"). It looks
+ * again every VKO_PARK_US (vko_progress.c: park) and sleeps on the fd again once no wait is
+ * under way and the last ended over VKO_TIGHT_NS ago: a peer's request arriving just after
+ * the loop waits for that. A wait outside such a loop (a barrier's quiet: the next comes a
+ * barrier later) changes nothing: the thread never parks for it (waking it when the wait ended
+ * would cost the caller a system call). *drive: -1 not counted (another CQ, or a thread
+ * without a wait fd), 0 counted. */
+#define VKO_TIGHT_NS 30000ull
+
+static void drive_enter(vko_ep *e, int *drive, uint64_t now) {
+    vko_ctx *c = e->c;
+    if (e->cq != c->cq || c->wait_fd < 0)
+        return;
+    uint32_t bits = __atomic_load_n(&c->drive_short, __ATOMIC_RELAXED); /* racy: a hint */
+    bits = bits << 1 | (now - __atomic_load_n(&c->drive_end, __ATOMIC_RELAXED) < VKO_TIGHT_NS);
+    __atomic_store_n(&c->drive_short, bits, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&c->n_driving, 1, __ATOMIC_SEQ_CST);
+    *drive = 0;
+}
+
+static int drive_leave(vko_ctx *c, int *drive, int rc) {
+    if (*drive < 0)
+        return rc;
+    __atomic_store_n(&c->drive_end, now_ns(), __ATOMIC_RELAXED);
+    __atomic_sub_fetch(&c->n_driving, 1, __ATOMIC_SEQ_CST);
+    *drive = -1;
+    return rc;
+}
+
 /* One round of a caller's wait that began at start, after i rounds: 0 to go on (spinning for
  * spin_us, then yielding the CPU between rounds until busy_us, then sleeping poll_us between
- * rounds), VKO_ETIMEDOUT past the timeout, VKO_EFAILED once a PE of the job failed. */
-static int wait_step(vko_ctx *c, uint64_t start, unsigned i) {
+ * rounds: no longer driving the progress, see above), VKO_ETIMEDOUT past the timeout,
+ * VKO_EFAILED once a PE of the job failed. */
+static int wait_step(vko_ctx *c, uint64_t start, unsigned i, int *drive) {
     if (i < 64)
         return 0;
     uint64_t t = now_ns() - start;
@@ -198,6 +245,7 @@ static int wait_step(vko_ctx *c, uint64_t start, unsigned i) {
     if (c->failed && c->failed[0])
         return VKO_EFAILED;
     if (t > (uint64_t)(c->busy_us > c->spin_us ? c->busy_us : c->spin_us) * 1000) {
+        drive_leave(c, drive, 0); /* the thread serves peers again while this caller sleeps */
         struct timespec nap = {0, (long)c->poll_us * 1000};
         nanosleep(&nap, NULL);
     } else if (t > (uint64_t)c->spin_us * 1000) {
@@ -210,40 +258,42 @@ static int wait_step(vko_ctx *c, uint64_t start, unsigned i) {
 static int wait_zero(vko_ep *e, int64_t *count) {
     vko_ctx *c = e->c;
     uint64_t start = 0;
+    int drive = -1;
     for (unsigned i = 0;; i++) {
         if (__atomic_load_n(count, __ATOMIC_ACQUIRE) <= 0)
-            return 0;
+            return drive_leave(c, &drive, 0);
+        if (!start)
+            drive_enter(e, &drive, start = now_ns());
         drain(c, e->cq);
         __atomic_add_fetch(&e->n_polls, 1, __ATOMIC_RELAXED);
-        if (!start)
-            start = now_ns();
-        int rc = wait_step(c, start, i);
+        int rc = wait_step(c, start, i, &drive);
         if (rc)
-            return rc;
+            return drive_leave(c, &drive, rc);
     }
 }
 
 static int wait_req(vko_ep *e, vko_req *r, uint64_t *result) {
     vko_ctx *c = e->c;
     uint64_t start = 0;
+    int drive = -1;
     for (unsigned i = 0;; i++) {
         if (__atomic_load_n(&r->state, __ATOMIC_ACQUIRE) == DONE) {
             int err = r->err;
             if (result)
                 *result = r->result;
             free(r);
-            return err;
+            return drive_leave(c, &drive, err);
         }
+        if (!start)
+            drive_enter(e, &drive, start = now_ns());
         drain(c, e->cq);
         __atomic_add_fetch(&e->n_polls, 1, __ATOMIC_RELAXED);
-        if (!start)
-            start = now_ns();
-        int rc = wait_step(c, start, i);
+        int rc = wait_step(c, start, i, &drive);
         if (rc) {
             int pending = PENDING;
             if (__atomic_compare_exchange_n(&r->state, &pending, ORPHAN, 0,
                                             __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
-                return rc; /* freed by whoever completes it */
+                return drive_leave(c, &drive, rc); /* freed by whoever completes it */
         }
     }
 }

@@ -88,8 +88,9 @@ void vko_set_emulation(vko_ctx *c, uint32_t mask);
 void vko_set_inject_amo(vko_ctx *c, int on);
 /* requests done, errors, progress-thread wakeups that found completions, peers' operations
  * counted here by the remote-access counter (UINT64_MAX: no counter), busy-poll windows,
- * AMOs run as compare-and-swap loops */
-void vko_stats(vko_ctx *c, uint64_t *out6);
+ * AMOs run as compare-and-swap loops, the progress thread's rounds, the times it parked while
+ * a caller's wait read the CQ (vko.c: drive_enter) */
+void vko_stats(vko_ctx *c, uint64_t *out8);
 
 /* This PE's number (its puts through vko_native_ops complete before returning, since the core
  * applies AMOs on its own words with the CPU) and the core's liveness words (0: none): a

@@ -11,7 +11,10 @@
  *   CPU between reads where the node has more PEs than CPUs), so a peer's next request is
  *   served within a read, as by a target spinning on its CQ; data seen on the fd during the
  *   window (a poll() with timeout 0 after each read) extends it, and this PE issuing
- *   something closes it.
+ *   something closes it. While this PE's caller waits on the root CQ itself in a loop (quiet,
+ *   blocking put/get/AMO, one after the other: it reads the CQ without sleeping, which
+ *   progresses peers' requests as well), the thread parks on a futex instead (park() below;
+ *   vko.c's drive_enter/leave).
  * - sread: a wait object without an fd: fi_cq_sread (the provider's own wait), no window.
  * - polling (shm: no wait object, manual progress): fi_cq_read every poll_us, every
  *   idle_poll_us once this PE was idle for a second, and without sleeping for busy_us after
@@ -97,6 +100,35 @@ static int fd_round(vko_ctx *c, uint64_t *busy_until, uint64_t last_issue) {
     return got;
 }
 
+/* The fd regime during a loop of the caller's waits on the root CQ (vko.c: drive_enter): park
+ * on a futex, not on the wait fd (the replies to the caller's operations would wake the thread
+ * once per operation), for VKO_PARK_US at most (vko_close wakes it); 1 if it parked. */
+#define VKO_PARK_US 200
+
+static int driven(vko_ctx *c) {
+    if (__builtin_popcount(__atomic_load_n(&c->drive_short, __ATOMIC_RELAXED) & 0xff) < 5)
+        return 0; /* no loop */
+    return __atomic_load_n(&c->n_driving, __ATOMIC_SEQ_CST) ||
+           now_ns() - __atomic_load_n(&c->drive_end, __ATOMIC_RELAXED) < VKO_TIGHT_NS;
+}
+
+static int park(vko_ctx *c) {
+    if (!driven(c))
+        return 0;
+    uint32_t seq = __atomic_load_n(&c->park_seq, __ATOMIC_SEQ_CST);
+    if (!__atomic_load_n(&c->stop, __ATOMIC_ACQUIRE)) {
+        struct timespec ts = {0, VKO_PARK_US * 1000L};
+        __atomic_add_fetch(&c->n_parks, 1, __ATOMIC_RELAXED);
+        syscall(SYS_futex, &c->park_seq, FUTEX_WAIT_PRIVATE, seq, &ts, NULL, 0);
+    }
+    if (c->eps_n > 1) { /* the caller reads the root CQ only: the contexts' are the thread's */
+        pthread_rwlock_rdlock(&c->cqlock);
+        drain_contexts(c);
+        pthread_rwlock_unlock(&c->cqlock);
+    }
+    return 1;
+}
+
 /* One round of the sread regime (a wait object without an fd). */
 static int sread_round(vko_ctx *c) {
     struct fi_cq_entry ent[16];
@@ -134,7 +166,7 @@ static void *progress_main(void *arg) {
         if (active)
             last_issue = now_ns();
         if (c->wait_fd >= 0) {
-            got = fd_round(c, &busy_until, last_issue);
+            got = park(c) ? 0 : fd_round(c, &busy_until, last_issue);
         } else if (c->waitable) {
             got = sread_round(c);
         } else {

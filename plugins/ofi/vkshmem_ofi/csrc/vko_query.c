@@ -51,6 +51,8 @@ void vko_stats(vko_ctx *c, uint64_t *out) {
     out[3] = c->rcntr ? __atomic_load_n(&c->n_remote, __ATOMIC_RELAXED) : UINT64_MAX;
     out[4] = __atomic_load_n(&c->n_busy, __ATOMIC_RELAXED);
     out[5] = __atomic_load_n(&c->n_emulated, __ATOMIC_RELAXED);
+    out[6] = __atomic_load_n(&c->n_rounds, __ATOMIC_RELAXED);
+    out[7] = __atomic_load_n(&c->n_parks, __ATOMIC_RELAXED);
 }
 
 const char *vko_last_error(vko_ctx *c) { return c->lasterr; }

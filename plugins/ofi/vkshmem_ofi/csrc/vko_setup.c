@@ -163,6 +163,8 @@ void vko_close(vko_ctx *c) {
         return;
     if (c->thread_started) {
         __atomic_store_n(&c->stop, 1, __ATOMIC_RELEASE);
+        __atomic_add_fetch(&c->park_seq, 1, __ATOMIC_SEQ_CST); /* a parked thread wakes */
+        syscall(SYS_futex, &c->park_seq, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
         pthread_join(c->thread, NULL);
     }
     pthread_mutex_lock(&c->lock);
