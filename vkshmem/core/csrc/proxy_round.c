@@ -92,15 +92,8 @@ static void vkp_fail(struct vk_proxy *p, int i, uint8_t *req, const char *text) 
     a[2] = a[3] = (uint64_t)len;
 }
 
-/* After CPU stores through a (write-combined) mapping: drain them before the device or a
- * peer may look. */
-static inline void vkp_fence_wc(int wrote) {
-    if (wrote) __atomic_thread_fence(__ATOMIC_SEQ_CST);
-}
-
 /* Start (or, through the mapping, do) request i's work; its answer in p->answer. */
-static void vkp_start(struct vk_proxy *p, int i, int s, uint64_t j, uint8_t *req, int *nr,
-                      int *cpu_wrote) {
+static void vkp_start(struct vk_proxy *p, int i, int s, uint64_t j, uint8_t *req, int *nr) {
     struct vkp_hdr h;
     memcpy(&h, req, sizeof h);
     struct vk_domain_ops *d = p->dom;
@@ -135,7 +128,8 @@ static void vkp_start(struct vk_proxy *p, int i, int s, uint64_t j, uint8_t *req
         rc = vkp_order(p, nr, h.offset, n, 1);
         if (!rc && d->mapped && n <= d->write_max) {
             memcpy(d->mapped + h.offset, payload, n);
-            *cpu_wrote = 1;
+            /* drain a write-combined mapping before a device copy or an AMO may read it */
+            __atomic_thread_fence(__ATOMIC_SEQ_CST);
         } else if (!rc && n) {
             rc = d->start(d->self, 1, h.offset, payload, n);
         }
@@ -164,7 +158,6 @@ static void vkp_start(struct vk_proxy *p, int i, int s, uint64_t j, uint8_t *req
             rc = d->quiet(d->self);
             *nr = 0;
         }
-        vkp_fence_wc(*cpu_wrote);
         if (!rc)
             rc = d->amo(d->self, h.offset, (int)(h.op >> 8), (int)h.width, h.operand,
                         h.compare, &a[0]);
@@ -207,13 +200,12 @@ int vk_proxy_serve(struct vk_proxy *p, uint64_t max_ns) {
         memcpy(&h, vkp_request(p, (int)p->due[3 * i], p->due[3 * i + 1]), sizeof h);
         if (!vkp_servable(p, (int)p->due[3 * i], &h)) return -found;
     }
-    int nr = 0, cpu_wrote = 0;
+    int nr = 0;
     for (int i = 0; i < found; i++) {
         int s = (int)p->due[3 * i];
         uint64_t j = p->due[3 * i + 1];
-        vkp_start(p, i, s, j, vkp_request(p, s, j), &nr, &cpu_wrote);
+        vkp_start(p, i, s, j, vkp_request(p, s, j), &nr);
     }
-    vkp_fence_wc(cpu_wrote);
     int rc = p->dom->quiet(p->dom->self);
     for (int i = 0; i < found; i++) {
         int s = (int)p->due[3 * i];
