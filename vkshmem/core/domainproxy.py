@@ -61,7 +61,6 @@ from __future__ import annotations
 import collections
 import logging
 import threading
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -70,6 +69,7 @@ from ._native import lib
 from .endpoints import Endpoints
 from .errors import PeerFailedError, WaitTimeoutError
 from .hostalloc import HOST_SEG
+from .proxydevice import Done, ProxyDeviceTransfers
 from .proxymailbox import AMO, DEPTH, GET, HDR, HEAD, INLINE, PUT, RESP, U64, Layout, proxy_chunk
 from .proxyserve import ProxyServer
 from .transport import AmoOp
@@ -82,13 +82,13 @@ __all__ = ["DomainProxy", "proxy_chunk"]
 
 log = logging.getLogger("vkshmem")
 
-Done = Callable[[memoryview, int], Any]
 _PAGE = 4096
 
 
-class DomainProxy:
+class DomainProxy(ProxyDeviceTransfers):
     """Both sides of the protocol for one PE and domain (collective to create: allocates the
-    mailbox and starts the serving thread)."""
+    mailbox and starts the serving thread); transfers from and to this PE's own segment come
+    from :class:`~vkshmem.core.proxydevice.ProxyDeviceTransfers`."""
 
     def __init__(self, heap: DomainHeap) -> None:
         rt = heap.rt
@@ -334,90 +334,6 @@ class DomainProxy:
             self._issue(pe, AMO | (int(op) << 8), offset, 0, operand=operand, compare=compare,
                         width=width)
             return int(self._finish(pe))
-
-    def put_device(self, pe: int, offset: int, src_off: int, nbytes: int,
-                   nbi: bool = False) -> None:
-        """Bytes of this PE's segment at ``src_off`` into ``pe``'s segment at ``offset``: each
-        piece copied by the device into host staging while the previous one travels.
-        ``nbi``: return once every piece is sent (complete at :meth:`quiet`)."""
-        dom, mem = self.heap.domain, self.heap.local
-        stages = self._stages
-        with self._send_lock:
-            self._begin(pe)
-            if self.direct[pe] is not None:
-                self._put_direct(pe, offset, src_off, nbytes, nbi)
-                return
-            try:
-                pieces = self._pieces(nbytes)
-                for k, (lo, n) in enumerate(pieces):
-                    if k == 0:  # into the host heap: one DMA where the domain imported it
-                        dom.read_nbi(mem, src_off, stages[0][HEAD:HEAD + n])
-                    dom.quiet()  # piece k is staged
-                    if k + 1 < len(pieces):
-                        lo1, n1 = pieces[k + 1]
-                        dom.read_nbi(mem, src_off + lo1, stages[(k + 1) % 2][HEAD:HEAD + n1])
-                        dom.flush()
-                    self._issue(pe, PUT, offset + lo, n, body=stages[k % 2], nbi=nbi)
-            except BaseException:
-                self._abandon(pe)
-                raise
-            if not nbi:
-                self._finish(pe)
-
-    def _put_direct(self, pe: int, offset: int, src_off: int, nbytes: int, nbi: bool) -> None:
-        """:meth:`put_device` to a peer mapped here: each piece copied by the device straight
-        into the request area of ``pe``'s mailbox (once its slot is free), then announced by
-        a header-only request; ``pe``'s device copies piece k in while this one copies k+1
-        out. Under the send lock."""
-        dom, mem = self.heap.domain, self.heap.local
-        try:
-            for lo, n in self._pieces(nbytes):
-                seq = self._issued[pe] + 1
-                while seq - self._done[pe] > self.depth:
-                    self._complete(pe)
-                area = self._area(pe, (seq - 1) % self.depth, False, n)
-                assert area is not None
-                dom.read_nbi(mem, src_off + lo, area)
-                dom.quiet()
-                self.stats["direct"] += 1
-                self._issue(pe, PUT, offset + lo, n, nbi=nbi)
-        except BaseException:
-            self._abandon(pe)
-            raise
-        if not nbi:
-            self._finish(pe)
-
-    def get_device(self, pe: int, offset: int, dst_off: int, nbytes: int,
-                   nbi: bool = False) -> None:
-        """Bytes of ``pe``'s segment at ``offset`` into this PE's segment at ``dst_off``: each
-        answer copied in by the device (from the mailbox, no staging) while the next pieces
-        are on their way. ``nbi``: return once every piece is asked for (filled by
-        :meth:`quiet`)."""
-        dom, mem, landing = self.heap.domain, self.heap.local, self._landing
-
-        def land(lo: int, j: int) -> Done:
-            def run(view: memoryview, value: int) -> None:
-                landing.add((pe, j))
-                dom.write_nbi(mem, dst_off + lo, view)
-                dom.flush()
-            return run
-
-        with self._send_lock:
-            self._begin(pe)
-            try:
-                for lo, n in self._pieces(nbytes):
-                    j = self._issued[pe] % self.depth  # the slot this request takes
-                    self._issue(pe, GET, offset + lo, n, done=land(lo, j), nbi=nbi)
-                if not nbi:
-                    self._finish(pe)
-                    self._settle()
-            except BaseException:
-                self._abandon(pe)
-                try:
-                    self._settle()
-                except Exception as exc:
-                    log.debug("PE %d: completing copies after a failed get: %s", self.me, exc)
-                raise
 
     def quiet(self) -> None:
         """Complete the non-blocking transfers (``nbi``) to every PE: consume their answers
