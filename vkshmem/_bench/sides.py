@@ -13,6 +13,7 @@ import importlib.util
 import json
 import os
 import queue
+import re
 import shutil
 import signal
 import subprocess
@@ -26,6 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from .spec import MARK, META, Plan
+
+#: the last line of a Python traceback (with or without the launcher's ``[pe N]`` prefix)
+_RAISED = re.compile(r"^(?:\[pe \d+\] )?[\w.]*(?:Error|Exception): ")
 
 __all__ = ["BenchError", "Outcome", "Skipped", "mpi4py_command", "run_side",
            "shmem4py_command", "vkshmem_command"]
@@ -183,8 +187,12 @@ def run_side(name: str, cmd: list[str], env: dict[str, str], timeout: float,
         # because of it (a peer gone during start-up) may print after them: keep them all.
         lines = other + errors
         ours = [line for line in lines if line.startswith("vkshmem run:")]
-        rest = [line for line in lines if not line.startswith("vkshmem run:")][-15:]
-        tail = "\n".join(f"  | {line}" for line in rest + ours)
+        rest = [line for line in lines if not line.startswith("vkshmem run:")]
+        # every exception line before the last lines too: the PE whose error ended the job
+        # may have printed its traceback before another PE's (e.g. a bad VKSHMEM_TRANSPORTS
+        # on PE 0, then PE 1's "PE 0 failed" during start-up)
+        raised = [line for line in rest[:-15] if _RAISED.match(line)]
+        tail = "\n".join(f"  | {line}" for line in raised + rest[-15:] + ours)
         why = (f"exit status {rc}" if rc not in (0, 124) else
                "it ran past --timeout" if rc == 124 else "it printed no results")
         raise BenchError(f"{name} side failed ({why}): {' '.join(cmd)}\n{tail}")
