@@ -31,6 +31,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from . import _cuda
+from .cudanative import NativeDomain
 from .env import DEFAULT_SPIN_US, ENV_SPIN, env_float
 from .errors import GpuError
 
@@ -71,8 +72,8 @@ class CudaCopier:
         self._amo_host = 0
         self._amo_dev = 0
         self._amo_out = self._ffi.new("uint64_t *")
-        #: the domain proxy's native rounds: (struct vkc_domain, its stream), made on request
-        self._native: tuple[Any, Any] | None = None
+        #: the domain proxy's native rounds, made on request
+        self._native: NativeDomain | None = None
         #: host ranges registered for DMA, (address, size): the host heap first
         self._hosts: list[tuple[int, int]] = []
         for address, size in hosts:
@@ -263,28 +264,15 @@ class CudaCopier:
     def native_ops(self, address: int, size: int, mapped: int, write_max: int,
                    read_max: int, amo: bool) -> None:
         """Fill the core's ``struct vk_domain_ops`` at ``address`` for the domain proxy's
-        native rounds: this heap's copies in C on a stream of their own, its AMOs (where the
-        kernel compiles) with result words of their own (released by :meth:`close`), and
-        the segment's size and CPU mapping (0: none) with the sizes copied through it.
-        ``amo``: AMOs go through CUDA (else the round leaves them to Python)."""
-        cu = self._cu
+        native rounds (:class:`~vkshmem.gpu.cudanative.NativeDomain`, made once, released by
+        :meth:`close`): the segment's ``size``, its CPU mapping (0: none) with the sizes
+        copied through it, and AMOs through CUDA where ``amo`` (else they stay in Python)."""
         self.view.make_current()
         if self._native is None:
-            stream = self._check(cu.cuStreamCreate(cu.CUstream_flags.CU_STREAM_NON_BLOCKING),
-                                 "cuStreamCreate")
-            d = self._ffi.new("struct vkc_domain *")
-            self._native = (d, stream)
-            d.ctx, d.stream, d.base = self._ctx_ptr, int(stream), self.view.pointer
-            d.spin_ns = self._spin_ns
-            if amo and self.can_amo():
-                d.amo_fn = int(self._amo_fn)
-                d.amo_host = int(self._check(cu.cuMemHostAlloc(64, 2), "cuMemHostAlloc"))
-                d.amo_dev = int(self._check(cu.cuMemHostGetDevicePointer(d.amo_host, 0),
-                                            "cuMemHostGetDevicePointer"))
-        ops = self._ffi.cast("struct vk_domain_ops *", address)
-        self._lib.vkc_domain_ops(self._native[0], ops)
-        ops.size, ops.mapped = size, self._ffi.cast("uint8_t *", mapped)
-        ops.write_max, ops.read_max = write_max, read_max
+            fn = int(self._amo_fn) if amo and self.can_amo() else 0
+            self._native = NativeDomain(self._cu, self._ffi, self._lib, self._check,
+                                        self._ctx_ptr, self.view.pointer, self._spin_ns, fn)
+        self._native.fill(address, size, mapped, write_max, read_max)
 
     def close(self) -> None:
         """Release the peers' imports, the host registration and the stream (idempotent)."""
@@ -293,11 +281,8 @@ class CudaCopier:
         cu = self._cu
         self.view.make_current()
         if self._native is not None:
-            d, stream = self._native
+            self._native.close()
             self._native = None
-            if d.amo_host:
-                cu.cuMemFreeHost(d.amo_host)
-            cu.cuStreamDestroy(stream)
         if self._amo_host:
             cu.cuMemFreeHost(self._amo_host)
             self._amo_host = 0

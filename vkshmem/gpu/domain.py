@@ -151,7 +151,8 @@ class VulkanDomain(CudaInterop, MemoryDomain):
             _core.vk_mapped_domain_ops(_core_ffi.cast("struct vk_domain_ops *", address),
                                        mem.host_address, self.size)
             return True
-        if self.device.info.vendor != "NVIDIA" or self._copier is False:
+        if self.device.info.vendor != "NVIDIA" or self._copier is False or \
+                not self.cuda_copy_min:  # VKSHMEM_GPU_CUDA_COPY=0: copies stay on Vulkan
             return False
         copier = self._copier if isinstance(self._copier, CudaCopier) else self._open_copier()
         if copier is None:

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from vkshmem.core.errors import ConfigError, FeatureNotAvailableError, VkshmemError
+from vkshmem.gpu.cudanative import NativeDomain
 
 from ._ops import ffi as _ffi
 from ._ops import lib as _lib
@@ -125,8 +126,8 @@ class Device:
             "multiprocessor count"))
         self.ctx_ptr = int(self.ctx)
         self._amo_fn = 0
-        #: the domain proxy's native rounds: (struct vkc_domain, its stream), made on request
-        self._native: tuple[Any, Any] | None = None
+        #: the domain proxy's native rounds, made on request
+        self._native: NativeDomain | None = None
         #: copies copy_async issued, and how many of them a finished sync waited for (the
         #: application's thread and the proxy's share the stream)
         self._issued = 0
@@ -323,28 +324,17 @@ class Device:
 
     def native_ops(self, address: int, base: int, size: int) -> None:
         """Fill the core's ``struct vk_domain_ops`` at ``address`` for the domain proxy's
-        native rounds on the segment at device address ``base``: copies on a stream of their
-        own, AMOs with result words of their own (both released by :meth:`close`)."""
+        native rounds on the segment at device address ``base`` (made once, released by
+        :meth:`close`)."""
         self.current()
         if self._native is None:
             with self._amo_lock:
                 if not self._amo_fn:
                     self._amo_fn = int(compile_kernel(self.cu, check, self.dev, AMO_SOURCE,
                                                       AMO_NAME, CudaError))
-            d = _ffi.new("struct vkc_domain *")
-            stream = check(self.cu.cuStreamCreate(self.cu.CUstream_flags.CU_STREAM_NON_BLOCKING),
-                           "cuStreamCreate")
-            self._native = (d, stream)
-            d.ctx, d.stream, d.amo_fn, d.spin_ns = self.ctx_ptr, int(stream), self._amo_fn, \
-                self.spin_ns
-            d.amo_host = int(check(self.cu.cuMemHostAlloc(64, 2), "cuMemHostAlloc"))
-            d.amo_dev = int(check(self.cu.cuMemHostGetDevicePointer(d.amo_host, 0),
-                                  "cuMemHostGetDevicePointer"))
-        d = self._native[0]
-        d.base = base
-        ops = _ffi.cast("struct vk_domain_ops *", address)
-        _lib.vkc_domain_ops(d, ops)
-        ops.size, ops.mapped, ops.write_max, ops.read_max = size, _ffi.NULL, 0, 0
+            self._native = NativeDomain(self.cu, _ffi, _lib, check, self.ctx_ptr, base,
+                                        self.spin_ns, self._amo_fn)
+        self._native.fill(address, size)
 
     def reduce(self, dsts: list[int], sources: list[int], count: int, op: str,
                dtype: np.dtype) -> None:
@@ -385,10 +375,8 @@ class Device:
             cu.cuMemFreeHost(self._host)
             self._host = 0
         if self._native is not None:
-            d, stream = self._native
+            self._native.close()
             self._native = None
-            cu.cuMemFreeHost(d.amo_host)
-            cu.cuStreamDestroy(stream)
         cu.cuStreamDestroy(self.stream)
         cu.cuDevicePrimaryCtxRelease(self.dev)
 
