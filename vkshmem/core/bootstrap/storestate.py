@@ -17,6 +17,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 from .members import Members, generation_name
 from .wire import (
@@ -107,14 +108,21 @@ class StoreState:
     def _failed(self, rank: int, text: str) -> None:
         """Record that PE ``rank`` failed (its report, or a refused join after a crash) and
         tell ``on_failure``."""
+        self._record(self.failures, (rank, text), f"PE {rank} failed: {text}",
+                     self.on_failure)
+
+    def _record(self, into: list[tuple[int, Any]], event: tuple[int, Any], poison: str,
+                callback: Callable[..., Any] | None) -> None:
+        """Append a failure or abort ``event``, poison the store (fail-fast) with its text,
+        wake every waiter, then tell ``callback(*event)`` (whose errors are dropped)."""
         with self._cond:
-            self.failures.append((rank, text))
+            into.append(event)
             if self.fail_fast and self._poison is None:
-                self._poison = f"PE {rank} failed: {text}"
+                self._poison = poison
             self._cond.notify_all()
-        if self.on_failure is not None:
+        if callback is not None:
             with contextlib.suppress(Exception):
-                self.on_failure(rank, text)
+                callback(*event)
 
     def _handle(self, rank: int, generation: int, kind: int,
                 payload: bytes) -> tuple[Msg, bytes]:
@@ -133,14 +141,8 @@ class StoreState:
             if len(payload) != I32.size:
                 return Msg.ERROR, b"malformed abort request"
             (status,) = I32.unpack(payload)
-            with self._cond:
-                self.aborts.append((rank, status))
-                if self.fail_fast and self._poison is None:
-                    self._poison = f"PE {rank} called global_exit({status})"
-                self._cond.notify_all()
-            if self.on_abort is not None:
-                with contextlib.suppress(Exception):
-                    self.on_abort(rank, status)
+            self._record(self.aborts, (rank, status), f"PE {rank} called global_exit({status})",
+                         self.on_abort)
             return Msg.OK, b""
         return Msg.ERROR, f"unknown request kind {kind}".encode()
 
