@@ -7,6 +7,10 @@ float32 between two GPUs, in one process with peer access, each timed as both GP
 - ``push``: each GPU's copy engine first pushes the half the peer reduces into the peer's
   scratch (cudaMemcpyPeerAsync), then each reduces its half from local memory only and writes
   both targets;
+- ``pipe``: ``push`` in chunks, the reduce of chunk c waiting on the GPU (a flag the peer's
+  stream writes after its push, ``cuStreamWaitValue32``; no host round trip) while chunk c+1
+  is pushed; ``+ce`` variants write the peer's target by a copy-engine push of the reduced
+  chunk instead of the kernel's NVLink stores;
 - ``copy``: one 256 MiB peer copy (the table's ceiling).
 Prints microseconds per all-reduce (best of 10 after 3 warm-ups) and checks the sums."""
 
@@ -16,6 +20,11 @@ import time
 
 import cupy as cp
 import numpy as np
+
+try:
+    from cuda.bindings import driver as cu
+except ImportError:  # cuda-python before 12.6
+    from cuda import cuda as cu
 from vkshmem_cuda.kernels import reduce_source
 
 N = 64 << 20  # float32 elements: 256 MiB
@@ -64,7 +73,19 @@ def main() -> None:
             streams.append(cp.cuda.Stream(non_blocking=True))
     sms = cp.cuda.runtime.getDeviceProperties(0)["multiProcessorCount"]
 
+    def ok(res) -> None:
+        err = res[0] if isinstance(res, tuple) else res
+        if int(err) != 0:
+            raise RuntimeError(f"CUDA driver error {err}")
+
+    go_mem = cp.cuda.alloc_pinned_memory(4)
+    go = np.frombuffer(go_mem, np.uint32, 1)
+    go[0] = 0
+    all_streams: list = []
+
     def timed(run, reps: int = 10) -> float:
+        """Best of ``reps``; the streams wait on a host word while ``run`` issues its work,
+        so the time is the GPUs' (from the word's release), not Python's issuing."""
         for _ in range(3):
             run()
         best = 1e9
@@ -72,8 +93,14 @@ def main() -> None:
             for dev in (0, 1):
                 with cp.cuda.Device(dev):
                     cp.cuda.runtime.deviceSynchronize()
-            t = time.perf_counter()
+            gate = int(go[0]) + 1
+            for dev, stream in all_streams:
+                with cp.cuda.Device(dev):
+                    ok(cu.cuStreamWaitValue32(stream.ptr, go_mem.ptr, gate, 0))
             run()
+            time.sleep(0.002)
+            t = time.perf_counter()
+            go[0] = gate
             for dev in (0, 1):
                 streams[dev].synchronize()
             best = min(best, time.perf_counter() - t)
@@ -108,14 +135,82 @@ def main() -> None:
                     cp.cuda.runtime.memcpyPeerAsync(scratch[peer].data.ptr, peer,
                                                     src[dev][lo:].data.ptr, dev, HALF * 4,
                                                     streams[dev].ptr)
+            evs = []
             for dev in (0, 1):
-                streams[dev].synchronize()
+                with cp.cuda.Device(dev):
+                    evs.append(cp.cuda.Event(disable_timing=True))
+                    evs[-1].record(streams[dev])
+            for dev in (0, 1):
+                with cp.cuda.Device(dev):
+                    streams[dev].wait_event(evs[1 - dev])
             for dev in (0, 1):
                 lo = dev * HALF
                 with cp.cuda.Device(dev), streams[dev]:
                     ks[dev]((grid,), (block,), (src[dev][lo:], scratch[dev], dst[dev][lo:],
                                                  dst[1 - dev][lo:], np.int32(2),
                                                  np.uint64(HALF)))
+        return run
+
+    flags = []
+    for dev in (0, 1):
+        with cp.cuda.Device(dev):
+            flags.append(cp.zeros(2, cp.uint32))
+    side = []  # per GPU: the copy engine's stream and, for +ce, the gather stream
+    for dev in (0, 1):
+        with cp.cuda.Device(dev):
+            side.append((cp.cuda.Stream(non_blocking=True), cp.cuda.Stream(non_blocking=True)))
+    for dev in (0, 1):
+        all_streams.extend([(dev, streams[dev]), (dev, side[dev][0]), (dev, side[dev][1])])
+    epoch = [0]
+
+    def pipe(ks, grid_mul: int, chunks: int, ce_gather: bool):
+        part = HALF // chunks
+
+        def run() -> None:
+            base = epoch[0]
+            epoch[0] += chunks
+            for dev in (0, 1):
+                peer = 1 - dev
+                ce, _g = side[dev]
+                with cp.cuda.Device(dev):
+                    for c in range(chunks):
+                        lo = peer * HALF + c * part
+                        cp.cuda.runtime.memcpyPeerAsync(scratch[peer][c * part:].data.ptr,
+                                                        peer, src[dev][lo:].data.ptr, dev,
+                                                        part * 4, ce.ptr)
+                        ok(cu.cuStreamWriteValue32(ce.ptr, flags[peer].data.ptr,
+                                                   (base + c + 1) & 0xFFFFFFFF, 0))
+            for dev in (0, 1):
+                peer = 1 - dev
+                _ce, g = side[dev]
+                grid = max(1, min(sms * grid_mul, part * 4 // (16 * 512)))
+                with cp.cuda.Device(dev):
+                    for c in range(chunks):
+                        lo = dev * HALF + c * part
+                        ok(cu.cuStreamWaitValue32(streams[dev].ptr, flags[dev].data.ptr,
+                                                  (base + c + 1) & 0xFFFFFFFF, 0))
+                        with streams[dev]:
+                            ks[dev]((grid,), (512,), (src[dev][lo:], scratch[dev][c * part:],
+                                                      dst[dev][lo:], dst[peer][lo:],
+                                                      np.int32(1 if ce_gather else 2),
+                                                      np.uint64(part)))
+                        if ce_gather:
+                            ev = cp.cuda.Event(disable_timing=True)
+                            ev.record(streams[dev])
+                            g.wait_event(ev)
+                            cp.cuda.runtime.memcpyPeerAsync(dst[peer][lo:].data.ptr, peer,
+                                                            dst[dev][lo:].data.ptr, dev,
+                                                            part * 4, g.ptr)
+                    if ce_gather:
+                        ev = cp.cuda.Event(disable_timing=True)
+                        ev.record(g)
+                        streams[dev].wait_event(ev)
+            for dev in (0, 1):  # the peer's pushes into my targets are done too
+                with cp.cuda.Device(1 - dev):
+                    ev = cp.cuda.Event(disable_timing=True)
+                    ev.record(streams[1 - dev])
+                with cp.cuda.Device(dev):
+                    streams[dev].wait_event(ev)
         return run
 
     def copy() -> None:
@@ -139,6 +234,16 @@ def main() -> None:
         name = f"push (CE) + local reduce grid {grid_mul}xSM"
         rows.append((name, timed(push(base, sms * grid_mul, 512))))
         check(name)
+    for chunks in (4, 8, 16, 32):
+        for ce_gather in (False, True):
+            for grid_mul in ((4, 1) if chunks >= 16 else (4,)):
+                name = f"pipe {chunks} chunks{' +ce' if ce_gather else ''} grid {grid_mul}xSM"
+                try:
+                    rows.append((name, timed(pipe(base, grid_mul, chunks, ce_gather))))
+                except Exception as exc:
+                    print(f"{name}: {exc}", flush=True)
+                    continue
+                check(name)
     ceiling = rows[0][1]
     print(f"{'variant':52s} {'us':>9s} {'ceiling/us':>10s}")
     for name, us in rows:

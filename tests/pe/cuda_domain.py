@@ -73,6 +73,11 @@ for op, fn, ref in (("sum", shmem.sum_reduce, np.add), ("max", shmem.max_reduce,
     want = np.arange(big, dtype=np.float32) % 7
     want = ref.reduce([want + p for p in range(n)], axis=0).astype(np.float32)
     check(np.array_equal(fdst.to_numpy(), want), f"{op}_reduce of {big} float32")
+# two PEs on two GPUs: those four (1.2 MB each) took the push-then-reduce path (pairreduce)
+two_gpus = n == 2 and any(m is not None and m.remote_gpu for m in heap.direct)
+pair = fdst.domain._pair
+check((pair is not None and pair.rounds == 4) if two_gpus else pair is None,
+      f"pair all-reduce rounds: {pair and pair.rounds} (two GPUs: {two_gpus})")
 fn_in_place = shmem.zeros(5, np.uint32, domain="cuda")
 fn_in_place.copy_from(np.full(5, 1 << me, np.uint32))
 shmem.or_reduce(fn_in_place, fn_in_place)

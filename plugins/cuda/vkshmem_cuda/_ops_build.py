@@ -107,7 +107,8 @@ int vkc_reduce(uintptr_t ctx, uintptr_t stream, uintptr_t fn, const uint64_t *ds
     memcpy(dst_by_value, dsts, (size_t)ndst * sizeof(uint64_t));
     void *params[] = {dst_by_value, &ndst, src_by_value, &nsrc, &count};
     r = cu.launch((CUfunction)fn, grid, 1, 1, block, 1, 1, 0, (CUstream)stream, params, 0);
-    return r ? r : finish((CUstream)stream, spin_ns);
+    if (r || spin_ns < 0) return r;  /* spin_ns < 0: issued only (the caller waits) */
+    return finish((CUstream)stream, spin_ns);
 }
 """ + SERVICE_C
 

@@ -30,6 +30,7 @@ from vkshmem.core.transport import AmoOp, SegmentInfo
 from .array import CudaArray, PeerView
 from .driver import CudaError, Device, Mapping, device_count, host_address
 from .kernels import MAX_SOURCES, reduce_source
+from .pairreduce import PairReduce, pair_members
 from .service import Service, service_mode
 
 __all__ = ["CudaDomain"]
@@ -40,6 +41,8 @@ ENV_DEVICE = "VKSHMEM_CUDA_DEVICE"
 ENV_SIZE = "VKSHMEM_CUDA_SYMMETRIC_SIZE"
 _META = struct.Struct("<Q16s")  # size, owner's GPU UUID
 _SHARE_ALIGN = 256  # elements: each member's share of a reduction starts 16-byte aligned
+_PAIR_MIN = 1 << 20  # bytes: smaller two-GPU all-reduces take the share kernel (one launch)
+_CONTROL_BYTES = 64  # the control words at the segment's end (the pair all-reduce's flag)
 
 
 def _env_int(name: str) -> int | None:
@@ -82,10 +85,15 @@ class CudaDomain(MemoryDomain):
         size = _env_int(ENV_SIZE) or ctx.config.gpu_symmetric_size
         self.size = self.device.round_up(size)
         try:
-            self.local, self.fd = self.device.create(self.size)
+            # one more granule past the segment: the control words (the pair all-reduce's
+            # flag), mapped by the peers with the rest, never part of the heap
+            self.local, self.fd = self.device.create(self.size + self.device.granularity)
+            self.device.zero(self.local.va + self.size, _CONTROL_BYTES)
         except BaseException:
             self.device.close()
             raise
+        #: the two-GPU all-reduce (made on first use)
+        self._pair: PairReduce | None = None
         #: a dma-buf fd of the heap (RDMA NICs register it: SegmentInfo.dmabuf_fd), or -1
         self.dmabuf_fd = -1
         try:
@@ -124,13 +132,15 @@ class CudaDomain(MemoryDomain):
     # -- the segment -------------------------------------------------------------------------
 
     def export(self) -> DomainExport:
-        return DomainExport([self.fd], _META.pack(self.size, self.device.uuid), group="node")
+        return DomainExport([self.fd], _META.pack(self.local.size, self.device.uuid),
+                            group="node")
 
     def import_peer(self, pe: int, fds: list[int], meta: bytes) -> Mapping:
-        size, uuid = _META.unpack(meta)
+        size, uuid = _META.unpack(meta)  # the allocation's size: the segment, control words
         mapping = self.device.import_fd(fds[0], size)
+        mapping.remote_gpu = uuid != self.device.uuid
         self._gpu_peers += 1
-        self._gpu_shared |= uuid == self.device.uuid
+        self._gpu_shared |= not mapping.remote_gpu
         return mapping
 
     @property
@@ -249,6 +259,10 @@ class CudaDomain(MemoryDomain):
         for _mem, off in sources:
             self.check_range(off, count * isz, "CUDA reduce")
         members = [mem for mem, _off in sources]
+        pair = pair_members(sources, self.local)
+        if pair >= 0 and count * isz >= _PAIR_MIN:
+            self._pair_reduce(pair, dst_offset, sources, count, op, dtype)
+            return
         me = next((i for i, mem in enumerate(members) if mem is self.local), -1)
         if me < 0 or len(members) > MAX_SOURCES:
             self.device.reduce([self.local.va + dst_offset],
@@ -260,6 +274,21 @@ class CudaDomain(MemoryDomain):
             self.device.reduce([mem.va + dst_offset + lo * isz for mem in members],
                                [mem.va + off + lo * isz for mem, off in sources], hi - lo, op,
                                dtype)
+
+    def _pair_reduce(self, me: int, dst_offset: int, sources: list[tuple[Any, int]],
+                     count: int, op: str, dtype: np.dtype) -> None:
+        """Two members on two GPUs: push, then reduce locally (see :mod:`.pairreduce`)."""
+        if self._pair is None:
+            self._pair = PairReduce(self.device, self._control(self.local), self._timeout)
+        peer, peer_off = sources[1 - me]
+        share = -(-count // 2 // _SHARE_ALIGN) * _SHARE_ALIGN
+        self._pair.run(me, (self.local.va + dst_offset, peer.va + dst_offset),
+                       (self.local.va + sources[me][1], peer.va + peer_off),
+                       self._control(peer), count, share, op, dtype)
+
+    def _control(self, mem: Mapping) -> int:
+        """The device address of ``mem``'s control words (its allocation's last granule)."""
+        return mem.va + mem.size - self.device.granularity
 
     def device_view(self, mem: Mapping, offset: int, shape: tuple[int, ...],
                     dtype: np.dtype) -> PeerView:
@@ -290,7 +319,7 @@ class CudaDomain(MemoryDomain):
             if self._runtime is None:
                 raise InvalidArgumentError("GPU kernels need the runtime (shmem.init)")
             self.initiator = Initiator.for_fd(self._runtime, self.seg_id, self.device.uuid,
-                                              self.fd, self.size)
+                                              self.fd, self.local.size)
         return self.initiator
 
     def stop_threads(self) -> BaseException | None:
@@ -309,6 +338,8 @@ class CudaDomain(MemoryDomain):
             self.stop_threads()  # normally done by the core already
             if isinstance(self._svc, Service):
                 self._svc.close()
+            if self._pair is not None:
+                self._pair.close()
             for address, _size in list(self.device.pinned):  # the host heap, peers' mailboxes
                 self.device.unregister_host(address)
             self.device.release(self.local)

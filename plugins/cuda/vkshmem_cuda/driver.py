@@ -84,6 +84,7 @@ class Mapping:
     size: int
     handle: Any
     own: bool
+    remote_gpu: bool = False  #: a peer's, on another GPU (set by the domain's import)
 
 
 class Device:
@@ -281,6 +282,11 @@ class Device:
         self._issued += 1  # after the copy is on the stream: a sync that counts it covers it
         return True
 
+    def copy_on(self, stream: int, dst: int, src: int, nbytes: int) -> None:
+        """Issue a device-to-device copy on ``stream`` (the caller waits for it there)."""
+        self._done(_lib.vkc_copy(0, self.ctx_ptr, stream, dst, src, nbytes, -1),
+                   "cuMemcpyDtoDAsync")
+
     def sync(self) -> None:
         """Wait for every copy :meth:`copy_async` issued (spin, then block). Returns at once
         only when a *finished* wait covered them all: another thread's wait still in progress
@@ -337,10 +343,11 @@ class Device:
         self._native.fill(address, size)
 
     def reduce(self, dsts: list[int], sources: list[int], count: int, op: str,
-               dtype: np.dtype) -> None:
+               dtype: np.dtype, stream: int = 0) -> None:
         """``d[i] = op over sources[j][i]`` for every ``d`` of ``dsts`` (device addresses this
         GPU maps; at most :data:`~.kernels.MAX_SOURCES` of them) by a kernel (for the pairs
-        :func:`~.kernels.reduce_source` covers)."""
+        :func:`~.kernels.reduce_source` covers); on ``stream``, issued only, where given
+        (at most MAX_SOURCES sources then)."""
         key = (op, np.dtype(dtype).name)
         fn = self._reduce_fns.get(key)
         if fn is None:
@@ -356,9 +363,9 @@ class Device:
         rest = sources[MAX_SOURCES:]
         outs = _ffi.new("uint64_t[]", dsts)
         srcs = _ffi.new("uint64_t[]", first)
-        self._done(_lib.vkc_reduce(self.ctx_ptr, self.stream_ptr, fn, outs, len(dsts), srcs,
-                                   len(first), count, grid, block, self.spin_ns),
-                   "reduce kernel")
+        self._done(_lib.vkc_reduce(self.ctx_ptr, stream or self.stream_ptr, fn, outs,
+                                   len(dsts), srcs, len(first), count, grid, block,
+                                   -1 if stream else self.spin_ns), "reduce kernel")
         while rest:  # more sources than one launch takes: fold them into the first target
             part, rest = [dsts[0], *rest[:MAX_SOURCES - 1]], rest[MAX_SOURCES - 1:]
             srcs = _ffi.new("uint64_t[]", part)
