@@ -5,10 +5,13 @@ interface and DLPack)."""
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 from _common import check
 
 from vkshmem import shmem
+from vkshmem.core.errors import WaitTimeoutError
 
 me, n = shmem.my_pe(), shmem.n_pes()
 right, left = (me + 1) % n, (me - 1) % n
@@ -78,6 +81,19 @@ two_gpus = n == 2 and any(m is not None and m.remote_gpu for m in heap.direct)
 pair = fdst.domain._pair
 check((pair is not None and pair.rounds == 4) if two_gpus else pair is None,
       f"pair all-reduce rounds: {pair and pair.rounds} (two GPUs: {two_gpus})")
+shmem.barrier_all()
+if two_gpus and me == 0:  # a peer that never pushes: the wait ends, it does not hang
+    pair.timeout = 0.5
+    t0 = time.monotonic()
+    try:
+        fdst.domain._pair_reduce(0, fdst.offset, [(heap.local, fsrc.offset),
+                                                  (heap.direct[1], fsrc.offset)],
+                                 big, "sum", np.dtype(np.float32))
+        check(False, "a lone pair all-reduce returned")
+    except WaitTimeoutError as exc:
+        check("VKSHMEM_GPU_TIMEOUT" in str(exc) and time.monotonic() - t0 < 5,
+              f"lone pair all-reduce: {exc}")
+shmem.barrier_all()  # no pair all-reduce after this one (the pair's rounds now differ)
 fn_in_place = shmem.zeros(5, np.uint32, domain="cuda")
 fn_in_place.copy_from(np.full(5, 1 << me, np.uint32))
 shmem.or_reduce(fn_in_place, fn_in_place)
