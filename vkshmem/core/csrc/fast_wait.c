@@ -13,7 +13,8 @@
 #define HOLD_NS 3000         /* wait this long holding the GIL (a peer a cache miss away), */
 #define SLICE_NS 1000000     /* then, GIL released, return to Python at least this often */
 #define YIELD_NS 2000000     /* yield the CPU between checks until this long, */
-#define SLEEP_NS 50000       /* then sleep this long between checks */
+#define SLEEP_NS 50000       /* then sleep this long between checks; */
+#define WATCH_YIELD_NS 100000 /* with the wake board armed, yield this long, then sleep on it */
 #define SPIN_MIN 200         /* the pause-spin before the first yield adapts in these bounds */
 #define SPIN_MAX 50000
 
@@ -66,7 +67,9 @@ int fast_pred_true(struct fast_pred *p) {
 /* Check until the predicate holds (1) or `until` passes (0): pause-spin for the first
  * `budget` ns of the wait (from `start`), then yield the CPU between checks, and from
  * YIELD_NS on sleep between them. *yielded: whether it had to yield. *watch: 1 the wake board
- * may be armed when the spin ends, 2 armed (the sleeps are on it), 0 neither. */
+ * may be armed when the spin ends, 2 armed (the sleeps are on it, from WATCH_YIELD_NS on: a
+ * sleep ends as soon as a transport applied the data, so a longer yield phase would only
+ * take CPU time from the threads that apply it), 0 neither. */
 static int poll(struct fast_pred *p, uint64_t start, uint64_t until, uint64_t budget,
                 int *yielded, int *watch) {
     for (;;) {
@@ -79,7 +82,7 @@ static int poll(struct fast_pred *p, uint64_t start, uint64_t until, uint64_t bu
         }
         if (*watch == 1) *watch = fast_watch_arm(p) ? 2 : 0;
         *yielded = 1;
-        if (waited < YIELD_NS) {
+        if (waited < (*watch == 2 ? WATCH_YIELD_NS : YIELD_NS)) {
             sched_yield();
         } else if (*watch == 2) {
             fast_watch_sleep(p, until - now);
