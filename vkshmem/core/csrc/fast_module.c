@@ -292,12 +292,8 @@ static PyObject *mod_configure(PyObject *mod, PyObject *args, PyObject *kw) {
                                      &PyList_Type, &seg_heaps, &failed, &qops, &fq,
                                      &PyTuple_Type, &qts, &wops))
         return NULL;
-    /* the wake board: the ops of every open transport, each offering watch (else none) */
-    struct vk_native_ops *wo[VK_MAX_WATCH];
-    int nw = wops.obj != NULL && wops.len % (Py_ssize_t)sizeof(void *) == 0 &&
-             wops.len <= (Py_ssize_t)sizeof wo ? (int)(wops.len / (Py_ssize_t)sizeof(void *)) : 0;
-    if (nw) memcpy(wo, wops.buf, wops.len);
-    if (wops.obj != NULL) PyBuffer_Release(&wops);
+    struct vk_native_ops *wo[VK_MAX_WATCH];  /* the wake board's transports */
+    int nw = fast_watch_take(&wops, wo);
     /* quiet/fence in C: every open transport's ops (none zero, each offering both) */
     Py_ssize_t nq = qts == NULL ? -1 : PyTuple_GET_SIZE(qts);
     if (nq >= 0 && (qops.len != nq * (Py_ssize_t)sizeof(void *) || fq.len != nq)) {
@@ -369,10 +365,6 @@ static PyObject *mod_set_world(PyObject *mod, PyObject *team) {
     Py_RETURN_NONE;
 }
 
-static PyObject *mod_watch_stats(PyObject *mod, PyObject *noargs) {
-    return fast_watch_stats();
-}
-
 static PyObject *mod_enabled(PyObject *mod, PyObject *noargs) {
     return PyBool_FromLong(G.enabled);
 }
@@ -389,7 +381,7 @@ static PyMethodDef METHODS[] = {
      "waiter, seg_heaps, failed=0, quiet_ops=b'', fence_quiet=b'', quiet_transports=None, "
      "watch_ops=b'')\n--\n\n"
      "Enable the fast paths for a running runtime (watch_ops: the wake board's transports)."},
-    {"watch_stats", mod_watch_stats, METH_NOARGS,
+    {"watch_stats", fast_watch_stats, METH_NOARGS,
      "watch_stats()\n--\n\nThe wake board: transports watched (0: waits poll), arms, "
      "futex sleeps, sleeps a transport's poke ended (counters, for tests)."},
     {"set_world", mod_set_world, METH_O,

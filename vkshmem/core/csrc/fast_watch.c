@@ -71,6 +71,15 @@ int fast_watch_set(struct vk_native_ops *const *ops, int n) {
     return n;
 }
 
+int fast_watch_take(Py_buffer *b, struct vk_native_ops **ops) {
+    if (b->obj == NULL) return 0;
+    Py_ssize_t w = (Py_ssize_t)sizeof(void *);
+    int n = b->len % w == 0 && b->len <= VK_MAX_WATCH * w ? (int)(b->len / w) : 0;
+    if (n) memcpy(ops, b->buf, (size_t)b->len);
+    PyBuffer_Release(b);
+    return n;
+}
+
 int fast_watch_usable(void) { return nwatch > 0 && G.enabled && !fast_domains_open(); }
 
 int fast_watch_arm(const struct fast_pred *p) {
@@ -104,7 +113,7 @@ void fast_watch_disarm(void) {
     __atomic_store_n(&B.owner, 0, __ATOMIC_RELEASE);
 }
 
-PyObject *fast_watch_stats(void) {
+PyObject *fast_watch_stats(PyObject *mod, PyObject *noargs) {
     return Py_BuildValue("{s:i,s:K,s:K,s:K}", "transports", nwatch,
                          "arms", (unsigned long long)__atomic_load_n(&B.n_arms, __ATOMIC_RELAXED),
                          "sleeps",
