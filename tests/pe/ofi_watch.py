@@ -4,7 +4,8 @@ the ofi transport with a manual-progress provider, ``VKSHMEM_SHM=0``), a long wa
 sleeps on its futex and a peer's AMO landing ends the sleep through the target's progress (the
 board's ``woken`` count); elsewhere (``WATCH=0``: the shm path, hostproxy) the board is not
 used. Either way, a store no transport applies (a thread of this PE writing the word itself)
-ends the wait within its slice: no wait hangs on a poke that never comes."""
+ends the wait within its slice: no wait hangs on a poke that never comes; and two threads
+waiting at once (one holds the board, the other polls) both return."""
 
 from __future__ import annotations
 
@@ -61,6 +62,28 @@ took = time.monotonic() - start
 writer.join()
 check(took < 2.0, f"a wait on a word stored by this PE's thread took {took:.3f} s")
 shmem.barrier_all()
+
+# two threads of a PE waiting at once: one holds the board, the other polls; both return
+pair = shmem.zeros(2, np.int64)
+shmem.barrier_all()
+if me != 0:
+    waiters = [threading.Thread(target=shmem.wait_until, args=(pair[i:i + 1], shmem.CMP.EQ, 1))
+               for i in range(2)]
+    for w in waiters:
+        w.start()
+shmem.barrier_all()
+if me == 0:
+    time.sleep(0.02)
+    for pe in range(1, n):
+        for i in range(2):
+            shmem.atomic_set(pair[i:i + 1], 1, pe)
+    shmem.quiet()
+else:
+    for w in waiters:
+        w.join(10)
+        check(not w.is_alive(), "a second thread's wait did not end")
+shmem.barrier_all()
+shmem.free(pair)
 shmem.free(word)
 shmem.free(flag)
 print(f"ofi watch ok (PE {me}: {sleeps} sleeps, {woken} woken, own store {took * 1e3:.0f} ms)",
