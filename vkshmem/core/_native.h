@@ -39,6 +39,25 @@ typedef uint64_t (*vk_amo_fn)(uintptr_t addr, int op, int width, uint64_t operan
  * GIL and has not pinned the buffers, so the call must neither wait nor keep the pointers);
  * such a call returns VK_NATIVE_AGAIN, having done nothing, when it would have to wait, and
  * the core repeats it as a blocking call with the GIL released. */
+/* Waking a PE's long waits on its own memory (the core's wait_until, signal_wait, barrier
+ * waits: vkshmem/core/csrc/fast_watch.c). A transport may offer `watch` (VK_NATIVE_CAN_WATCH)
+ * where every write and AMO of a peer to this PE's memory through it is applied inside the
+ * transport by a thread of this process: its progress thread, or a caller reading its
+ * completions (libfabric providers with manual data progress: tcp;ofi_rxm, shm), never by a
+ * peer storing into the memory itself (shared memory, RDMA hardware) nor by a thread it does
+ * not run. The core calls watch(self, w), with or without the GIL, when one of its waits stops
+ * spinning; from then on the transport (1) calls w->poke(w), from any thread, after each step
+ * of its progress that may have applied incoming data (a CQ read; cheap while nothing waits)
+ * and (2) makes sure that its progress runs without this PE's caller (e.g. wakes a progress
+ * thread it had paused while the caller drove the progress itself). The core then sleeps on
+ * a futex that poke wakes once the awaited word holds, instead of checking it every 50 us;
+ * it does so only while every peer's route and every open transport offer watch (no peer on
+ * the shm path, no memory domain open), and every sleep is bounded (a poke that never comes
+ * costs a wait at most 1 ms, its slice). w stays valid for the life of the process. */
+struct vk_watch {
+    void (*poke)(struct vk_watch *w);
+};
+
 struct vk_native_ops {
     void *self;
     int (*put)(void *self, int32_t pe, uint32_t seg, uint64_t off, const void *src,
@@ -50,9 +69,12 @@ struct vk_native_ops {
     int (*quiet)(void *self, int mode);
     int (*fence)(void *self, int mode);
     unsigned flags;
+    /* only with VK_NATIVE_CAN_WATCH in flags (the struct ends at flags without it): */
+    void (*watch)(void *self, struct vk_watch *w);
 };
 
 #define VK_NATIVE_CAN_TRY 1u  /* flags: put/get/amo accept VK_NATIVE_TRY */
+#define VK_NATIVE_CAN_WATCH 2u  /* flags: watch is there (struct vk_watch above) */
 #define VK_NATIVE_TRY 2       /* or-ed into put/get's nbi (0) and amo's fetch */
 #define VK_NATIVE_AGAIN 1     /* a VK_NATIVE_TRY call would have to wait: nothing done */
 #define VK_NATIVE_PYTHON 2    /* quiet/fence: call the transport's Python method instead */

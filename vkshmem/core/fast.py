@@ -90,13 +90,25 @@ def configure(rt: Runtime) -> None:
     several = len(rt.rails) > 1
     quiet_ops = array.array("Q", (t.native_ops() for t in rt.transports))
     fence_quiet = bytes(several or not t.spec.native_fence for t in rt.transports)
+    # the wake board (a long wait sleeps until a transport's progress pokes it): only where
+    # every byte arriving here comes through the open transports (no peer on the shm path;
+    # the C side also needs every one of them to offer watch)
+    shm_peers = any(t is rt.shm for pe, t in enumerate(routes) if pe != rt.my_pe)
+    watch_ops = b"" if shm_peers or not rt.transports else quiet_ops.tobytes()
     _fast.configure(my_pe=rt.my_pe, direct=bytes(t is rt.shm for t in routes),
                     ops=ops.tobytes(), transports=tuple(routes), quiet_fence=not rt.transports,
                     native_waits=not rt.waiter.progress,
                     crowded=len(rt.node_pes) > (os.cpu_count() or 1), waiter=rt.waiter,
                     seg_heaps=rt.seg_heaps, failed=rt.waiter.failed_address,
                     quiet_ops=quiet_ops.tobytes(), fence_quiet=fence_quiet,
-                    quiet_transports=tuple(rt.transports))
+                    quiet_transports=tuple(rt.transports), watch_ops=watch_ops)
+
+
+def watch_stats() -> dict[str, int]:
+    """The wake board's counters: ``transports`` it watches (0: long waits poll every 50 us),
+    ``arms`` (waits that stopped spinning and armed it), ``sleeps`` (futex sleeps) and
+    ``woken`` (sleeps a transport's poke ended). For tests and benchmarks."""
+    return cast(dict[str, int], _fast.watch_stats())
 
 
 def set_world(rt: Runtime) -> None:

@@ -163,6 +163,19 @@ int fast_wait(struct fast_pred *p, fast_what what, const void *ctx);
 int fast_wait_until(FastCall *self, PyObject **a, PyObject **out);
 int fast_test(FastCall *self, PyObject **a, PyObject **out);
 
+/* fast_watch.c: the wake board (struct vk_watch, _native.h): a long wait sleeps on a futex
+ * the transports poke once the predicate holds. fast_watch_set: the ops of every open
+ * transport (0 returned: the board is not usable, as when one does not offer watch). */
+#define VK_MAX_WATCH 16
+int fast_watch_set(struct vk_native_ops *const *ops, int n);
+/* configure's watch_ops (released here; obj NULL: none) into ops[VK_MAX_WATCH]: how many */
+int fast_watch_take(Py_buffer *b, struct vk_native_ops **ops);
+int fast_watch_usable(void);                     /* GIL held: a wait may arm the board */
+int fast_watch_arm(const struct fast_pred *p);   /* 1: this wait holds the board now */
+void fast_watch_sleep(struct fast_pred *p, uint64_t ns);  /* until poked, p holds, or ns */
+void fast_watch_disarm(void);
+PyObject *fast_watch_stats(PyObject *mod, PyObject *noargs);  /* _fast.watch_stats */
+
 /* fast_team.c: a team whose members all take the shm path */
 struct native_team {
     PyObject_HEAD

@@ -261,6 +261,7 @@ static void clear_config(void) {
     PyMem_Free(G.fence_quiet);
     G.fence_quiet = NULL;
     G.nquiet = -1;
+    fast_watch_set(NULL, 0);
     Py_CLEAR(G.quiet_transports);
     Py_CLEAR(G.seg_heaps);
     clear_world();
@@ -277,18 +278,22 @@ static PyObject *mod_reset(PyObject *mod, PyObject *noargs) {
 static PyObject *mod_configure(PyObject *mod, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"my_pe", "direct", "ops", "transports", "quiet_fence",
                              "native_waits", "crowded", "waiter", "seg_heaps", "failed",
-                             "quiet_ops", "fence_quiet", "quiet_transports", NULL};
+                             "quiet_ops", "fence_quiet", "quiet_transports", "watch_ops",
+                             NULL};
     int my_pe, quiet_fence, native_waits, crowded, npes;
     unsigned long long failed = 0;
-    Py_buffer direct, ops, qops = {0}, fq = {0};
+    Py_buffer direct, ops, qops = {0}, fq = {0}, wops = {0};
     PyObject *waiter, *transports, *seg_heaps, *qts = NULL;
     if (G.table == NULL || G.ndarray == NULL)
         return PyErr_Format(PyExc_RuntimeError, "vkshmem.core._fast is not bound");
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "iy*y*O!pppOO!|Ky*y*O!", kwlist, &my_pe,
-                                     &direct, &ops, &PyTuple_Type, &transports, &quiet_fence,
-                                     &native_waits, &crowded, &waiter, &PyList_Type, &seg_heaps,
-                                     &failed, &qops, &fq, &PyTuple_Type, &qts))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "iy*y*O!pppOO!|Ky*y*O!y*", kwlist,
+                                     &my_pe, &direct, &ops, &PyTuple_Type, &transports,
+                                     &quiet_fence, &native_waits, &crowded, &waiter,
+                                     &PyList_Type, &seg_heaps, &failed, &qops, &fq,
+                                     &PyTuple_Type, &qts, &wops))
         return NULL;
+    struct vk_native_ops *wo[VK_MAX_WATCH];  /* the wake board's transports */
+    int nw = fast_watch_take(&wops, wo);
     /* quiet/fence in C: every open transport's ops (none zero, each offering both) */
     Py_ssize_t nq = qts == NULL ? -1 : PyTuple_GET_SIZE(qts);
     if (nq >= 0 && (qops.len != nq * (Py_ssize_t)sizeof(void *) || fq.len != nq)) {
@@ -347,6 +352,7 @@ static PyObject *mod_configure(PyObject *mod, PyObject *args, PyObject *kw) {
     G.seg_heaps = Py_NewRef(seg_heaps);
     G.waiter = Py_NewRef(waiter);
     G.failed = (volatile uint64_t *)(uintptr_t)failed;
+    fast_watch_set(wo, nw);
     G.enabled = 1;
     Py_RETURN_NONE;
 }
@@ -372,9 +378,12 @@ static PyMethodDef METHODS[] = {
      "type; read arrays directly when every probe array's fields agree with its buffer."},
     {"configure", (PyCFunction)(void (*)(void))mod_configure, METH_VARARGS | METH_KEYWORDS,
      "configure(my_pe, direct, ops, transports, quiet_fence, native_waits, crowded, "
-     "waiter, seg_heaps, failed=0, quiet_ops=b'', fence_quiet=b'', quiet_transports=None)"
-     "\n--\n\n"
-     "Enable the fast paths for a running runtime."},
+     "waiter, seg_heaps, failed=0, quiet_ops=b'', fence_quiet=b'', quiet_transports=None, "
+     "watch_ops=b'')\n--\n\n"
+     "Enable the fast paths for a running runtime (watch_ops: the wake board's transports)."},
+    {"watch_stats", fast_watch_stats, METH_NOARGS,
+     "watch_stats()\n--\n\nThe wake board: transports watched (0: waits poll), arms, "
+     "futex sleeps, sleeps a transport's poke ended (counters, for tests)."},
     {"set_world", mod_set_world, METH_O,
      "set_world(team)\n--\n\nTEAM_WORLD's NativeTeam (or None)."},
     {"reset", mod_reset, METH_NOARGS, "reset()\n--\n\nDisable every fast path (finalize)."},

@@ -1,6 +1,9 @@
 /* vkshmem.core._fast: waiting on local memory (spin, then yield, then sleep; back in Python
  * for signals and the timeout every millisecond), and wait_until/test on one integer.
- * The waits run with the GIL held for their first microseconds, then without it. */
+ * The waits run with the GIL held for their first microseconds, then without it. Where the
+ * open transports offer it (fast_watch.c), a wait that stops spinning arms the wake board and
+ * its sleeps are futex waits that the transports' progress ends once the word holds, not
+ * SLEEP_NS naps. */
 #include "fast.h"
 
 #include <sched.h>
@@ -10,7 +13,8 @@
 #define HOLD_NS 3000         /* wait this long holding the GIL (a peer a cache miss away), */
 #define SLICE_NS 1000000     /* then, GIL released, return to Python at least this often */
 #define YIELD_NS 2000000     /* yield the CPU between checks until this long, */
-#define SLEEP_NS 50000       /* then sleep this long between checks */
+#define SLEEP_NS 50000       /* then sleep this long between checks; */
+#define WATCH_YIELD_NS 100000 /* with the wake board armed, yield this long, then sleep on it */
 #define SPIN_MIN 200         /* the pause-spin before the first yield adapts in these bounds */
 #define SPIN_MAX 50000
 
@@ -62,21 +66,28 @@ int fast_pred_true(struct fast_pred *p) {
 
 /* Check until the predicate holds (1) or `until` passes (0): pause-spin for the first
  * `budget` ns of the wait (from `start`), then yield the CPU between checks, and from
- * YIELD_NS on sleep between them. *yielded: whether it had to yield. */
+ * YIELD_NS on sleep between them. *yielded: whether it had to yield. *watch: 1 the wake board
+ * may be armed when the spin ends, 2 armed (the sleeps are on it, from WATCH_YIELD_NS on: a
+ * sleep ends as soon as a transport applied the data, so a longer yield phase would only
+ * take CPU time from the threads that apply it), 0 neither. */
 static int poll(struct fast_pred *p, uint64_t start, uint64_t until, uint64_t budget,
-                int *yielded) {
+                int *yielded, int *watch) {
     for (;;) {
         if (fast_pred_true(p)) return 1;
         uint64_t now = now_ns(), waited = now - start;
         if (now >= until) return 0;
         if (waited < budget) {
             for (int k = 0; k < 16 && !fast_pred_true(p); k++) relax();
-        } else if (waited < YIELD_NS) {
-            *yielded = 1;
+            continue;
+        }
+        if (*watch == 1) *watch = fast_watch_arm(p) ? 2 : 0;
+        *yielded = 1;
+        if (waited < (*watch == 2 ? WATCH_YIELD_NS : YIELD_NS)) {
             sched_yield();
+        } else if (*watch == 2) {
+            fast_watch_sleep(p, until - now);
         } else {
             struct timespec ts = {0, SLEEP_NS};
-            *yielded = 1;
             nanosleep(&ts, NULL);
         }
     }
@@ -106,11 +117,23 @@ static void raise_timeout(fast_what what, const void *ctx, const char *method) {
 /* 0 once the predicate holds; -1 with an exception: the runtime's Waiter timeout passed
  * (VKSHMEM_WAIT_TIMEOUT), a PE of the job failed (the liveness words, read once per slice:
  * PeerFailedError), or a signal handler raised (Ctrl-C). */
+static int wait_slices(struct fast_pred *p, fast_what what, const void *ctx, uint64_t start,
+                       uint64_t budget, int *watch);
+
 int fast_wait(struct fast_pred *p, fast_what what, const void *ctx) {
     if (fast_pred_true(p)) return 0;
     uint64_t start = now_ns(), budget = G.crowded ? 0 : spin_ns;
+    int watch = fast_watch_usable(), rc;
+    rc = wait_slices(p, what, ctx, start, budget, &watch);
+    if (watch == 2) fast_watch_disarm();
+    return rc;
+}
+
+/* fast_wait's work: 0 once the predicate holds, -1 with an exception. */
+static int wait_slices(struct fast_pred *p, fast_what what, const void *ctx, uint64_t start,
+                       uint64_t budget, int *watch) {
     int yielded = 0, done;
-    if (poll(p, start, start + HOLD_NS, budget, &yielded)) {  /* most waits end here */
+    if (poll(p, start, start + HOLD_NS, budget, &yielded, watch)) {  /* most waits end here */
         adapt(yielded);
         return 0;
     }
@@ -125,7 +148,7 @@ int fast_wait(struct fast_pred *p, fast_what what, const void *ctx) {
     uint64_t deadline = timeout > 0 ? start + (uint64_t)(timeout * 1e9) : 0;
     for (;;) {
         Py_BEGIN_ALLOW_THREADS
-        done = poll(p, start, now_ns() + SLICE_NS, budget, &yielded);
+        done = poll(p, start, now_ns() + SLICE_NS, budget, &yielded, watch);
         Py_END_ALLOW_THREADS
         if (done) {
             adapt(yielded);

@@ -120,6 +120,8 @@ struct vko_ctx {
                                     under VKO_TIGHT_NS */
     uint32_t park_seq;           /* atomic: the futex word the progress thread parks on */
     uint64_t n_parks;            /* atomic: times it parked */
+    int parked;                  /* atomic: it is parked now */
+    vko_watch *watch;            /* atomic: the core's wake board, once a wait armed it */
     char lasterr[VKO_ERRLEN];
 };
 
@@ -163,6 +165,15 @@ static void complete(vko_ctx *c, vko_req *r, int err) {
 }
 
 /* Read every completion available; returns how many (or a negative error of the CQ). */
+/* After a CQ read (which applies peers' incoming writes and AMOs: manual data progress),
+ * whichever thread made it: tell the core's wake board, once a wait of the core armed it
+ * (vko_native.c: native_watch). */
+static void poke(vko_ctx *c) {
+    vko_watch *w = __atomic_load_n(&c->watch, __ATOMIC_ACQUIRE);
+    if (w)
+        w->poke(w);
+}
+
 static int drain(vko_ctx *c, struct fid_cq *cq) {
     struct fi_cq_entry ent[16];
     int total = 0;
@@ -191,6 +202,7 @@ static int drain(vko_ctx *c, struct fid_cq *cq) {
             }
             continue;
         }
+        poke(c);
         return total;
     }
 }

@@ -94,9 +94,28 @@ static int native_fence(void *self, int mode) {
     return vko_fence(e);
 }
 
+/* A wait of the core stopped spinning (vk_watch, vkshmem/core/_native.h): poke its wake
+ * board after every CQ read from now on (vko.c: drain), and serve peers without the caller,
+ * who no longer reads the CQ: a progress thread parked for the caller's loop of operations
+ * (vko_progress.c: park) wakes and sleeps on the wait fd again. */
+static void native_watch(void *self, vko_watch *w) {
+    vko_ctx *c = ((vko_ep *)self)->c;
+    __atomic_store_n(&c->watch, w, __ATOMIC_RELEASE);
+    __atomic_store_n(&c->drive_short, 0, __ATOMIC_SEQ_CST); /* no loop now */
+    if (__atomic_load_n(&c->parked, __ATOMIC_SEQ_CST)) {
+        __atomic_add_fetch(&c->park_seq, 1, __ATOMIC_SEQ_CST);
+        syscall(SYS_futex, &c->park_seq, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+    }
+}
+
+/* The table; watch is offered where every peer's write and AMO landing here is applied by a
+ * CQ read of this process (manual data progress: tcp;ofi_rxm, shm; not sockets, whose own
+ * thread applies them). */
 uintptr_t vko_native_ops(vko_ep *e) {
+    int manual = e->c->info->domain_attr->data_progress == FI_PROGRESS_MANUAL;
     e->nops = (vko_native_table){e, native_put, native_get, native_amo, native_quiet,
-                                 native_fence, VKO_N_CAN_TRY};
+                                 native_fence, VKO_N_CAN_TRY | (manual ? VKO_N_CAN_WATCH : 0),
+                                 native_watch};
     return (uintptr_t)&e->nops;
 }
 

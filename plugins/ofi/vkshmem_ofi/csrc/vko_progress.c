@@ -102,8 +102,13 @@ static int fd_round(vko_ctx *c, uint64_t *busy_until, uint64_t last_issue) {
 
 /* The fd regime during a loop of the caller's waits on the root CQ (vko.c: drive_enter): park
  * on a futex, not on the wait fd (the replies to the caller's operations would wake the thread
- * once per operation), for VKO_PARK_US at most (vko_close wakes it); 1 if it parked. */
+ * once per operation), for VKO_PARK_US at first, twice as long at each park of the same loop
+ * up to VKO_PARK_MAX_US (each look preempts the caller or a peer's busy thread on a node with
+ * as many PEs as CPUs); 1 if it parked. vko_close wakes it, and so does a wait of the core
+ * that stops spinning (vko_native.c: native_watch): the caller then waits on its memory, not
+ * on the CQ, and peers' requests must be served meanwhile. */
 #define VKO_PARK_US 200
+#define VKO_PARK_MAX_US 2000
 
 static int driven(vko_ctx *c) {
     if (__builtin_popcount(__atomic_load_n(&c->drive_short, __ATOMIC_RELAXED) & 0xff) < 5)
@@ -112,15 +117,21 @@ static int driven(vko_ctx *c) {
            now_ns() - __atomic_load_n(&c->drive_end, __ATOMIC_RELAXED) < VKO_TIGHT_NS;
 }
 
-static int park(vko_ctx *c) {
-    if (!driven(c))
+static int park(vko_ctx *c, uint32_t *park_us) {
+    if (!driven(c)) {
+        *park_us = VKO_PARK_US;
         return 0;
+    }
+    /* parked first, then the checks: native_watch either sees it or is seen */
+    __atomic_store_n(&c->parked, 1, __ATOMIC_SEQ_CST);
     uint32_t seq = __atomic_load_n(&c->park_seq, __ATOMIC_SEQ_CST);
-    if (!__atomic_load_n(&c->stop, __ATOMIC_ACQUIRE)) {
-        struct timespec ts = {0, VKO_PARK_US * 1000L};
+    if (driven(c) && !__atomic_load_n(&c->stop, __ATOMIC_ACQUIRE)) {
+        struct timespec ts = {0, *park_us * 1000L};
         __atomic_add_fetch(&c->n_parks, 1, __ATOMIC_RELAXED);
         syscall(SYS_futex, &c->park_seq, FUTEX_WAIT_PRIVATE, seq, &ts, NULL, 0);
+        *park_us = *park_us * 2 < VKO_PARK_MAX_US ? *park_us * 2 : VKO_PARK_MAX_US;
     }
+    __atomic_store_n(&c->parked, 0, __ATOMIC_RELAXED);
     if (c->eps_n > 1) { /* the caller reads the root CQ only: the contexts' are the thread's */
         pthread_rwlock_rdlock(&c->cqlock);
         drain_contexts(c);
@@ -142,6 +153,7 @@ static int sread_round(vko_ctx *c) {
     } else if (n == -FI_EAVAIL) {
         got = drain(c, c->cq);
     }
+    poke(c);
     got += drain_contexts(c);
     pthread_rwlock_unlock(&c->cqlock);
     return got;
@@ -157,6 +169,7 @@ static void *progress_main(void *arg) {
     struct timespec idle_nap = {0, (long)c->idle_poll_us * 1000};
     uint64_t last_active = now_ns(), busy_until = 0, rseen = remote_count(c, 0);
     uint64_t last_issue = 0;
+    uint32_t park_us = VKO_PARK_US;
     uint64_t busy_ns = (uint64_t)c->busy_us * 1000;
     c->seen_issued = 0;
     while (!__atomic_load_n(&c->stop, __ATOMIC_ACQUIRE)) {
@@ -166,7 +179,7 @@ static void *progress_main(void *arg) {
         if (active)
             last_issue = now_ns();
         if (c->wait_fd >= 0) {
-            got = park(c) ? 0 : fd_round(c, &busy_until, last_issue);
+            got = park(c, &park_us) ? 0 : fd_round(c, &busy_until, last_issue);
         } else if (c->waitable) {
             got = sread_round(c);
         } else {
