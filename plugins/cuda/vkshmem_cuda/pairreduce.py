@@ -91,8 +91,9 @@ class PairReduce:
                 break
             if now - start > 0.002:
                 time.sleep(min(2e-4, (now - start) / 50))
-        # the peer never pushed: release the stream (its kernel then folds stale data into
-        # this PE's target only after this error), let it drain, and say so
+        # the peer never pushed: release the stream by writing the flag here, let it drain
+        # (its kernel folds whatever this PE's target holds: the target is undefined after
+        # this error), and say so
         check(cu.cuMemsetD32(self.flag, seq, 1), "cuMemsetD32 (releasing the stream)")
         cu.cuStreamSynchronize(stream)
         raise WaitTimeoutError(
