@@ -8,7 +8,8 @@ allocation maps onto any GPU that can reach the owner's, over NVLink or PCIe pee
 import the driver refuses (no peer access) makes the core route that pair through the domain
 proxy. Copies are ``cuMemcpy*Async`` plus a wait, one native call each; AMOs a one-thread kernel;
 reductions of mapped peers one kernel reading every member's source where it lives
-(``reduce_from``; otherwise the core gathers and reduces on the host); there is no CPU
+(``reduce_from``; two members on two GPUs push, then reduce locally: :mod:`.pairreduce`;
+otherwise the core gathers and reduces on the host); there is no CPU
 mapping. Where the driver exports one, the heap's dma-buf fd is offered to transports
 (``SegmentInfo.dmabuf_fd``) for RDMA NICs.
 """
@@ -39,7 +40,7 @@ log = logging.getLogger("vkshmem")
 
 ENV_DEVICE = "VKSHMEM_CUDA_DEVICE"
 ENV_SIZE = "VKSHMEM_CUDA_SYMMETRIC_SIZE"
-_META = struct.Struct("<Q16s")  # size, owner's GPU UUID
+_META = struct.Struct("<Q16s")  # allocation size (segment + control granule), owner's GPU UUID
 _SHARE_ALIGN = 256  # elements: each member's share of a reduction starts 16-byte aligned
 _PAIR_MIN = 1 << 20  # bytes: smaller two-GPU all-reduces take the share kernel (one launch)
 _CONTROL_BYTES = 64  # the control words at the segment's end (the pair all-reduce's flag)
