@@ -22,13 +22,12 @@ this PE's stream by writing its own flag, and the call raises.
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import numpy as np
 
 from vkshmem.core.errors import WaitTimeoutError
 
-from .driver import Device, check
+from .driver import Device, Mapping, check
 
 __all__ = ["PairReduce"]
 
@@ -108,14 +107,14 @@ class PairReduce:
             self.stream = None
 
 
-def pair_members(sources: list[tuple[Any, int]], local: Any) -> int:
+def pair_members(sources: list[tuple[Mapping, int]], local: Mapping) -> int:
     """This PE's index when ``sources`` are two members, this PE and a peer on another GPU
     (imported with ``remote_gpu``), else -1."""
     if len(sources) != 2:
         return -1
-    mems = [mem for mem, _off in sources]
-    if mems[0] is local and getattr(mems[1], "remote_gpu", False):
+    (first, _), (second, _) = sources
+    if first is local and second.remote_gpu:
         return 0
-    if mems[1] is local and getattr(mems[0], "remote_gpu", False):
+    if second is local and first.remote_gpu:
         return 1
     return -1
