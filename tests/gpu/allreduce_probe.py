@@ -10,8 +10,10 @@ float32 between two GPUs, in one process with peer access, each timed as both GP
 - ``pipe``: ``push`` in chunks, the reduce of chunk c waiting on the GPU (a flag the peer's
   stream writes after its push, ``cuStreamWaitValue32``; no host round trip) while chunk c+1
   is pushed; ``+ce`` variants write the peer's target by a copy-engine push of the reduced
-  chunk instead of the kernel's NVLink stores;
-- ``copy``: one 256 MiB peer copy (the table's ceiling).
+  chunk instead of the kernel's NVLink stores (on a second copy stream, or queued behind the
+  pushes on the same one: "one copy stream");
+- ``copy``: one 256 MiB peer copy, and two at once, one each way (the least traffic of a
+  two-GPU all-reduce).
 Prints microseconds per all-reduce (best of 10 after 3 warm-ups) and checks the sums."""
 
 from __future__ import annotations
@@ -163,7 +165,7 @@ def main() -> None:
         all_streams.extend([(dev, streams[dev]), (dev, side[dev][0]), (dev, side[dev][1])])
     epoch = [0]
 
-    def pipe(ks, grid_mul: int, chunks: int, ce_gather: bool):
+    def pipe(ks, grid_mul: int, chunks: int, ce_gather: bool, one_ce: bool = False):
         part = HALF // chunks
 
         def run() -> None:
@@ -183,6 +185,8 @@ def main() -> None:
             for dev in (0, 1):
                 peer = 1 - dev
                 _ce, g = side[dev]
+                if one_ce:  # the reduced chunks queue behind the pushes on one copy stream
+                    g = _ce
                 grid = max(1, min(sms * grid_mul, part * 4 // (16 * 512)))
                 with cp.cuda.Device(dev):
                     for c in range(chunks):
@@ -218,8 +222,15 @@ def main() -> None:
             cp.cuda.runtime.memcpyPeerAsync(dst[1].data.ptr, 1, src[0].data.ptr, 0, N * 4,
                                             streams[0].ptr)
 
+    def both_ways() -> None:
+        copy()
+        with cp.cuda.Device(1):
+            cp.cuda.runtime.memcpyPeerAsync(dst[0].data.ptr, 0, src[1].data.ptr, 1, N * 4,
+                                            streams[1].ptr)
+
     base = kernels(variant())
     rows.append(("copy 256 MiB GPU0->GPU1 (ceiling)", timed(copy)))
+    rows.append(("copies 256 MiB both ways at once", timed(both_ways)))
     dst[1].fill(0)
     for grid_mul, block in ((4, 512), (2, 512), (8, 256), (1, 1024), (16, 512)):
         name = f"share unroll4 grid {grid_mul}xSM block {block}"
@@ -244,6 +255,15 @@ def main() -> None:
                     print(f"{name}: {exc}", flush=True)
                     continue
                 check(name)
+    for chunks in (2, 4, 8, 16):
+        for grid_mul in (4, 1):
+            name = f"pipe {chunks} chunks +ce, one copy stream, grid {grid_mul}xSM"
+            try:
+                rows.append((name, timed(pipe(base, grid_mul, chunks, True, True))))
+            except Exception as exc:
+                print(f"{name}: {exc}", flush=True)
+                continue
+            check(name)
     ceiling = rows[0][1]
     print(f"{'variant':52s} {'us':>9s} {'ceiling/us':>10s}")
     for name, us in rows:

@@ -81,6 +81,35 @@ two_gpus = n == 2 and any(m is not None and m.remote_gpu for m in heap.direct)
 pair = fdst.domain._pair
 check((pair is not None and pair.rounds == 4) if two_gpus else pair is None,
       f"pair all-reduce rounds: {pair and pair.rounds} (two GPUs: {two_gpus})")
+# four PEs, two per GPU: PE 0 pairs with PE 1, then with PE 3 (both on the other GPU), in
+# teams of two: each partner writes its own word and counts its own rounds, so the rounds of
+# one pair do not hold up the other
+other_gpu = [p for p in range(n) if p != me and heap.direct[p] is not None
+             and heap.direct[p].remote_gpu]
+W = shmem.TEAM_WORLD
+
+
+def agree_all(flag: int) -> bool:
+    """Whether ``flag`` holds on every PE (collective)."""
+    v = np.array([flag], np.int64)
+    shmem.min_reduce(v, v)
+    return bool(v[0])
+
+
+if n == 4 and agree_all(int(other_gpu == ([1, 3] if me in (0, 2) else [0, 2]))):
+    rounds0 = fdst.domain._pair.rounds if fdst.domain._pair else 0
+    want = np.arange(big, dtype=np.float32) % 7 * 2
+    for team, pes in ((W.split_strided(0, 1, 2), (0, 1)), (W.split_strided(0, 3, 2), (0, 3)),
+                      (W.split_strided(0, 1, 2), (0, 1))):
+        if me in pes:
+            shmem.sum_reduce(fdst, fsrc, team=team)
+            check(np.array_equal(fdst.to_numpy(), want + sum(pes)),
+                  f"pair all-reduce in the team {pes}")
+            team.destroy()
+    mine = sum(me in pes for pes in ((0, 1), (0, 3), (0, 1)))
+    rounds = fdst.domain._pair.rounds if fdst.domain._pair else 0
+    check(rounds == rounds0 + mine, f"pair rounds in teams of two: {rounds}, not "
+          f"{rounds0 + mine}")
 shmem.barrier_all()
 if two_gpus and me == 0:  # a peer that never pushes: the wait ends, it does not hang
     pair.timeout = 0.5

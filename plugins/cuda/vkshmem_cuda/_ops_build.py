@@ -37,6 +37,8 @@ CUDA_SOURCE = (_core_csrc() / "cudacalls.c").read_text()
 
 #: the service kernel's host side (see ``csrc/svc.c``), appended to SOURCE
 SERVICE_C = (Path(__file__).resolve().parent / "csrc" / "svc.c").read_text()
+#: the two-GPU all-reduce's issue and wait (see ``csrc/pair.c``), appended to SOURCE
+PAIR_C = (Path(__file__).resolve().parent / "csrc" / "pair.c").read_text()
 
 CDEF = CUDA_CDEF + """
 int vkc_copy_staged(int to_device, uintptr_t ctx, uintptr_t stream, uint64_t dst,
@@ -57,6 +59,11 @@ uint64_t vkc_svc_launches(vkc_svc *s);
 void vkc_svc_free(vkc_svc *s);
 #define VKC_SVC_TIMEOUT 1100
 #define VKC_SVC_BROKEN 1101
+int vkc_pair_issue(uintptr_t ctx, uintptr_t stream, uintptr_t fn, uint64_t push_dst,
+                   uint64_t push_src, size_t push_bytes, uint64_t mine, uint64_t peer,
+                   uint32_t seq, const uint64_t *dsts, const uint64_t *srcs, uint64_t count,
+                   unsigned grid, unsigned block);
+int vkc_stream_wait(uintptr_t ctx, uintptr_t stream, int64_t spin_ns, int64_t timeout_ns);
 """
 
 SOURCE = CUDA_SOURCE + r"""
@@ -110,7 +117,7 @@ int vkc_reduce(uintptr_t ctx, uintptr_t stream, uintptr_t fn, const uint64_t *ds
     if (r || spin_ns < 0) return r;  /* spin_ns < 0: issued only (the caller waits) */
     return finish((CUstream)stream, spin_ns);
 }
-""" + SERVICE_C
+""" + SERVICE_C + PAIR_C
 
 ffibuilder = FFI()
 ffibuilder.cdef(CDEF)

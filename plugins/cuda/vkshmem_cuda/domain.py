@@ -31,7 +31,7 @@ from vkshmem.core.transport import AmoOp, SegmentInfo
 from .array import CudaArray, PeerView
 from .driver import CudaError, Device, Mapping, device_count, host_address
 from .kernels import MAX_SOURCES, reduce_source
-from .pairreduce import PairReduce, pair_members
+from .pairreduce import SLOT, PairReduce, pair_members
 from .service import Service, service_mode
 
 __all__ = ["CudaDomain"]
@@ -43,7 +43,6 @@ ENV_SIZE = "VKSHMEM_CUDA_SYMMETRIC_SIZE"
 _META = struct.Struct("<Q16s")  # allocation size (segment + control granule), owner's GPU UUID
 _SHARE_ALIGN = 256  # elements: each member's share of a reduction starts 16-byte aligned
 _PAIR_MIN = 1 << 20  # bytes: smaller two-GPU all-reduces take the share kernel (one launch)
-_CONTROL_BYTES = 64  # the control words at the segment's end (the pair all-reduce's flag)
 
 
 def _env_int(name: str) -> int | None:
@@ -89,7 +88,8 @@ class CudaDomain(MemoryDomain):
             # one more granule past the segment: the control words (the pair all-reduce's
             # flag), mapped by the peers with the rest, never part of the heap
             self.local, self.fd = self.device.create(self.size + self.device.granularity)
-            self.device.zero(self.local.va + self.size, _CONTROL_BYTES)
+            self.local.pe = self.my_pe
+            self.device.zero(self.local.va + self.size, self.device.granularity)
         except BaseException:
             self.device.close()
             raise
@@ -140,6 +140,7 @@ class CudaDomain(MemoryDomain):
         size, uuid = _META.unpack(meta)  # the allocation's size: the segment, control words
         mapping = self.device.import_fd(fds[0], size)
         mapping.remote_gpu = uuid != self.device.uuid
+        mapping.pe = pe
         self._gpu_peers += 1
         self._gpu_shared |= not mapping.remote_gpu
         return mapping
@@ -252,9 +253,10 @@ class CudaDomain(MemoryDomain):
         """A share of the result per member: this PE reduces its slice of the elements, reading
         every member's source where it lives, and writes it into every member's target (the
         same offset in each member's heap, mapped here): each byte crosses NVLink once each way
-        instead of every member reading every other's whole source. Every member calls this
-        between the same two barriers (the core's contract). More members than one launch
-        takes: this PE reduces everything into its own target."""
+        instead of every member reading every other's whole source. Two members on two GPUs
+        push, then reduce (:mod:`.pairreduce`). More members than one launch takes: this PE
+        reduces everything into its own target. Every member calls this between the same two
+        barriers (the core's contract)."""
         isz = np.dtype(dtype).itemsize
         self.check_range(dst_offset, count * isz, "CUDA reduce")
         for _mem, off in sources:
@@ -280,16 +282,22 @@ class CudaDomain(MemoryDomain):
                      count: int, op: str, dtype: np.dtype) -> None:
         """Two members on two GPUs: push, then reduce locally (see :mod:`.pairreduce`)."""
         if self._pair is None:
-            self._pair = PairReduce(self.device, self._control(self.local), self._timeout)
+            self._pair = PairReduce(self.device, self._timeout)
         peer, peer_off = sources[1 - me]
         share = -(-count // 2 // _SHARE_ALIGN) * _SHARE_ALIGN
-        self._pair.run(me, (self.local.va + dst_offset, peer.va + dst_offset),
+        self._pair.run(me, peer.pe, (self.local.va + dst_offset, peer.va + dst_offset),
                        (self.local.va + sources[me][1], peer.va + peer_off),
-                       self._control(peer), count, share, op, dtype)
+                       (self._control(self.local, peer.pe), self._control(peer, self.my_pe)),
+                       count, share, op, dtype)
 
-    def _control(self, mem: Mapping) -> int:
-        """The device address of ``mem``'s control words (its allocation's last granule)."""
-        return mem.va + mem.size - self.device.granularity
+    def _control(self, mem: Mapping, writer: int) -> int:
+        """The device address of the pair all-reduce's words in ``mem`` that PE ``writer``
+        writes (each partner its own: :data:`~.pairreduce.SLOT` bytes at ``writer``'s index
+        in the allocation's last granule, past the segment)."""
+        if (writer + 1) * SLOT > self.device.granularity:
+            raise InvalidArgumentError(f"PE {writer}: more PEs than the CUDA heap's control "
+                                       "granule has pair all-reduce slots")
+        return mem.va + mem.size - self.device.granularity + writer * SLOT
 
     def device_view(self, mem: Mapping, offset: int, shape: tuple[int, ...],
                     dtype: np.dtype) -> PeerView:

@@ -85,6 +85,7 @@ class Mapping:
     handle: Any
     own: bool
     remote_gpu: bool = False  #: a peer's, on another GPU (set by the domain's import)
+    pe: int = -1  #: the PE whose heap it is (set by the domain)
 
 
 class Device:
@@ -342,12 +343,9 @@ class Device:
                                         self.spin_ns, self._amo_fn)
         self._native.fill(address, size)
 
-    def reduce(self, dsts: list[int], sources: list[int], count: int, op: str,
-               dtype: np.dtype, stream: int = 0) -> None:
-        """``d[i] = op over sources[j][i]`` for every ``d`` of ``dsts`` (device addresses this
-        GPU maps; at most :data:`~.kernels.MAX_SOURCES` of them) by a kernel (for the pairs
-        :func:`~.kernels.reduce_source` covers); on ``stream``, issued only, where given
-        (at most MAX_SOURCES sources then)."""
+    def reduce_fn(self, op: str, dtype: np.dtype) -> int:
+        """The reduce kernel's function handle for ``op`` on ``dtype`` (compiled on first
+        use; CudaError where :func:`~.kernels.reduce_source` has none)."""
         key = (op, np.dtype(dtype).name)
         fn = self._reduce_fns.get(key)
         if fn is None:
@@ -357,8 +355,22 @@ class Device:
             self.current()
             fn = self._reduce_fns[key] = int(compile_kernel(self.cu, check, self.dev, source,
                                                             REDUCE_NAME, CudaError))
+        return fn
+
+    def reduce_grid(self, count: int, dtype: np.dtype, block: int) -> int:
+        """Blocks for the reduce kernel over ``count`` elements (16 bytes a thread, at most
+        four blocks per SM: the kernel loops)."""
+        return max(1, min(self.sms * 4, -(-count * np.dtype(dtype).itemsize // (16 * block))))
+
+    def reduce(self, dsts: list[int], sources: list[int], count: int, op: str,
+               dtype: np.dtype, stream: int = 0) -> None:
+        """``d[i] = op over sources[j][i]`` for every ``d`` of ``dsts`` (device addresses this
+        GPU maps; at most :data:`~.kernels.MAX_SOURCES` of them) by a kernel (for the pairs
+        :func:`~.kernels.reduce_source` covers); on ``stream``, issued only, where given
+        (at most MAX_SOURCES sources then)."""
+        fn = self.reduce_fn(op, dtype)
         block = 512
-        grid = max(1, min(self.sms * 4, -(-count * np.dtype(dtype).itemsize // (16 * block))))
+        grid = self.reduce_grid(count, dtype, block)
         first = sources[:MAX_SOURCES]
         rest = sources[MAX_SOURCES:]
         outs = _ffi.new("uint64_t[]", dsts)

@@ -5,6 +5,8 @@ and its peers', as mapped on its GPU) into one, per (op, dtype)."""
 
 from __future__ import annotations
 
+from functools import cache
+
 import numpy as np
 
 from vkshmem.gpu.cudakernels import AMO_APPLY, AMO_NAME, AMO_SOURCE, compile_kernel
@@ -165,9 +167,11 @@ extern "C" __global__ void vkshmem_reduce(struct sources dst, int nd, struct sou
 """
 
 
+@cache
 def reduce_source(op: str, dtype: np.dtype) -> str | None:
     """CUDA C for ``op`` over ``dtype`` (None where this kernel does not do that pair:
-    float16, complex, bool and bitwise ops on floats go to the core's other paths)."""
+    float16, complex, bool and bitwise ops on floats go to the core's other paths). Cached:
+    every all-reduce asks (``can_reduce_from``)."""
     ctype = _CTYPES.get(np.dtype(dtype).name)
     if ctype is None or op not in _OPS or (op in ("and", "or", "xor") and
                                             np.dtype(dtype).kind == "f"):

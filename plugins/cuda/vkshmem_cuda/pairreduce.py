@@ -3,97 +3,100 @@
 Each PE owns half of the elements (its *share*). Instead of a kernel that reads the peer's
 source over the link (SM loads across NVLink keep the link less busy than the copy engine),
 each PE's copy engine first pushes its source's part of the *peer's* share into the peer's
-target, then writes a flag word in the peer's heap (``cuStreamWriteValue32``, ordered after
-the copy); each PE's stream waits for its own flag (``cuStreamWaitValue32``: no host round
-trip between the phases), then one kernel reduces its share from local memory (its source
-and the pushed part in its target) into its target and the peer's. Every byte still crosses
-the link once each way. Measured on 2 x H100 NVLink (tests/gpu/allreduce_probe.py, the GPUs'
-time for 256 MiB of float32): 0.93 of one 256 MiB peer copy, against 0.87 for the share
-kernel; splitting the phases into pipelined chunks only lost (the link is the bottleneck of
-both phases).
+target, then one kernel reduces its share from local memory (its source and the pushed part
+in its target) into its target and the peer's. Every byte crosses the link once each way.
+Measured on 2 x H100 NVLink (tests/gpu/allreduce_probe.py, the GPUs' time for 256 MiB of
+float32): 0.93 of one 256 MiB peer copy (0.94 of two at once, one each way), against 0.87 for
+the share kernel; pipelining the phases in chunks only lost (0.91 in 4 chunks down to 0.68:
+a copy engine moves a 16 MiB copy at 0.8 of its 256 MiB rate).
 
-The flag word lives in the heap's control granule (beyond the usable segment, see
-:class:`~.domain.CudaDomain`); both PEs take this path for the same calls (the decision
-depends only on the members), so one counter per domain numbers the rounds alike on both.
-Waits are bounded by ``VKSHMEM_GPU_TIMEOUT``: a peer that never pushes (it failed) releases
-this PE's stream by writing its own flag, and the call raises.
+Each round is issued by one C call (``vkc_pair_issue``, ``csrc/pair.c``) on this PE's own
+stream and waited for by another, GIL released: the push, then a write of the peer's PUSHED
+word (``cuStreamWriteValue32``, ordered after the copy), a wait for this PE's own
+(``cuStreamWaitValue32``: no host round trip between the phases), then the kernel; the core's
+barriers come before (the peer's target is free) and after (its writes into mine are done).
+Signalling entry and end on the GPUs the same way, without those barriers, measured 8 us
+slower per call on 2 x H100. The words live in each heap's control granule (past the usable
+segment, see :class:`~.domain.CudaDomain`), one per partner PE at its index, and both
+partners count their rounds with each other alike (both take this path for the same calls:
+the decision depends only on the members and the size), so the pairs of different teams
+never mix. The wait is bounded by ``VKSHMEM_GPU_TIMEOUT``: when the peer never pushes (it
+failed), this PE releases its stream by writing its own word, and the call raises.
 """
 
 from __future__ import annotations
-
-import time
 
 import numpy as np
 
 from vkshmem.core.errors import WaitTimeoutError
 
+from ._ops import ffi as _ffi
+from ._ops import lib as _lib
 from .driver import Device, Mapping, check
 
-__all__ = ["PairReduce"]
+__all__ = ["SLOT", "PairReduce", "pair_members"]
 
-_GEQ = 0  # CU_STREAM_WAIT_VALUE_GEQ: (int32)(*flag - value) >= 0, wrap-around safe
+#: the bytes of each partner's words in a PE's control granule (one, PUSHED, is used)
+SLOT = 16
+_BLOCK = 512
+_SPIN_NS = 2_000_000  # spin on the stream this long, then nap (see vkc_stream_wait)
+_NOT_READY = 600  # CUDA_ERROR_NOT_READY: the wait ran out
 
 
 class PairReduce:
-    """The two-GPU all-reduce of one domain (see the module docstring). ``flag`` is the
-    device address of this PE's flag word; ``timeout`` seconds bound each wait."""
+    """The two-GPU all-reduce of one domain (see the module docstring); ``timeout`` seconds
+    bound each call."""
 
-    def __init__(self, device: Device, flag: int, timeout: float) -> None:
+    def __init__(self, device: Device, timeout: float) -> None:
         self.device = device
-        self.flag = flag
         self.timeout = timeout
-        self.rounds = 0
+        self.rounds = 0  #: calls so far, with any partner
+        self._seq: dict[int, int] = {}  # per partner PE: the rounds with it (alike on both)
         cu = device.cu
         device.current()
-        #: its own stream: a wait on the peer's flag holds no other operation of the domain
+        #: its own stream: a wait on the peer's words holds no other operation of the domain
         self.stream = check(cu.cuStreamCreate(cu.CUstream_flags.CU_STREAM_NON_BLOCKING),
                             "cuStreamCreate")
+        self._dsts = _ffi.new("uint64_t[2]")
+        self._srcs = _ffi.new("uint64_t[2]")
 
-    def run(self, me: int, dst: tuple[int, int], src: tuple[int, int], peer_flag: int,
-            count: int, share: int, op: str, dtype: np.dtype) -> None:
-        """Collective over the pair: ``dst``/``src`` are (this PE's, the peer's) device
-        addresses of the target and the source, ``me`` this PE's index (0 or 1) in the
-        members' order, ``share`` the elements each index owns (the last one the rest)."""
+    def run(self, me: int, peer: int, dst: tuple[int, int], src: tuple[int, int],
+            words: tuple[int, int], count: int, share: int, op: str, dtype: np.dtype) -> None:
+        """Collective over the pair, between two barriers: ``dst``/``src``/``words`` are
+        (this PE's, the peer's) device addresses of the target, the source and the PUSHED
+        word the other one writes, ``me`` this PE's index (0 or 1) in the members' order,
+        ``peer`` the partner's PE, ``share`` the elements each index owns (the last one the
+        rest)."""
+        dev = self.device
         isz = np.dtype(dtype).itemsize
+        fn = dev.reduce_fn(op, dtype)
         lo, hi = me * share, min(count, (me + 1) * share)
         plo, phi = (1 - me) * share, min(count, (2 - me) * share)
         self.rounds += 1
-        seq = self.rounds & 0xFFFFFFFF or 1
-        cu, dev = self.device.cu, self.device
+        seq = self._seq[peer] = (self._seq.get(peer, 0) + 1) & 0xFFFFFFFF or 1
         stream = int(self.stream)
-        dev.current()
-        if phi > plo:  # my source's part of the peer's share, into the peer's target
-            dev.copy_on(stream, dst[1] + plo * isz, src[0] + plo * isz, (phi - plo) * isz)
-        check(cu.cuStreamWriteValue32(stream, peer_flag, seq, 0), "cuStreamWriteValue32")
-        check(cu.cuStreamWaitValue32(stream, self.flag, seq, _GEQ), "cuStreamWaitValue32")
-        if hi > lo:  # the peer's part is in my target now: fold it with mine, members' order
-            mine, pushed = src[0] + lo * isz, dst[0] + lo * isz
-            dev.reduce([dst[0] + lo * isz, dst[1] + lo * isz],
-                       [mine, pushed] if me == 0 else [pushed, mine], hi - lo, op, dtype,
-                       stream=stream)
-        self._wait(stream, seq)
+        mine, pushed = src[0] + lo * isz, dst[0] + lo * isz
+        self._dsts[0:2] = [dst[0] + lo * isz, dst[1] + lo * isz]
+        # the peer's part is in my target by then: fold it with mine, in the members' order
+        self._srcs[0:2] = [mine, pushed] if me == 0 else [pushed, mine]
+        n = max(0, hi - lo)
+        grid = dev.reduce_grid(n, dtype, _BLOCK)
+        push_bytes = max(0, phi - plo) * isz
+        dev._done(_lib.vkc_pair_issue(dev.ctx_ptr, stream, fn, dst[1] + plo * isz,
+                                      src[0] + plo * isz, push_bytes, words[0], words[1], seq,
+                                      self._dsts, self._srcs, n, grid, _BLOCK),
+                  "the pair all-reduce")
+        res = _lib.vkc_stream_wait(dev.ctx_ptr, stream, _SPIN_NS, int(self.timeout * 1e9))
+        if res == _NOT_READY:
+            self._release(stream, words[0], seq)
+        dev._done(res, "the pair all-reduce")
 
-    def _wait(self, stream: int, seq: int) -> None:
-        """Poll the stream until done: spin for 2 ms, then nap a fiftieth of the time waited
-        so far (at most 200 us: a late return costs about 2 %), until the timeout."""
+    def _release(self, stream: int, mine: int, seq: int) -> None:
+        """The peer never pushed: release the stream by writing this PE's word, let it
+        drain (its kernel folds whatever this PE's target holds: the target is undefined
+        after this error), and say so."""
         cu = self.device.cu
-        start = time.monotonic()
-        deadline = start + self.timeout
-        while True:
-            res = cu.cuStreamQuery(stream)[0]
-            if res == cu.CUresult.CUDA_SUCCESS:
-                return
-            if res != cu.CUresult.CUDA_ERROR_NOT_READY:
-                check((res,), "the pair all-reduce")
-            now = time.monotonic()
-            if now >= deadline:
-                break
-            if now - start > 0.002:
-                time.sleep(min(2e-4, (now - start) / 50))
-        # the peer never pushed: release the stream by writing the flag here, let it drain
-        # (its kernel folds whatever this PE's target holds: the target is undefined after
-        # this error), and say so
-        check(cu.cuMemsetD32(self.flag, seq, 1), "cuMemsetD32 (releasing the stream)")
+        check(cu.cuMemsetD32(mine, seq, 1), "cuMemsetD32 (releasing the stream)")
         cu.cuStreamSynchronize(stream)
         raise WaitTimeoutError(
             f"the two-GPU all-reduce waited {self.timeout:g} s for the peer's push (it failed "

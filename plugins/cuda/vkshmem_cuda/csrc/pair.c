@@ -1,0 +1,74 @@
+/* The two-GPU all-reduce (vkshmem_cuda/pairreduce.py): a round issued by one C call and
+   waited for by another, GIL released (the core's barriers come before and after it).
+
+   Each PE's heap has, in its control granule which both GPUs map, a word that each partner
+   writes (PUSHED). A round numbered seq, on this PE's stream:
+     copy  my source's part of the peer's share into the peer's target (the copy engine)
+     write the peer's PUSHED word = seq (ordered after the copy: the driver's default memory
+           barrier)
+     wait  my PUSHED word >= seq (the peer's push into my target landed; wrap-around safe,
+           CU_STREAM_WAIT_VALUE_GEQ)
+     launch the reduce kernel: my share, from my source and what the peer pushed, into both
+            targets.
+   Measured on 2 x H100: signalling the call's entry and end on the GPUs the same way (no
+   host barriers) cost 8 us more per call than the core's barriers. */
+
+#define VKC_WAIT_GEQ 0
+
+static CUresult (*pair_write)(CUstream, CUdeviceptr, uint32_t, unsigned);
+static CUresult (*pair_wait)(CUstream, CUdeviceptr, uint32_t, unsigned);
+
+static int pair_load(void) {
+    if (pair_write && pair_wait) return 0;
+    if (!cu.loaded) return VKC_NO_DRIVER;
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+    if (!lib) return VKC_NO_DRIVER;
+    void *w = dlsym(lib, "cuStreamWriteValue32_v2");
+    void *v = dlsym(lib, "cuStreamWaitValue32_v2");
+    if (!w) w = dlsym(lib, "cuStreamWriteValue32");
+    if (!v) v = dlsym(lib, "cuStreamWaitValue32");
+    if (!w || !v) return VKC_NO_DRIVER;
+    pair_write = (CUresult (*)(CUstream, CUdeviceptr, uint32_t, unsigned))w;
+    pair_wait = (CUresult (*)(CUstream, CUdeviceptr, uint32_t, unsigned))v;
+    return 0;
+}
+
+int vkc_pair_issue(uintptr_t ctx, uintptr_t stream, uintptr_t fn, uint64_t push_dst,
+                   uint64_t push_src, size_t push_bytes, uint64_t mine, uint64_t peer,
+                   uint32_t seq, const uint64_t *dsts, const uint64_t *srcs, uint64_t count,
+                   unsigned grid, unsigned block) {
+    int loaded = pair_load();
+    if (loaded) return loaded;
+    CUresult r = current(ctx);
+    if (r) return r;
+    CUstream s = (CUstream)stream;
+    if (push_bytes && (r = cu.d2d(push_dst, push_src, push_bytes, s))) return r;
+    if ((r = pair_write(s, peer, seq, 0))) return r;
+    if ((r = pair_wait(s, mine, seq, VKC_WAIT_GEQ))) return r;
+    if (!count) return 0;
+    uint64_t d[VKC_MAX_SOURCES] = {dsts[0], dsts[1]};
+    uint64_t src[VKC_MAX_SOURCES] = {srcs[0], srcs[1]};
+    int two = 2;
+    void *params[] = {d, &two, src, &two, &count};
+    return cu.launch((CUfunction)fn, grid, 1, 1, block, 1, 1, 0, s, params, 0);
+}
+
+/* Wait for the stream: spin for spin_ns, then sleep a fiftieth of the time waited so far
+   (at most 200 us) between looks, until timeout_ns; VKC_NOT_READY when it ran out. */
+int vkc_stream_wait(uintptr_t ctx, uintptr_t stream, int64_t spin_ns, int64_t timeout_ns) {
+    if (!cu.loaded) return VKC_NO_DRIVER;
+    CUresult r = current(ctx);
+    if (r) return r;
+    int64_t start = now_ns();
+    for (;;) {
+        r = cu.query((CUstream)stream);
+        if (r != VKC_NOT_READY) return r;
+        int64_t waited = now_ns() - start;
+        if (waited >= timeout_ns) return VKC_NOT_READY;
+        if (waited > spin_ns) {
+            int64_t nap = waited / 50 < 200000 ? waited / 50 : 200000;
+            struct timespec t = {0, (long)nap};
+            nanosleep(&t, 0);
+        }
+    }
+}
