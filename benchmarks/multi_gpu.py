@@ -5,11 +5,13 @@
 runs ``vkshmem run -n 2 benchmarks/multi_gpu_pe.py`` once per GPU domain (``--domains``,
 default ``cuda,vulkan``, plus a ``cuda`` job of the per-call rows and the all-reduce with the
 service kernel off;
-the first job also measures NVSHMEM through nvshmem4py and the
-``cudaMemcpyPeer`` ceiling through CuPy, when they import), one PE per GPU, then prints one table
-and writes the rows ``{"op", "bytes", "domain", "vkshmem", "nvshmem", "ceiling", "unit"}`` with the
-date, the devices, the driver and the command. Ratios: vkshmem/ceiling for GB/s rows,
-ceiling/vkshmem and nvshmem/vkshmem for time rows (above 1: vkshmem is faster).
+the first job also measures NVSHMEM through nvshmem4py, the ``cudaMemcpyPeer`` ceiling
+through CuPy and NCCL's all-reduce through torch.distributed, when they import), one PE per
+GPU, then prints one table and writes the rows ``{"op", "bytes", "domain", "vkshmem",
+"nvshmem", "ceiling", "unit"}`` (the all-reduce's also ``ceiling_one_way``, ``nccl``,
+``nccl_in_place``) with the date, the devices, the driver and the command. Ratios:
+vkshmem/ceiling for GB/s rows, ceiling/vkshmem and nvshmem/vkshmem for time rows (above 1:
+vkshmem is faster).
 """
 
 from __future__ import annotations
@@ -85,7 +87,8 @@ def main() -> int:
                     help="skip the cuda job with VKSHMEM_CUDA_SERVICE=off (per-call rows and "
                          "the all-reduce)")
     args = ap.parse_args()
-    extra = [x for x, ok in (("--nvshmem", _have("nvshmem.core")), ("--ceiling", _have("cupy")))
+    extra = [x for x, ok in (("--nvshmem", _have("nvshmem.core")), ("--ceiling", _have("cupy")),
+                             ("--nccl", _have("torch.distributed")))
              if ok]
     jobs = []
     for i, domain in enumerate(d for d in args.domains.split(",") if d):
@@ -102,6 +105,11 @@ def main() -> int:
         print(f"{r['op']:<20} {r['bytes']:>10} {r['domain']:<17} {cells[0]:>9} {cells[1]:>9} "
               f"{cells[2]:>9} {r['unit']:>5} {_ratio(r, 'ceiling'):>6} "
               f"{_ratio(r, 'nvshmem'):>6}")
+    for r in rows:  # the all-reduce's other references, where measured
+        for k in ("ceiling_one_way", "nccl", "nccl_in_place"):
+            if r.get(k) and r["vkshmem"]:
+                print(f"{r['op']} ({r['domain']}): {k} {r[k]} us, {k}/vkshmem "
+                      f"{r[k] / r['vkshmem']:.2f}")
     failed = [j["domain"] for j in jobs if "failed" in j]
     if args.json:
         with open(args.json, "w") as f:

@@ -13,8 +13,12 @@ PE 0 measures against PE 1, whose GPU heap is on the other GPU:
 - with ``--ceiling``: CUDA itself through CuPy on PE 0: ``cudaMemcpyPeerAsync`` + synchronize
   GPU 0 -> GPU 1 (put rows) and GPU 1 -> GPU 0 (get rows), one 8-byte peer copy for the put
   latency, a one-thread ``atomicAdd`` kernel on GPU 1's word whose old value lands in pinned
-  host memory for the fetch_add; for the all-reduce, the time of one 256 MiB peer copy (each
-  GPU must receive at least that much of the other's data in a two-GPU all-reduce).
+  host memory for the fetch_add; for the all-reduce, 256 MiB peer copies both ways at once
+  (each GPU must receive the whole of the other's data while sending its own: the least
+  traffic of any two-GPU all-reduce), and one such copy alone as ``ceiling_one_way``;
+- with ``--nccl``: NCCL's all-reduce through ``torch.distributed`` (both PEs, a TCP store on
+  loopback): ``nccl`` after a device copy of the source into the target (out of place, as
+  vkshmem's and NVSHMEM's), ``nccl_in_place`` without it.
 
 Every figure is the best of three rounds, each sized to run about ``--round-ms`` (default 60 ms).
 Writes ``{"domain", "device", "rows": [{"op", "bytes", "vkshmem", "nvshmem", "ceiling", "unit"}]}``
@@ -38,6 +42,8 @@ ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
 ap.add_argument("--domain", default="cuda", help="the vkshmem GPU domain (cuda or vulkan)")
 ap.add_argument("--nvshmem", action="store_true", help="measure nvshmem4py too")
 ap.add_argument("--ceiling", action="store_true", help="measure cudaMemcpyPeer through CuPy")
+ap.add_argument("--nccl", action="store_true",
+                help="measure NCCL's all-reduce through torch.distributed too")
 ap.add_argument("--quick", action="store_true", help="fewer sizes, shorter rounds")
 ap.add_argument("--latency-only", action="store_true",
                 help="only the per-call rows and the all-reduce: no bandwidth rows")
@@ -218,6 +224,59 @@ if args.nvshmem:
         nv.free_array(x)
     nv.finalize()
 
+# -- NCCL (torch.distributed), the all-reduce a torch user would call ----------------------
+
+def measure_nccl() -> str:
+    """NCCL's all-reduce rows; returns the note."""
+    import socket
+
+    import torch
+    import torch.distributed as dist
+
+    os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")
+    os.environ.setdefault("NCCL_IB_DISABLE", "1")
+    with socket.socket() as probe:  # a free port on loopback for the store, PE 0's pick
+        probe.bind(("127.0.0.1", 0))
+        port = agree(probe.getsockname()[1] if me == 0 else 0)
+    ordinal = getattr(heap.domain.device, "ordinal", me)
+    torch.cuda.set_device(ordinal)
+    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=me,
+                            world_size=n, device_id=torch.device("cuda", ordinal))
+    t = torch.full((TOP // 4,), float(me + 1), device="cuda")
+    out_t = torch.empty_like(t)
+
+    def nccl_reduce() -> None:
+        out_t.copy_(t)  # an out-of-place all-reduce, like the others (NCCL's is in place)
+        dist.all_reduce(out_t)
+        torch.cuda.synchronize()
+
+    def nccl_reduce_in_place() -> None:
+        dist.all_reduce(out_t)
+        torch.cuda.synchronize()
+
+    put_row("sum all-reduce", TOP, "nccl", timed(nccl_reduce, everyone=True, max_iters=50) * 1e6,
+            "us")
+    if not bool((out_t == 3.0).all()):
+        raise SystemExit(f"PE {me}: the NCCL all-reduce gave {out_t[:4]}")
+    put_row("sum all-reduce", TOP, "nccl_in_place",
+            timed(nccl_reduce_in_place, everyone=True, max_iters=50) * 1e6, "us")
+    note = (f"torch {torch.__version__}, NCCL {'.'.join(map(str, torch.cuda.nccl.version()))}"
+            ": dist.all_reduce of 256 MiB float32 + synchronize; nccl: after a device copy of "
+            "the source into the target (out of place, like vkshmem's and NVSHMEM's), "
+            "nccl_in_place: without it")
+    dist.destroy_process_group()
+    return note
+
+
+nccl_note = "not measured (--nccl not given)"
+if args.nccl:
+    try:
+        nccl_note = measure_nccl()
+    except Exception as exc:  # a reference that fails must not lose vkshmem's rows
+        nccl_note = f"failed: {type(exc).__name__}: {exc}"
+        print(f"PE {me}: NCCL {nccl_note}", flush=True)
+
+
 # -- the ceiling: cudaMemcpyPeer through CuPy ------------------------------------------------
 
 ceiling_note = "not measured (--ceiling not given)"
@@ -267,13 +326,34 @@ if args.ceiling and me == 0:
             int(out_np[0])
 
         put_row("fetch_add latency", 8, "ceiling", timed(cuda_fadd) * 1e6, "us")
-        put_row("sum all-reduce", TOP, "ceiling", timed(peer(a1, 1, a0, 0, TOP)) * 1e6, "us")
+        # an all-reduce of two GPUs moves the whole buffer each way, at once: its ceiling is
+        # both peer copies running together (the one-way copy is kept beside it)
+        with cp.cuda.Device(1):
+            b1 = cp.zeros(TOP, cp.uint8)
+            st1 = cp.cuda.Stream(non_blocking=True)
+            try:
+                rt.deviceEnablePeerAccess(0)
+            except cp.cuda.runtime.CUDARuntimeError:  # already enabled in this process
+                pass
+        b0 = cp.zeros(TOP, cp.uint8)
+
+        def both_ways() -> None:
+            rt.memcpyPeerAsync(a1.data.ptr, 1, a0.data.ptr, 0, TOP, st.ptr)
+            rt.memcpyPeerAsync(b0.data.ptr, 0, b1.data.ptr, 1, TOP, st1.ptr)
+            st.synchronize()
+            st1.synchronize()
+
+        put_row("sum all-reduce", TOP, "ceiling", timed(both_ways) * 1e6, "us")
+        put_row("sum all-reduce", TOP, "ceiling_one_way", timed(peer(a1, 1, a0, 0, TOP)) * 1e6,
+                "us")
     ceiling_note = ("CUDA through CuPy: cudaMemcpyPeerAsync + stream synchronize per call, GPU 0 "
                     "-> GPU 1 for put rows, GPU 1 -> GPU 0 for get rows; fetch_add: an atomicAdd "
                     "kernel on GPU 1's word, result in pinned memory, + synchronize; "
-                    "all-reduce: one 256 MiB peer copy")
+                    "all-reduce: 256 MiB peer copies GPU 0 -> GPU 1 and GPU 1 -> GPU 0 at once "
+                    "(what every two-GPU all-reduce must move), ceiling_one_way: one of them "
+                    "alone")
 elif args.ceiling:  # PE 1 keeps up with PE 0's rounds
-    for _ in range(2 * len(SIZES) + 5):
+    for _ in range(2 * len(SIZES) + 6):
         timed(lambda: None)
 
 # which proxy path served (route "proxy"): requests sent, and rounds served natively (C)
@@ -290,7 +370,7 @@ if me == 0:
                    "service": None if svc is None else f"{svc.launches} launches",
                    "proxy": None if route != "proxy" else
                    f"{counts[0]} requests, {counts[1]} rounds in C",
-                   "nvshmem": nvshmem_note, "ceiling": ceiling_note,
+                   "nvshmem": nvshmem_note, "ceiling": ceiling_note, "nccl": nccl_note,
                    "rows": list(rows.values())}, f, indent=1)
 for x in (g_dst, g_src, word, r_src, r_dst, _agree, counts):
     shmem.free(x)
