@@ -46,6 +46,28 @@ def test_gpu_script_without_domain_import(npes: int) -> None:
     assert all(want in line for line in gpu), gpu
 
 
+#: the ring all-reduce's runs: peers through the GPU proxy (shm path on, no imports) at the
+#: default threshold; at 4 bytes (small counts leave shares empty); through UCX's transport
+RING_RUNS = {"noimport": {"VKSHMEM_DOMAIN_IMPORT": "0"},
+             "noimport-small": {"VKSHMEM_DOMAIN_IMPORT": "0", "VKSHMEM_GPU_RING_REDUCE": "4"},
+             "ucx-sm": MODES["ucx-sm"]}
+
+
+@pytest.mark.parametrize(("npes", "run"), [(1, "noimport"), (2, "noimport"), (4, "noimport"),
+                                           (3, "noimport-small"), (2, "ucx-sm")])
+def test_gpu_ring_reduce(npes: int, run: str) -> None:
+    """All-reduces of GPU arrays between PEs that do not map each other's GPU heaps: the ring
+    reduce-scatter + all-gather into the targets from VKSHMEM_GPU_RING_REDUCE bytes, the
+    scratch gather below it and in place; exact results, the same bytes on every PE."""
+    r = launch("gpu_ring_reduce", npes, {**GPU_ENV, **RING_RUNS[run]}, timeout=120)
+    assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout}\n{r.stderr}"
+    assert r.stdout.count("gpu_ring_reduce ok") == npes, r.stdout
+    rings = 0 if npes == 1 else 11 if run == "noimport-small" else 7
+    team = npes - 1 if npes >= 3 else 0  # PEs 1 .. npes-1 reduce once more, as a team
+    assert r.stdout.count(f"ring taken {rings} times") == npes - team, r.stdout
+    assert r.stdout.count(f"ring taken {rings + 1} times") == team, r.stdout
+
+
 @pytest.mark.parametrize("npes", [1, 2, 4])
 def test_gpu_script_unmapped(npes: int) -> None:
     """VKSHMEM_GPU_MAPPED=0: the paths of a discrete GPU (staged copies, shader AMOs, polled

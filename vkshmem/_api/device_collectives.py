@@ -10,7 +10,10 @@ domain's ``reduce`` (the Vulkan domain: ``reduce.comp`` for every integer dtype 
 float16/32/64, complex64/128 sums and products, where the device has the shader features the
 dtype needs). Anything else (a device lacking a feature, bool, longdouble) is reduced by numpy
 on the host after the gather. The fold order is member 0, 1, ... on every PE, so
-floating-point results agree everywhere.
+floating-point results agree everywhere. An all-reduce whose members' sources are all mapped on
+every member's device reduces straight from them (``_reduce_in_place``); a large one between
+members that are not (from a source of the target's domain, not in place) runs as a ring
+reduce-scatter + all-gather into the targets instead of the gather (:mod:`.device_ring`).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from ..core.domainheap import DomainHeap
 from ..core.errors import InvalidArgumentError
 from . import state
 from .args import DomainArray, count_of, heap_of, host_copy
+from .device_ring import ring_reduce
 
 __all__ = ["alltoall", "broadcast", "collect", "fcollect", "reduce", "scan"]
 
@@ -209,7 +213,10 @@ def reduce(ct: CollTeam, target: Any, source: Any, entry: tuple[str, np.ufunc, s
         return
     _check(target, source, "reduce")
     cnt = count_of(target, source, size)
-    if cnt and not _reduce_in_place(ct, target, source, cnt, entry[0]):
+    if not cnt or _reduce_in_place(ct, target, source, cnt, entry[0]):
+        return
+    heap = heap_of(target, "collective target")
+    if not ring_reduce(ct, heap, target, source, cnt, entry[0], entry[1]):
         _gather_reduce(ct, target, source, cnt, entry[0], entry[1], lambda me: range(ct.n))
 
 

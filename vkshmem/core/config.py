@@ -247,6 +247,11 @@ _var("VKSHMEM_GPU_PROXY_CHUNK", "size", "auto",
      "auto: 4M, less where that would take more than an eighth of VKSHMEM_SYMMETRIC_SIZE "
      "(never below 256K unless that would take more than a quarter; never below 16K).",
      _parse_chunk)
+_var("VKSHMEM_GPU_RING_REDUCE", "size", "128K",
+     "All-reduces of a GPU (memory domain) array of at least this many bytes, between PEs that "
+     "do not all map each other's heaps (the GPU proxy, a transport), run as a ring "
+     "reduce-scatter + all-gather into the targets instead of chunks through the team's GPU "
+     "scratch; 0 turns that off.", parse_size)
 
 
 for _name, _doc in (("VKSHMEM_LAUNCHER", "Set by vkshmem run: host:port of its rendezvous."),
@@ -338,6 +343,7 @@ class Config:
     gpu_validation: bool
     gpu_mapped: bool
     gpu_proxy_chunk: int
+    gpu_ring_reduce: int
     rails: tuple[RailSpec, ...]
 
     def __init__(self, environ: Mapping[str, str]) -> None:
