@@ -91,9 +91,11 @@ W = shmem.TEAM_WORLD
 
 def agree_all(flag: int) -> bool:
     """Whether ``flag`` holds on every PE (collective)."""
-    v = np.array([flag], np.int64)
+    v = shmem.full(1, flag, np.int64)
     shmem.min_reduce(v, v)
-    return bool(v[0])
+    out = bool(v[0])
+    shmem.free(v)
+    return out
 
 
 if n == 4 and agree_all(int(other_gpu == ([1, 3] if me in (0, 2) else [0, 2]))):

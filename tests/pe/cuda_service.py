@@ -82,8 +82,10 @@ shmem.barrier_all()
 before = svc.launches
 time.sleep(idle_s * 5 + 0.01)
 shmem.put(buf[:8], np.full(8, 200 + me, np.uint8), me)
-check(svc.launches > before and np.all(buf.to_numpy()[:8] == 200 + me),
-      f"relaunched after the idle exit ({before} -> {svc.launches} launches)")
+seen = buf.to_numpy()[:8]
+check(svc.launches > before and np.all(seen == 200 + me),
+      f"relaunched after the idle exit ({before} -> {svc.launches} launches, {seen})")
+shmem.barrier_all()  # every PE has read its own bytes before its left neighbour's next put
 
 # small service operations and large stream copies on the same bytes, in program order
 big = np.full(1 << 16, me + 1, np.uint8)
