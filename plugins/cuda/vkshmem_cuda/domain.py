@@ -86,7 +86,7 @@ class CudaDomain(MemoryDomain):
         self.size = self.device.round_up(size)
         try:
             # one more granule past the segment: the control words (the pair all-reduce's
-            # flag), mapped by the peers with the rest, never part of the heap
+            # flag word per partner PE), mapped by the peers with the rest, never in the heap
             self.local, self.fd = self.device.create(self.size + self.device.granularity)
             self.local.pe = self.my_pe
             self.device.zero(self.local.va + self.size, self.device.granularity)
