@@ -26,9 +26,8 @@ import numpy as np
 from ..core.collteam import CollTeam
 from ..core.domainheap import DomainHeap
 from ..core.errors import InvalidArgumentError
-from . import state
 from .args import DomainArray, count_of, heap_of, host_copy
-from .device_ring import ring_reduce
+from .device_ring import quiet_sync, ring_reduce
 
 __all__ = ["alltoall", "broadcast", "collect", "fcollect", "reduce", "scan"]
 
@@ -70,11 +69,6 @@ class _Source:
             self.gpu.put(pe, self.gpu.seg_id, dst_off, self.bytes[lo:lo + nbytes])
 
 
-def _done(ct: CollTeam) -> None:
-    state.rt.quiet()
-    ct.ts.sync()
-
-
 def broadcast(ct: CollTeam, target: DomainArray, source: Any, root: int, size: Any,
               host: _Host) -> None:
     """See :func:`vkshmem.shmem.broadcast`."""
@@ -90,7 +84,7 @@ def broadcast(ct: CollTeam, target: DomainArray, source: Any, root: int, size: A
         src = _Source(heap_of(target, "collective target"), source)
         for pe in ct.pes:
             src.push(pe, target.offset, 0, cnt * dt.itemsize)
-    _done(ct)
+    quiet_sync(ct)
 
 
 def fcollect(ct: CollTeam, target: DomainArray, source: Any, size: Any,
@@ -109,7 +103,7 @@ def fcollect(ct: CollTeam, target: DomainArray, source: Any, size: Any,
     src = _Source(heap_of(target, "collective target"), source)
     for pe in ct.pes:
         src.push(pe, target.offset + ct.me * cnt * isz, 0, cnt * isz)
-    _done(ct)
+    quiet_sync(ct)
 
 
 def collect(ct: CollTeam, target: DomainArray, source: Any, size: Any,
@@ -126,7 +120,7 @@ def collect(ct: CollTeam, target: DomainArray, source: Any, size: Any,
     mine = np.array([cnt], np.uint64)
     for pe in ct.pes:
         gpu.put(pe, gpu.seg_id, scratch + 8 * ct.me, memoryview(mine).cast("B"))
-    _done(ct)
+    quiet_sync(ct)
     counts = np.empty(ct.n, np.uint64)
     gpu.read_local(scratch, memoryview(counts).cast("B"))
     total = int(counts.sum())
@@ -138,7 +132,7 @@ def collect(ct: CollTeam, target: DomainArray, source: Any, size: Any,
     src = _Source(heap_of(target, "collective target"), source)
     for pe in ct.pes:
         src.push(pe, target.offset + start * isz, 0, cnt * isz)
-    _done(ct)
+    quiet_sync(ct)
 
 
 def alltoall(ct: CollTeam, target: DomainArray, source: Any, cnt: int, tst: int, sst: int,
@@ -164,7 +158,7 @@ def alltoall(ct: CollTeam, target: DomainArray, source: Any, cnt: int, tst: int,
             for i in range(cnt):
                 at = target.offset + (me * cnt + i) * tst * isz
                 gpu.put(pe, gpu.seg_id, at, memoryview(block[i:i + 1]).cast("B"))
-    _done(ct)
+    quiet_sync(ct)
 
 
 def _gather_reduce(ct: CollTeam, target: DomainArray, source: Any, cnt: int, op: str,
@@ -187,7 +181,7 @@ def _gather_reduce(ct: CollTeam, target: DomainArray, source: Any, cnt: int, op:
         ct.ts.sync()  # the scratch is free (everyone finished the previous chunk)
         for pe in ct.pes:
             src.push(pe, scratch + ct.me * m * isz, lo * isz, m * isz)
-        _done(ct)
+        quiet_sync(ct)
         want = members(ct.me)
         dst = target.offset + lo * isz
         if not want:

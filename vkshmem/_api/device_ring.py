@@ -43,7 +43,7 @@ from ..core.domain import DomainArray
 from ..core.domainheap import DomainHeap
 from . import state
 
-__all__ = ["ALIGN", "ring_reduce"]
+__all__ = ["ALIGN", "quiet_sync", "ring_reduce"]
 
 #: share boundaries fall on multiples of this many elements
 ALIGN = 256
@@ -60,7 +60,9 @@ def _shares(cnt: int, n: int) -> list[tuple[int, int]]:
     return [(min(k * per, cnt), min((k + 1) * per, cnt) - min(k * per, cnt)) for k in range(n)]
 
 
-def _done(ct: CollTeam) -> None:
+def quiet_sync(ct: CollTeam) -> None:
+    """Complete this PE's puts, then the team's barrier: one step of a device collective
+    (every member's pushes have landed when it returns)."""
     state.rt.quiet()
     ct.ts.sync()
 
@@ -118,7 +120,7 @@ def ring_reduce(ct: CollTeam, heap: DomainHeap, target: DomainArray, source: obj
         lo, m = shares[(me - s) % n]
         if m:  # share me - s: my source's part first, then the partial I folded last step
             heap.put_device(right, t0 + lo * isz, (s0 if s == 0 else t0) + lo * isz, m * isz)
-        _done(ct)
+        quiet_sync(ct)
         lo, m = shares[(me - 1 - s) % n]
         if m:
             folder.fold(t0 + lo * isz, s0 + lo * isz, m)
@@ -126,5 +128,5 @@ def ring_reduce(ct: CollTeam, heap: DomainHeap, target: DomainArray, source: obj
         lo, m = shares[(me + 1 - t) % n]
         if m:
             heap.put_device(right, t0 + lo * isz, t0 + lo * isz, m * isz)
-        _done(ct)  # the last one: nobody returns while a peer still writes its target
+        quiet_sync(ct)  # the last one: nobody returns while a peer still writes its target
     return True
