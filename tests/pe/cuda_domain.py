@@ -76,10 +76,16 @@ for op, fn, ref in (("sum", shmem.sum_reduce, np.add), ("max", shmem.max_reduce,
     want = np.arange(big, dtype=np.float32) % 7
     want = ref.reduce([want + p for p in range(n)], axis=0).astype(np.float32)
     check(np.array_equal(fdst.to_numpy(), want), f"{op}_reduce of {big} float32")
-# two PEs on two GPUs: those four (1.2 MB each) took the push-then-reduce path (pairreduce)
+# the same call again, on new data (two GPUs: the round's arguments kept from the first sum)
+fsrc.copy_from(np.arange(big, dtype=np.float32) % 5 + 2 * me)
+shmem.sum_reduce(fdst, fsrc)
+want = sum(np.arange(big, dtype=np.float32) % 5 + 2 * p for p in range(n)).astype(np.float32)
+check(np.array_equal(fdst.to_numpy(), want), "a repeated sum_reduce on new data")
+fsrc.copy_from(np.arange(big, dtype=np.float32) % 7 + me)
+# two PEs on two GPUs: those five (1.2 MB each) took the push-then-reduce path (pairreduce)
 two_gpus = n == 2 and any(m is not None and m.remote_gpu for m in heap.direct)
 pair = fdst.domain._pair
-check((pair is not None and pair.rounds == 4) if two_gpus else pair is None,
+check((pair is not None and pair.rounds == 5) if two_gpus else pair is None,
       f"pair all-reduce rounds: {pair and pair.rounds} (two GPUs: {two_gpus})")
 # four PEs, two per GPU: PE 0 pairs with PE 1, then with PE 3 (both on the other GPU), in
 # teams of two: each partner writes its own word and counts its own rounds, so the rounds of

@@ -116,6 +116,7 @@ class DomainHeap(DeviceTransfers):
         #: every PE's routes (row: that PE's view), so decisions that must agree can
         views = rt.bootstrap.allgather(",".join(self.route_names).encode())
         self.all_routes = [v.decode().split(",") for v in views]
+        self._maps_all: dict[tuple[int, ...], bool] = {}
         if any(r == "proxy" or r.endswith("+proxy") for row in self.all_routes for r in row):
             from .domainproxy import DomainProxy
             self.proxy = DomainProxy(self)
@@ -324,8 +325,13 @@ class DomainHeap(DeviceTransfers):
 
     def maps_all(self, pes: Any) -> bool:
         """Whether every PE of ``pes`` maps the segments of all of them (routes ``direct``):
-        the same answer on each of them."""
-        return all(self.all_routes[p][q] == "direct" for p in pes for q in pes)
+        the same answer on each of them. Kept per member list (the routes do not change)."""
+        key = tuple(pes)
+        found = self._maps_all.get(key)
+        if found is None:
+            found = self._maps_all[key] = all(self.all_routes[p][q] == "direct"
+                                              for p in pes for q in pes)
+        return found
 
     def reduce_from(self, dst_off: int, pes: Any, src_off: int, count: int, op: str,
                     dtype: np.dtype) -> None:

@@ -59,11 +59,10 @@ uint64_t vkc_svc_launches(vkc_svc *s);
 void vkc_svc_free(vkc_svc *s);
 #define VKC_SVC_TIMEOUT 1100
 #define VKC_SVC_BROKEN 1101
-int vkc_pair_issue(uintptr_t ctx, uintptr_t stream, uintptr_t fn, uint64_t push_dst,
+int vkc_pair_round(uintptr_t ctx, uintptr_t stream, uintptr_t fn, uint64_t push_dst,
                    uint64_t push_src, size_t push_bytes, uint64_t mine, uint64_t peer,
                    uint32_t seq, const uint64_t *dsts, const uint64_t *srcs, uint64_t count,
-                   unsigned grid, unsigned block);
-int vkc_stream_wait(uintptr_t ctx, uintptr_t stream, int64_t spin_ns, int64_t timeout_ns);
+                   unsigned grid, unsigned block, int64_t spin_ns, int64_t timeout_ns);
 """
 
 SOURCE = CUDA_SOURCE + r"""

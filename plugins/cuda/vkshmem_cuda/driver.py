@@ -135,7 +135,7 @@ class Device:
         self._issued = 0
         self._synced = 0
         self._seq = 0  # the AMO kernel's completion flag (see _ops_build.vkc_amo)
-        self._reduce_fns: dict[tuple[str, str], int] = {}
+        self._reduce_fns: dict[tuple[str, str, int], int] = {}
         self._amo_lock = threading.Lock()  # the result word: the proxy thread also calls
         self._amo_out = _ffi.new("uint64_t *")
         #: host memory ranges pinned for DMA (no bounce buffer needed), as (address, size)
@@ -343,13 +343,13 @@ class Device:
                                         self.spin_ns, self._amo_fn)
         self._native.fill(address, size)
 
-    def reduce_fn(self, op: str, dtype: np.dtype) -> int:
-        """The reduce kernel's function handle for ``op`` on ``dtype`` (compiled on first
-        use; CudaError where :func:`~.kernels.reduce_source` has none)."""
-        key = (op, np.dtype(dtype).name)
+    def reduce_fn(self, op: str, dtype: np.dtype, unroll: int = 4) -> int:
+        """The reduce kernel's function handle for ``op`` on ``dtype`` (``unroll``: see
+        :func:`~.kernels.reduce_source`; compiled on first use; CudaError where it has none)."""
+        key = (op, np.dtype(dtype).name, unroll)
         fn = self._reduce_fns.get(key)
         if fn is None:
-            source = reduce_source(op, dtype)
+            source = reduce_source(op, dtype, unroll)
             if source is None:
                 raise CudaError(f"no reduce kernel for {op} on {np.dtype(dtype)}")
             self.current()
@@ -357,10 +357,10 @@ class Device:
                                                             REDUCE_NAME, CudaError))
         return fn
 
-    def reduce_grid(self, count: int, dtype: np.dtype, block: int) -> int:
+    def reduce_grid(self, count: int, dtype: np.dtype, block: int, per_sm: int = 4) -> int:
         """Blocks for the reduce kernel over ``count`` elements (16 bytes a thread, at most
-        four blocks per SM: the kernel loops)."""
-        return max(1, min(self.sms * 4, -(-count * np.dtype(dtype).itemsize // (16 * block))))
+        ``per_sm`` blocks per SM: the kernel loops)."""
+        return max(1, min(self.sms * per_sm, -(-count * np.dtype(dtype).itemsize // (16 * block))))
 
     def reduce(self, dsts: list[int], sources: list[int], count: int, op: str,
                dtype: np.dtype, stream: int = 0) -> None:

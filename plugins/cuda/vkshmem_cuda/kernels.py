@@ -113,7 +113,7 @@ _OPS = {"sum": "a + b", "prod": "a * b", "min": "(b < a ? b : a)", "max": "(b > 
 _REDUCE = r"""
 typedef unsigned long long u64;
 typedef %(T)s T;
-enum { VEC = 16 / sizeof(T), UNROLL = 4 };
+enum { VEC = 16 / sizeof(T), UNROLL = %(U)d };
 struct sources { const T *p[%(N)d]; };  /* also the destinations */
 struct __align__(16) pack { T v[VEC]; };
 __device__ __forceinline__ T combine(T a, T b) { return %(OP)s; }
@@ -168,12 +168,14 @@ extern "C" __global__ void vkshmem_reduce(struct sources dst, int nd, struct sou
 
 
 @cache
-def reduce_source(op: str, dtype: np.dtype) -> str | None:
+def reduce_source(op: str, dtype: np.dtype, unroll: int = 4) -> str | None:
     """CUDA C for ``op`` over ``dtype`` (None where this kernel does not do that pair:
-    float16, complex, bool and bitwise ops on floats go to the core's other paths). Cached:
-    every all-reduce asks (``can_reduce_from``)."""
+    float16, complex, bool and bitwise ops on floats go to the core's other paths), each
+    thread loading ``unroll`` 16-byte packs of a source per step (4: more loads in flight hide
+    NVLink's latency; the pair all-reduce, which reads local memory only, measured best with
+    2). Cached: every all-reduce asks (``can_reduce_from``)."""
     ctype = _CTYPES.get(np.dtype(dtype).name)
     if ctype is None or op not in _OPS or (op in ("and", "or", "xor") and
                                             np.dtype(dtype).kind == "f"):
         return None
-    return _REDUCE % {"T": ctype, "N": MAX_SOURCES, "OP": _OPS[op]}
+    return _REDUCE % {"T": ctype, "N": MAX_SOURCES, "OP": _OPS[op], "U": unroll}

@@ -8,13 +8,18 @@ in its target) into its target and the peer's. Every byte crosses the link once 
 Measured on 2 x H100 NVLink (tests/gpu/allreduce_probe.py, the GPUs' time for 256 MiB of
 float32): 0.93 of one 256 MiB peer copy (0.94 of two at once, one each way), against 0.87 for
 the share kernel; pipelining the phases in chunks only lost (0.91 in 4 chunks down to 0.68:
-a copy engine moves a 16 MiB copy at 0.8 of its 256 MiB rate).
+a copy engine moves a 16 MiB copy at 0.8 of its 256 MiB rate), and so did pushing the whole
+source in chunks, each folded locally as it lands (no second phase on the link: 822-866 us in
+every chunking tried, against 740; the folds slow the copies more than they hide).
 
-Each round is issued by one C call (``vkc_pair_issue``, ``csrc/pair.c``) on this PE's own
-stream and waited for by another, GIL released: the push, then a write of the peer's PUSHED
-word (``cuStreamWriteValue32``, ordered after the copy), a wait for this PE's own
-(``cuStreamWaitValue32``: no host round trip between the phases), then the kernel; the core's
-barriers come before (the peer's target is free) and after (its writes into mine are done).
+Each round is issued and waited for by one C call (``vkc_pair_round``, ``csrc/pair.c``) on this
+PE's own stream, GIL released, its arguments worked out once per distinct call (a *plan*): the
+push, then a write of the peer's PUSHED word (``cuStreamWriteValue32``, ordered after the
+copy), a wait for this PE's own (``cuStreamWaitValue32``: no host round trip between the
+phases), then the kernel (two 16-byte loads per source in flight per thread, two blocks per SM:
+it reads local memory only; measured 735 against 745 us with the NVLink-reading kernel's four
+and four); the core's barriers come before (the peer's target is free) and after (its writes
+into mine are done).
 Signalling entry and end on the GPUs the same way, without those barriers, measured 8 us
 slower per call on 2 x H100. The words live in each heap's control granule (past the usable
 segment, see :class:`~.domain.CudaDomain`), one per partner PE at its index, and both
@@ -25,6 +30,8 @@ failed), this PE releases its stream by writing its own word, and the call raise
 """
 
 from __future__ import annotations
+
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -39,8 +46,24 @@ __all__ = ["SLOT", "PairReduce", "pair_members"]
 #: the bytes of each partner's words in a PE's control granule (one, PUSHED, is used)
 SLOT = 16
 _BLOCK = 512
-_SPIN_NS = 2_000_000  # spin on the stream this long, then nap (see vkc_stream_wait)
+_UNROLL = 2  # packs in flight per thread per source (kernels.reduce_source)
+_PER_SM = 2  # blocks per SM
+_PLANS = 64  # the distinct calls whose arguments are kept
+_SPIN_NS = 2_000_000  # spin on the stream this long, then nap (see csrc/pair.c)
 _NOT_READY = 600  # CUDA_ERROR_NOT_READY: the wait ran out
+
+
+class _Plan(NamedTuple):
+    """The C round's arguments that depend only on the call's shape."""
+
+    fn: int
+    push_dst: int
+    push_src: int
+    push_bytes: int
+    dsts: Any  # uint64_t[2]: this PE's share in both targets
+    srcs: Any  # uint64_t[2]: its source and what the peer pushed, in the members' order
+    count: int
+    grid: int
 
 
 class PairReduce:
@@ -52,13 +75,12 @@ class PairReduce:
         self.timeout = timeout
         self.rounds = 0  #: calls so far, with any partner
         self._seq: dict[int, int] = {}  # per partner PE: the rounds with it (alike on both)
+        self._plans: dict[tuple[Any, ...], _Plan] = {}
         cu = device.cu
         device.current()
         #: its own stream: a wait on the peer's words holds no other operation of the domain
         self.stream = check(cu.cuStreamCreate(cu.CUstream_flags.CU_STREAM_NON_BLOCKING),
                             "cuStreamCreate")
-        self._dsts = _ffi.new("uint64_t[2]")
-        self._srcs = _ffi.new("uint64_t[2]")
 
     def run(self, me: int, peer: int, dst: tuple[int, int], src: tuple[int, int],
             words: tuple[int, int], count: int, share: int, op: str, dtype: np.dtype) -> None:
@@ -67,29 +89,38 @@ class PairReduce:
         word the other one writes, ``me`` this PE's index (0 or 1) in the members' order,
         ``peer`` the partner's PE, ``share`` the elements each index owns (the last one the
         rest)."""
-        dev = self.device
-        isz = np.dtype(dtype).itemsize
-        fn = dev.reduce_fn(op, dtype)
-        lo, hi = me * share, min(count, (me + 1) * share)
-        plo, phi = (1 - me) * share, min(count, (2 - me) * share)
+        key = (me, dst, src, count, share, op, dtype)
+        plan = self._plans.get(key)
+        if plan is None:
+            if len(self._plans) >= _PLANS:
+                self._plans.clear()
+            plan = self._plans[key] = self._plan(me, dst, src, count, share, op, dtype)
         self.rounds += 1
         seq = self._seq[peer] = (self._seq.get(peer, 0) + 1) & 0xFFFFFFFF or 1
+        dev = self.device
         stream = int(self.stream)
-        mine, pushed = src[0] + lo * isz, dst[0] + lo * isz
-        self._dsts[0:2] = [dst[0] + lo * isz, dst[1] + lo * isz]
-        # the peer's part is in my target by then: fold it with mine, in the members' order
-        self._srcs[0:2] = [mine, pushed] if me == 0 else [pushed, mine]
-        n = max(0, hi - lo)
-        grid = dev.reduce_grid(n, dtype, _BLOCK)
-        push_bytes = max(0, phi - plo) * isz
-        dev._done(_lib.vkc_pair_issue(dev.ctx_ptr, stream, fn, dst[1] + plo * isz,
-                                      src[0] + plo * isz, push_bytes, words[0], words[1], seq,
-                                      self._dsts, self._srcs, n, grid, _BLOCK),
-                  "the pair all-reduce")
-        res = _lib.vkc_stream_wait(dev.ctx_ptr, stream, _SPIN_NS, int(self.timeout * 1e9))
+        res = _lib.vkc_pair_round(dev.ctx_ptr, stream, plan.fn, plan.push_dst, plan.push_src,
+                                  plan.push_bytes, words[0], words[1], seq, plan.dsts,
+                                  plan.srcs, plan.count, plan.grid, _BLOCK, _SPIN_NS,
+                                  int(self.timeout * 1e9))
         if res == _NOT_READY:
             self._release(stream, words[0], seq)
         dev._done(res, "the pair all-reduce")
+
+    def _plan(self, me: int, dst: tuple[int, int], src: tuple[int, int], count: int,
+              share: int, op: str, dtype: np.dtype) -> _Plan:
+        dev = self.device
+        isz = np.dtype(dtype).itemsize
+        lo, hi = me * share, min(count, (me + 1) * share)
+        plo, phi = (1 - me) * share, min(count, (2 - me) * share)
+        mine, pushed = src[0] + lo * isz, dst[0] + lo * isz
+        n = max(0, hi - lo)
+        # the peer's part is in my target by then: fold it with mine, in the members' order
+        return _Plan(dev.reduce_fn(op, dtype, _UNROLL), dst[1] + plo * isz, src[0] + plo * isz,
+                     max(0, phi - plo) * isz,
+                     _ffi.new("uint64_t[2]", [dst[0] + lo * isz, dst[1] + lo * isz]),
+                     _ffi.new("uint64_t[2]", [mine, pushed] if me == 0 else [pushed, mine]),
+                     n, dev.reduce_grid(n, dtype, _BLOCK, _PER_SM))
 
     def _release(self, stream: int, mine: int, seq: int) -> None:
         """The peer never pushed: release the stream by writing this PE's word, let it

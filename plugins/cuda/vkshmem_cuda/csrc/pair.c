@@ -1,5 +1,5 @@
-/* The two-GPU all-reduce (vkshmem_cuda/pairreduce.py): a round issued by one C call and
-   waited for by another, GIL released (the core's barriers come before and after it).
+/* The two-GPU all-reduce (vkshmem_cuda/pairreduce.py): a round issued and waited for by one
+   C call, GIL released (the core's barriers come before and after it).
 
    Each PE's heap has, in its control granule which both GPUs map, a word that each partner
    writes (PUSHED). A round numbered seq, on this PE's stream:
@@ -33,29 +33,9 @@ static int pair_load(void) {
     return 0;
 }
 
-int vkc_pair_issue(uintptr_t ctx, uintptr_t stream, uintptr_t fn, uint64_t push_dst,
-                   uint64_t push_src, size_t push_bytes, uint64_t mine, uint64_t peer,
-                   uint32_t seq, const uint64_t *dsts, const uint64_t *srcs, uint64_t count,
-                   unsigned grid, unsigned block) {
-    int loaded = pair_load();
-    if (loaded) return loaded;
-    CUresult r = current(ctx);
-    if (r) return r;
-    CUstream s = (CUstream)stream;
-    if (push_bytes && (r = cu.d2d(push_dst, push_src, push_bytes, s))) return r;
-    if ((r = pair_write(s, peer, seq, 0))) return r;
-    if ((r = pair_wait(s, mine, seq, VKC_WAIT_GEQ))) return r;
-    if (!count) return 0;
-    uint64_t d[VKC_MAX_SOURCES] = {dsts[0], dsts[1]};
-    uint64_t src[VKC_MAX_SOURCES] = {srcs[0], srcs[1]};
-    int two = 2;
-    void *params[] = {d, &two, src, &two, &count};
-    return cu.launch((CUfunction)fn, grid, 1, 1, block, 1, 1, 0, s, params, 0);
-}
-
 /* Wait for the stream: spin for spin_ns, then sleep a fiftieth of the time waited so far
    (at most 200 us) between looks, until timeout_ns; VKC_NOT_READY when it ran out. */
-int vkc_stream_wait(uintptr_t ctx, uintptr_t stream, int64_t spin_ns, int64_t timeout_ns) {
+static int vkc_stream_wait(uintptr_t ctx, uintptr_t stream, int64_t spin_ns, int64_t timeout_ns) {
     if (!cu.loaded) return VKC_NO_DRIVER;
     CUresult r = current(ctx);
     if (r) return r;
@@ -71,4 +51,29 @@ int vkc_stream_wait(uintptr_t ctx, uintptr_t stream, int64_t spin_ns, int64_t ti
             nanosleep(&t, 0);
         }
     }
+}
+
+/* One round: issue it, then wait for the stream (vkc_stream_wait; VKC_NOT_READY when the
+   peer's push did not land within timeout_ns: the caller releases the stream). */
+int vkc_pair_round(uintptr_t ctx, uintptr_t stream, uintptr_t fn, uint64_t push_dst,
+                   uint64_t push_src, size_t push_bytes, uint64_t mine, uint64_t peer,
+                   uint32_t seq, const uint64_t *dsts, const uint64_t *srcs, uint64_t count,
+                   unsigned grid, unsigned block, int64_t spin_ns, int64_t timeout_ns) {
+    int loaded = pair_load();
+    if (loaded) return loaded;
+    CUresult r = current(ctx);
+    if (r) return r;
+    CUstream s = (CUstream)stream;
+    if (push_bytes && (r = cu.d2d(push_dst, push_src, push_bytes, s))) return r;
+    if ((r = pair_write(s, peer, seq, 0))) return r;
+    if ((r = pair_wait(s, mine, seq, VKC_WAIT_GEQ))) return r;
+    if (count) {
+        uint64_t d[VKC_MAX_SOURCES] = {dsts[0], dsts[1]};
+        uint64_t src[VKC_MAX_SOURCES] = {srcs[0], srcs[1]};
+        int two = 2;
+        void *params[] = {d, &two, src, &two, &count};
+        if ((r = cu.launch((CUfunction)fn, grid, 1, 1, block, 1, 1, 0, s, params, 0)))
+            return r;
+    }
+    return vkc_stream_wait(ctx, stream, spin_ns, timeout_ns);
 }
