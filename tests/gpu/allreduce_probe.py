@@ -12,12 +12,21 @@ float32 between two GPUs, in one process with peer access, each timed as both GP
   is pushed; ``+ce`` variants write the peer's target by a copy-engine push of the reduced
   chunk instead of the kernel's NVLink stores (on a second copy stream, or queued behind the
   pushes on the same one: "one copy stream");
+- ``gather``: each GPU's copy engine pushes its *whole* source into the peer's target in
+  chunks (all of the link traffic by copies queued back to back, no second phase), and each
+  GPU folds chunk c into its target from local memory (target = source op target) as soon as
+  the peer's flag for c lands; only the last chunk's fold is not hidden behind the copies;
 - ``copy``: one 256 MiB peer copy, and two at once, one each way (the least traffic of a
   two-GPU all-reduce).
-Prints microseconds per all-reduce (best of 10 after 3 warm-ups) and checks the sums."""
+Prints microseconds per all-reduce (best of 10 after 3 warm-ups) and checks the sums.
+``python allreduce_probe.py push`` runs only the copies and ``push`` with other kernel shapes.
+Measured on 2 x H100 (2026-11-27): ``gather`` 822-866 us in every chunking tried (4 x 64 MiB
+to 16 x 16 MiB, shrinking chunks 128 ... 4 MiB), against 740 for ``push`` and 695 for the two
+copies alone: the folds slow the copies down more than they hide."""
 
 from __future__ import annotations
 
+import sys
 import time
 
 import cupy as cp
@@ -217,6 +226,42 @@ def main() -> None:
                     streams[dev].wait_event(ev)
         return run
 
+    def gather(ks, grid_mul: int, sizes_mib: list[int]):
+        """Whole-source pushes in chunks of ``sizes_mib`` (summing to 256), folded locally."""
+        parts = [m << 18 for m in sizes_mib]  # float32 elements
+        assert sum(parts) == N, sizes_mib
+        starts = [sum(parts[:i]) for i in range(len(parts))]
+
+        def run() -> None:
+            base = epoch[0]
+            epoch[0] += len(parts)
+            for dev in (0, 1):
+                peer = 1 - dev
+                ce, _g = side[dev]
+                with cp.cuda.Device(dev):
+                    for c, (lo, n) in enumerate(zip(starts, parts, strict=True)):
+                        cp.cuda.runtime.memcpyPeerAsync(dst[peer][lo:].data.ptr, peer,
+                                                        src[dev][lo:].data.ptr, dev, n * 4,
+                                                        ce.ptr)
+                        ok(cu.cuStreamWriteValue32(ce.ptr, flags[peer].data.ptr,
+                                                   (base + c + 1) & 0xFFFFFFFF, 0))
+            for dev in (0, 1):
+                with cp.cuda.Device(dev):
+                    for c, (lo, n) in enumerate(zip(starts, parts, strict=True)):
+                        grid = max(1, min(sms * grid_mul, n * 4 // (16 * 512)))
+                        ok(cu.cuStreamWaitValue32(streams[dev].ptr, flags[dev].data.ptr,
+                                                  (base + c + 1) & 0xFFFFFFFF, 0))
+                        with streams[dev]:
+                            ks[dev]((grid,), (512,), (src[dev][lo:], dst[dev][lo:],
+                                                      dst[dev][lo:], dst[dev][lo:],
+                                                      np.int32(1), np.uint64(n)))
+            for dev in (0, 1):  # my pushes are done (the peer's fold waited for them)
+                with cp.cuda.Device(dev):
+                    ev = cp.cuda.Event(disable_timing=True)
+                    ev.record(side[dev][0])
+                    streams[dev].wait_event(ev)
+        return run
+
     def copy() -> None:
         with cp.cuda.Device(0):
             cp.cuda.runtime.memcpyPeerAsync(dst[1].data.ptr, 1, src[0].data.ptr, 0, N * 4,
@@ -232,6 +277,19 @@ def main() -> None:
     rows.append(("copy 256 MiB GPU0->GPU1 (ceiling)", timed(copy)))
     rows.append(("copies 256 MiB both ways at once", timed(both_ways)))
     dst[1].fill(0)
+    if sys.argv[1:] == ["push"]:  # the push kernel's shape: grid, block, loads, stores
+        for grid_mul, block in ((2, 512), (1, 512), (1, 1024), (8, 256), (4, 256), (2, 1024)):
+            name = f"push unroll4 grid {grid_mul}xSM block {block}"
+            rows.append((name, timed(push(base, sms * grid_mul, block))))
+            check(name)
+        for unroll, streaming in ((8, False), (2, False), (4, True), (2, True)):
+            ks = kernels(variant(unroll, streaming))
+            for grid_mul in (2, 1):
+                name = f"push unroll{unroll}{' stcs' if streaming else ''} grid {grid_mul}xSM"
+                rows.append((name, timed(push(ks, sms * grid_mul, 512))))
+                check(name)
+        report(rows)
+        return
     for grid_mul, block in ((4, 512), (2, 512), (8, 256), (1, 1024), (16, 512)):
         name = f"share unroll4 grid {grid_mul}xSM block {block}"
         rows.append((name, timed(share(base, sms * grid_mul, block))))
@@ -264,6 +322,10 @@ def main() -> None:
                 print(f"{name}: {exc}", flush=True)
                 continue
             check(name)
+    report(rows)
+
+
+def report(rows: list[tuple[str, float]]) -> None:
     ceiling = rows[0][1]
     print(f"{'variant':52s} {'us':>9s} {'ceiling/us':>10s}")
     for name, us in rows:
