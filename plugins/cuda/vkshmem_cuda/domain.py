@@ -31,7 +31,7 @@ from vkshmem.core.transport import AmoOp, SegmentInfo
 from .array import CudaArray, PeerView
 from .driver import CudaError, Device, Mapping, device_count, host_address
 from .kernels import MAX_SOURCES, reduce_source
-from .pairreduce import SLOT, PairReduce, pair_members
+from .pairreduce import SLOT, PairReduce, Plan, pair_members
 from .service import Service, service_mode
 
 __all__ = ["CudaDomain"]
@@ -43,7 +43,7 @@ ENV_SIZE = "VKSHMEM_CUDA_SYMMETRIC_SIZE"
 _META = struct.Struct("<Q16s")  # allocation size (segment + control granule), owner's GPU UUID
 _SHARE_ALIGN = 256  # elements: each member's share of a reduction starts 16-byte aligned
 _PAIR_MIN = 1 << 20  # bytes: smaller two-GPU all-reduces take the share kernel (one launch)
-_PAIR_CALLS = 64  # the distinct pair all-reduce calls whose checked arguments are kept
+_PAIR_PLANS = 64  # the distinct pair all-reduce call shapes whose rounds are kept
 
 
 def _env_int(name: str) -> int | None:
@@ -96,7 +96,7 @@ class CudaDomain(MemoryDomain):
             raise
         #: the two-GPU all-reduce (made on first use)
         self._pair: PairReduce | None = None
-        self._pair_calls: dict[tuple[Any, ...], tuple[Any, ...]] = {}  # see reduce_from
+        self._pair_plans: dict[tuple[Any, ...], Plan] = {}  # see reduce_from
         #: a dma-buf fd of the heap (RDMA NICs register it: SegmentInfo.dmabuf_fd), or -1
         self.dmabuf_fd = -1
         try:
@@ -258,15 +258,15 @@ class CudaDomain(MemoryDomain):
         instead of every member reading every other's whole source. Two members on two GPUs
         push, then reduce (:mod:`.pairreduce`). More members than one launch takes: this PE
         reduces everything into its own target. Every member calls this between the same two
-        barriers (the core's contract). A pair's checked arguments are kept per call shape:
-        a repeated call goes straight to the round."""
+        barriers (the core's contract). A pair's round is kept per call shape (its
+        :class:`~.pairreduce.Plan`): a repeated call goes straight to it."""
         key = None
         if len(sources) == 2:
             (first, first_off), (second, second_off) = sources
             key = (dst_offset, id(first), first_off, id(second), second_off, count, op, dtype)
-            args = self._pair_calls.get(key)
-            if args is not None:
-                self._pair.run(*args)  # type: ignore[union-attr]  # made with the args
+            plan = self._pair_plans.get(key)
+            if plan is not None:
+                self._pair.round(plan)  # type: ignore[union-attr]  # it made the plan
                 return
         isz = np.dtype(dtype).itemsize
         self.check_range(dst_offset, count * isz, "CUDA reduce")
@@ -293,20 +293,20 @@ class CudaDomain(MemoryDomain):
                      count: int, op: str, dtype: np.dtype,
                      key: tuple[Any, ...] | None = None) -> None:
         """Two members on two GPUs: push, then reduce locally (see :mod:`.pairreduce`); the
-        round's arguments are kept under ``key``."""
+        round's plan is kept under ``key``."""
         if self._pair is None:
             self._pair = PairReduce(self.device, self._timeout)
         peer, peer_off = sources[1 - me]
         share = -(-count // 2 // _SHARE_ALIGN) * _SHARE_ALIGN
-        args = (me, peer.pe, (self.local.va + dst_offset, peer.va + dst_offset),
-                (self.local.va + sources[me][1], peer.va + peer_off),
-                (self._control(self.local, peer.pe), self._control(peer, self.my_pe)),
-                count, share, op, dtype)
-        self._pair.run(*args)
+        plan = self._pair.plan(me, peer.pe, (self.local.va + dst_offset, peer.va + dst_offset),
+                               (self.local.va + sources[me][1], peer.va + peer_off),
+                               (self._control(self.local, peer.pe),
+                                self._control(peer, self.my_pe)), count, share, op, dtype)
+        self._pair.round(plan)
         if key is not None:
-            if len(self._pair_calls) >= _PAIR_CALLS:
-                self._pair_calls.clear()
-            self._pair_calls[key] = args
+            if len(self._pair_plans) >= _PAIR_PLANS:
+                self._pair_plans.clear()
+            self._pair_plans[key] = plan
 
     def _control(self, mem: Mapping, writer: int) -> int:
         """The device address of the pair all-reduce's words in ``mem`` that PE ``writer``
@@ -365,7 +365,7 @@ class CudaDomain(MemoryDomain):
             self.stop_threads()  # normally done by the core already
             if isinstance(self._svc, Service):
                 self._svc.close()
-            self._pair_calls.clear()
+            self._pair_plans.clear()
             if self._pair is not None:
                 self._pair.close()
             for address, _size in list(self.device.pinned):  # the host heap, peers' mailboxes

@@ -13,13 +13,13 @@ source in chunks, each folded locally as it lands (no second phase on the link: 
 every chunking tried, against 740; the folds slow the copies more than they hide).
 
 Each round is issued and waited for by one C call (``vkc_pair_round``, ``csrc/pair.c``) on this
-PE's own stream, GIL released, its arguments worked out once per distinct call (a *plan*): the
-push, then a write of the peer's PUSHED word (``cuStreamWriteValue32``, ordered after the
-copy), a wait for this PE's own (``cuStreamWaitValue32``: no host round trip between the
-phases), then the kernel (two 16-byte loads per source in flight per thread, two blocks per SM:
-it reads local memory only; measured 735 against 745 us with the NVLink-reading kernel's four
-and four); the core's barriers come before (the peer's target is free) and after (its writes
-into mine are done).
+PE's own stream, GIL released, its arguments worked out once per call shape (a :class:`Plan`,
+which the domain keeps): the push, then a write of the peer's PUSHED word
+(``cuStreamWriteValue32``, ordered after the copy), a wait for this PE's own
+(``cuStreamWaitValue32``: no host round trip between the phases), then the kernel (two 16-byte
+loads per source in flight per thread, two blocks per SM: it reads local memory only; measured
+735 against 745 us with the NVLink-reading kernel's four and four); the core's barriers come
+before (the peer's target is free) and after (its writes into mine are done).
 Signalling entry and end on the GPUs the same way, without those barriers, measured 8 us
 slower per call on 2 x H100. The words live in each heap's control granule (past the usable
 segment, see :class:`~.domain.CudaDomain`), one per partner PE at its index, and both
@@ -41,21 +41,24 @@ from ._ops import ffi as _ffi
 from ._ops import lib as _lib
 from .driver import Device, Mapping, check
 
-__all__ = ["SLOT", "PairReduce", "pair_members"]
+__all__ = ["SLOT", "PairReduce", "Plan", "pair_members"]
 
 #: the bytes of each partner's words in a PE's control granule (one, PUSHED, is used)
 SLOT = 16
 _BLOCK = 512
 _UNROLL = 2  # packs in flight per thread per source (kernels.reduce_source)
 _PER_SM = 2  # blocks per SM
-_PLANS = 64  # the distinct calls whose arguments are kept
 _SPIN_NS = 2_000_000  # spin on the stream this long, then nap (see csrc/pair.c)
 _NOT_READY = 600  # CUDA_ERROR_NOT_READY: the wait ran out
 
 
-class _Plan(NamedTuple):
-    """The C round's arguments that depend only on the call's shape."""
+class Plan(NamedTuple):
+    """One call shape's round, worked out once (:meth:`PairReduce.plan`): the C call's
+    arguments but the round number."""
 
+    peer: int  #: the partner's PE
+    mine: int  #: this PE's PUSHED word (the peer writes it)
+    theirs: int  #: the peer's PUSHED word (this PE writes it)
     fn: int
     push_dst: int
     push_src: int
@@ -75,40 +78,21 @@ class PairReduce:
         self.timeout = timeout
         self.rounds = 0  #: calls so far, with any partner
         self._seq: dict[int, int] = {}  # per partner PE: the rounds with it (alike on both)
-        self._plans: dict[tuple[Any, ...], _Plan] = {}
         cu = device.cu
         device.current()
         #: its own stream: a wait on the peer's words holds no other operation of the domain
         self.stream = check(cu.cuStreamCreate(cu.CUstream_flags.CU_STREAM_NON_BLOCKING),
                             "cuStreamCreate")
+        self._stream = int(self.stream)
 
-    def run(self, me: int, peer: int, dst: tuple[int, int], src: tuple[int, int],
-            words: tuple[int, int], count: int, share: int, op: str, dtype: np.dtype) -> None:
-        """Collective over the pair, between two barriers: ``dst``/``src``/``words`` are
-        (this PE's, the peer's) device addresses of the target, the source and the PUSHED
-        word the other one writes, ``me`` this PE's index (0 or 1) in the members' order,
-        ``peer`` the partner's PE, ``share`` the elements each index owns (the last one the
-        rest)."""
-        key = (me, dst, src, count, share, op, dtype)
-        plan = self._plans.get(key)
-        if plan is None:
-            if len(self._plans) >= _PLANS:
-                self._plans.clear()
-            plan = self._plans[key] = self._plan(me, dst, src, count, share, op, dtype)
-        self.rounds += 1
-        seq = self._seq[peer] = (self._seq.get(peer, 0) + 1) & 0xFFFFFFFF or 1
-        dev = self.device
-        stream = int(self.stream)
-        res = _lib.vkc_pair_round(dev.ctx_ptr, stream, plan.fn, plan.push_dst, plan.push_src,
-                                  plan.push_bytes, words[0], words[1], seq, plan.dsts,
-                                  plan.srcs, plan.count, plan.grid, _BLOCK, _SPIN_NS,
-                                  int(self.timeout * 1e9))
-        if res == _NOT_READY:
-            self._release(stream, words[0], seq)
-        dev._done(res, "the pair all-reduce")
-
-    def _plan(self, me: int, dst: tuple[int, int], src: tuple[int, int], count: int,
-              share: int, op: str, dtype: np.dtype) -> _Plan:
+    def plan(self, me: int, peer: int, dst: tuple[int, int], src: tuple[int, int],
+             words: tuple[int, int], count: int, share: int, op: str,
+             dtype: np.dtype) -> Plan:
+        """The round of a call shape: ``dst``/``src``/``words`` are (this PE's, the peer's)
+        device addresses of the target, the source and the PUSHED word the other one writes,
+        ``me`` this PE's index (0 or 1) in the members' order, ``peer`` the partner's PE,
+        ``share`` the elements each index owns (the last one the rest). Compiles the kernel
+        on first use."""
         dev = self.device
         isz = np.dtype(dtype).itemsize
         lo, hi = me * share, min(count, (me + 1) * share)
@@ -116,11 +100,25 @@ class PairReduce:
         mine, pushed = src[0] + lo * isz, dst[0] + lo * isz
         n = max(0, hi - lo)
         # the peer's part is in my target by then: fold it with mine, in the members' order
-        return _Plan(dev.reduce_fn(op, dtype, _UNROLL), dst[1] + plo * isz, src[0] + plo * isz,
-                     max(0, phi - plo) * isz,
-                     _ffi.new("uint64_t[2]", [dst[0] + lo * isz, dst[1] + lo * isz]),
-                     _ffi.new("uint64_t[2]", [mine, pushed] if me == 0 else [pushed, mine]),
-                     n, dev.reduce_grid(n, dtype, _BLOCK, _PER_SM))
+        return Plan(peer, words[0], words[1], dev.reduce_fn(op, dtype, _UNROLL),
+                    dst[1] + plo * isz, src[0] + plo * isz, max(0, phi - plo) * isz,
+                    _ffi.new("uint64_t[2]", [dst[0] + lo * isz, dst[1] + lo * isz]),
+                    _ffi.new("uint64_t[2]", [mine, pushed] if me == 0 else [pushed, mine]),
+                    n, dev.reduce_grid(n, dtype, _BLOCK, _PER_SM))
+
+    def round(self, plan: Plan) -> None:
+        """Collective over the pair, between two barriers: one all-reduce of ``plan``'s
+        shape."""
+        self.rounds += 1
+        seq = self._seq[plan.peer] = (self._seq.get(plan.peer, 0) + 1) & 0xFFFFFFFF or 1
+        dev = self.device
+        res = _lib.vkc_pair_round(dev.ctx_ptr, self._stream, plan.fn, plan.push_dst,
+                                  plan.push_src, plan.push_bytes, plan.mine, plan.theirs, seq,
+                                  plan.dsts, plan.srcs, plan.count, plan.grid, _BLOCK,
+                                  _SPIN_NS, int(self.timeout * 1e9))
+        if res == _NOT_READY:
+            self._release(self._stream, plan.mine, seq)
+        dev._done(res, "the pair all-reduce")
 
     def _release(self, stream: int, mine: int, seq: int) -> None:
         """The peer never pushed: release the stream by writing this PE's word, let it
