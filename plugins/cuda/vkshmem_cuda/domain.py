@@ -32,6 +32,7 @@ from .array import CudaArray, PeerView
 from .driver import CudaError, Device, Mapping, device_count, host_address
 from .kernels import MAX_SOURCES, reduce_source
 from .pairreduce import SLOT, PairReduce, Plan, pair_members
+from .reducer import Reducer
 from .service import Service, service_mode
 
 __all__ = ["CudaDomain"]
@@ -72,6 +73,7 @@ class CudaDomain(MemoryDomain):
         n = device_count()
         ordinal = pick if pick is not None else ctx.local_rank % max(n, 1)
         self.device = Device(ordinal)
+        self.reducer = Reducer(self.device)  #: the reduce kernels (reduce_from)
         #: the service kernel for small operations (see .service): decided at first use,
         #: once the peers on this node are known (None: not decided; False: not used)
         self._svc: Service | bool | None = None if service_mode() != "off" else False
@@ -279,15 +281,15 @@ class CudaDomain(MemoryDomain):
             return
         me = next((i for i, mem in enumerate(members) if mem is self.local), -1)
         if me < 0 or len(members) > MAX_SOURCES:
-            self.device.reduce([self.local.va + dst_offset],
-                               [mem.va + off for mem, off in sources], count, op, dtype)
+            self.reducer.run([self.local.va + dst_offset],
+                             [mem.va + off for mem, off in sources], count, op, dtype)
             return
         share = -(-count // len(members) // _SHARE_ALIGN) * _SHARE_ALIGN
         lo, hi = me * share, min(count, (me + 1) * share)
         if lo < hi:
-            self.device.reduce([mem.va + dst_offset + lo * isz for mem in members],
-                               [mem.va + off + lo * isz for mem, off in sources], hi - lo, op,
-                               dtype)
+            self.reducer.run([mem.va + dst_offset + lo * isz for mem in members],
+                             [mem.va + off + lo * isz for mem, off in sources], hi - lo, op,
+                             dtype)
 
     def _pair_reduce(self, me: int, dst_offset: int, sources: list[tuple[Any, int]],
                      count: int, op: str, dtype: np.dtype,
@@ -295,7 +297,7 @@ class CudaDomain(MemoryDomain):
         """Two members on two GPUs: push, then reduce locally (see :mod:`.pairreduce`); the
         round's plan is kept under ``key``."""
         if self._pair is None:
-            self._pair = PairReduce(self.device, self._timeout)
+            self._pair = PairReduce(self.reducer, self._timeout)
         peer, peer_off = sources[1 - me]
         share = -(-count // 2 // _SHARE_ALIGN) * _SHARE_ALIGN
         plan = self._pair.plan(me, peer.pe, (self.local.va + dst_offset, peer.va + dst_offset),

@@ -1,7 +1,7 @@
 """The CUDA driver API as this plugin uses it: set-up through ``cuda-bindings``
 (``cuda.bindings.driver``; results checked into :class:`CudaError`, VMM allocations exported and
-imported as POSIX fds), and the per-call operations (copies, the AMO and reduction kernels of
-:mod:`.kernels`) through the native helper ``_ops``, one C call each.
+imported as POSIX fds), and the per-call operations (copies, the AMO kernel of :mod:`.kernels`)
+through the native helper ``_ops``, one C call each; the reduce kernel is :mod:`.reducer`'s.
 
 Every function makes the domain's context current first: the core's proxy thread and the
 application's thread both call into the domain. ``VKSHMEM_CUDA_SPIN_US`` (default 100) is how
@@ -15,14 +15,12 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from vkshmem.core.errors import ConfigError, FeatureNotAvailableError, VkshmemError
 from vkshmem.gpu.cudanative import NativeDomain
 
 from ._ops import ffi as _ffi
 from ._ops import lib as _lib
-from .kernels import AMO_NAME, AMO_SOURCE, MAX_SOURCES, REDUCE_NAME, compile_kernel, reduce_source
+from .kernels import AMO_NAME, AMO_SOURCE, compile_kernel
 
 __all__ = ["CudaError", "Device", "Mapping", "check", "device_count", "host_address"]
 
@@ -135,7 +133,6 @@ class Device:
         self._issued = 0
         self._synced = 0
         self._seq = 0  # the AMO kernel's completion flag (see _ops_build.vkc_amo)
-        self._reduce_fns: dict[tuple[str, str, int], int] = {}
         self._amo_lock = threading.Lock()  # the result word: the proxy thread also calls
         self._amo_out = _ffi.new("uint64_t *")
         #: host memory ranges pinned for DMA (no bounce buffer needed), as (address, size)
@@ -342,48 +339,6 @@ class Device:
             self._native = NativeDomain(self.cu, _ffi, _lib, check, self.ctx_ptr, base,
                                         self.spin_ns, self._amo_fn)
         self._native.fill(address, size)
-
-    def reduce_fn(self, op: str, dtype: np.dtype, unroll: int = 4) -> int:
-        """The reduce kernel's function handle for ``op`` on ``dtype`` (``unroll``: see
-        :func:`~.kernels.reduce_source`; compiled on first use; CudaError where it has none)."""
-        key = (op, np.dtype(dtype).name, unroll)
-        fn = self._reduce_fns.get(key)
-        if fn is None:
-            source = reduce_source(op, dtype, unroll)
-            if source is None:
-                raise CudaError(f"no reduce kernel for {op} on {np.dtype(dtype)}")
-            self.current()
-            fn = self._reduce_fns[key] = int(compile_kernel(self.cu, check, self.dev, source,
-                                                            REDUCE_NAME, CudaError))
-        return fn
-
-    def reduce_grid(self, count: int, dtype: np.dtype, block: int, per_sm: int = 4) -> int:
-        """Blocks for the reduce kernel over ``count`` elements (16 bytes a thread, at most
-        ``per_sm`` blocks per SM: the kernel loops)."""
-        return max(1, min(self.sms * per_sm, -(-count * np.dtype(dtype).itemsize // (16 * block))))
-
-    def reduce(self, dsts: list[int], sources: list[int], count: int, op: str,
-               dtype: np.dtype, stream: int = 0) -> None:
-        """``d[i] = op over sources[j][i]`` for every ``d`` of ``dsts`` (device addresses this
-        GPU maps; at most :data:`~.kernels.MAX_SOURCES` of them) by a kernel (for the pairs
-        :func:`~.kernels.reduce_source` covers); on ``stream``, issued only, where given
-        (at most MAX_SOURCES sources then)."""
-        fn = self.reduce_fn(op, dtype)
-        block = 512
-        grid = self.reduce_grid(count, dtype, block)
-        first = sources[:MAX_SOURCES]
-        rest = sources[MAX_SOURCES:]
-        outs = _ffi.new("uint64_t[]", dsts)
-        srcs = _ffi.new("uint64_t[]", first)
-        self._done(_lib.vkc_reduce(self.ctx_ptr, stream or self.stream_ptr, fn, outs,
-                                   len(dsts), srcs, len(first), count, grid, block,
-                                   -1 if stream else self.spin_ns), "reduce kernel")
-        while rest:  # more sources than one launch takes: fold them into the first target
-            part, rest = [dsts[0], *rest[:MAX_SOURCES - 1]], rest[MAX_SOURCES - 1:]
-            srcs = _ffi.new("uint64_t[]", part)
-            self._done(_lib.vkc_reduce(self.ctx_ptr, self.stream_ptr, fn, outs,
-                                       len(dsts) if not rest else 1, srcs, len(part), count,
-                                       grid, block, self.spin_ns), "reduce kernel")
 
     def close(self) -> None:
         """Release the AMO scratch and the primary context (allocations are released by their

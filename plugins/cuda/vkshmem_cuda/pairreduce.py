@@ -39,7 +39,8 @@ from vkshmem.core.errors import WaitTimeoutError
 
 from ._ops import ffi as _ffi
 from ._ops import lib as _lib
-from .driver import Device, Mapping, check
+from .driver import Mapping, check
+from .reducer import Reducer
 
 __all__ = ["SLOT", "PairReduce", "Plan", "pair_members"]
 
@@ -73,8 +74,9 @@ class PairReduce:
     """The two-GPU all-reduce of one domain (see the module docstring); ``timeout`` seconds
     bound each call."""
 
-    def __init__(self, device: Device, timeout: float) -> None:
-        self.device = device
+    def __init__(self, reducer: Reducer, timeout: float) -> None:
+        self.device = device = reducer.device
+        self.reducer = reducer
         self.timeout = timeout
         self.rounds = 0  #: calls so far, with any partner
         self._seq: dict[int, int] = {}  # per partner PE: the rounds with it (alike on both)
@@ -93,18 +95,18 @@ class PairReduce:
         ``me`` this PE's index (0 or 1) in the members' order, ``peer`` the partner's PE,
         ``share`` the elements each index owns (the last one the rest). Compiles the kernel
         on first use."""
-        dev = self.device
+        red = self.reducer
         isz = np.dtype(dtype).itemsize
         lo, hi = me * share, min(count, (me + 1) * share)
         plo, phi = (1 - me) * share, min(count, (2 - me) * share)
         mine, pushed = src[0] + lo * isz, dst[0] + lo * isz
         n = max(0, hi - lo)
         # the peer's part is in my target by then: fold it with mine, in the members' order
-        return Plan(peer, words[0], words[1], dev.reduce_fn(op, dtype, _UNROLL),
+        return Plan(peer, words[0], words[1], red.fn(op, dtype, _UNROLL),
                     dst[1] + plo * isz, src[0] + plo * isz, max(0, phi - plo) * isz,
                     _ffi.new("uint64_t[2]", [dst[0] + lo * isz, dst[1] + lo * isz]),
                     _ffi.new("uint64_t[2]", [mine, pushed] if me == 0 else [pushed, mine]),
-                    n, dev.reduce_grid(n, dtype, _BLOCK, _PER_SM))
+                    n, red.grid(n, dtype, _BLOCK, _PER_SM))
 
     def round(self, plan: Plan) -> None:
         """Collective over the pair, between two barriers: one all-reduce of ``plan``'s
