@@ -76,7 +76,7 @@ for op, fn, ref in (("sum", shmem.sum_reduce, np.add), ("max", shmem.max_reduce,
     want = np.arange(big, dtype=np.float32) % 7
     want = ref.reduce([want + p for p in range(n)], axis=0).astype(np.float32)
     check(np.array_equal(fdst.to_numpy(), want), f"{op}_reduce of {big} float32")
-# the same call again, on new data (two GPUs: the round's arguments kept from the first sum)
+# the same call again, on new data (two GPUs: the round's plan kept from the first sum)
 fsrc.copy_from(np.arange(big, dtype=np.float32) % 5 + 2 * me)
 shmem.sum_reduce(fdst, fsrc)
 want = sum(np.arange(big, dtype=np.float32) % 5 + 2 * p for p in range(n)).astype(np.float32)

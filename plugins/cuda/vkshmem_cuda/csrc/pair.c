@@ -35,7 +35,8 @@ static int pair_load(void) {
 
 /* Wait for the stream: spin for spin_ns, then sleep a fiftieth of the time waited so far
    (at most 200 us) between looks, until timeout_ns; VKC_NOT_READY when it ran out. */
-static int vkc_stream_wait(uintptr_t ctx, uintptr_t stream, int64_t spin_ns, int64_t timeout_ns) {
+static int vkc_stream_wait(uintptr_t ctx, uintptr_t stream, int64_t spin_ns,
+                           int64_t timeout_ns) {
     if (!cu.loaded) return VKC_NO_DRIVER;
     CUresult r = current(ctx);
     if (r) return r;
