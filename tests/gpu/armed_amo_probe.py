@@ -25,9 +25,11 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Callable
 
 import cupy as cp
 import numpy as np
+from probe_timing import best_per_call
 
 from vkshmem import shmem
 
@@ -121,16 +123,8 @@ def copy_call() -> None:
     copies.synchronize()
 
 
-def timed(fn) -> float:
-    best = float("inf")
-    for _ in range(ROUNDS):
-        for _ in range(20):
-            fn()
-        t = time.perf_counter()
-        for _ in range(ITERS):
-            fn()
-        best = min(best, (time.perf_counter() - t) / ITERS)
-    return best * 1e6
+def timed(fn: Callable[[], object]) -> float:
+    return best_per_call(fn, ITERS, ROUNDS, warm=20)
 
 
 rows = []

@@ -6,10 +6,10 @@ idle)."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import numpy as np
+from probe_timing import best_per_call
 
 from vkshmem import shmem
 
@@ -25,15 +25,8 @@ haddr = host.ctypes.data
 me = shmem.my_pe()
 
 
-def per_call(fn: Callable[[], object], n: int = 3000) -> float:
-    fn()
-    best = 1e9
-    for _ in range(3):
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        best = min(best, (time.perf_counter() - t0) / n)
-    return best * 1e6
+def per_call(fn: Callable[[], object]) -> float:
+    return best_per_call(fn, 3000)
 
 
 rows = []
