@@ -28,7 +28,7 @@ shmem.barrier_all()
 
 rng = np.random.default_rng(7)
 pattern = rng.integers(0, 256, 1 << 16, dtype=np.uint8)
-sizes = [1, 3, 8, 13, 64, 1000, 4096]  # 4096: the largest inline request
+sizes = [1, 3, 8, 13, 64, 128, 129, 1000, 4096]  # 4096: the largest inline request
 offsets = [int(sum(sizes[:k])) + 3 * k + (k % 2) for k in range(len(sizes))]  # odd, even
 for k, size in enumerate(sizes):
     off = offsets[k]
@@ -41,6 +41,14 @@ for k, size in enumerate(sizes):
     want = ((pattern[:size].astype(np.int64) + left) % 256).astype(np.uint8)
     check(np.array_equal(got[off:off + size], want), f"host->cuda put of {size} B at {off}")
 shmem.barrier_all()
+# 8-byte aligned host data up to the 128 bytes the kernel reads with the request's header
+for size in (8, 16, 120, 128, 136):
+    src = ((pattern[:size].astype(np.int64) + me + size) % 256).astype(np.uint8)
+    shmem.put(buf[40000:40000 + size], src, right)
+    shmem.barrier_all()
+    want = ((pattern[:size].astype(np.int64) + left + size) % 256).astype(np.uint8)
+    check(np.array_equal(buf.to_numpy()[40000:40000 + size], want), f"aligned put {size} B")
+    shmem.barrier_all()
 
 # GPU -> GPU both ways and GPU -> host, at the byte offsets above
 stage = shmem.zeros(8192, np.uint8, domain="cuda")

@@ -38,7 +38,7 @@ struct box {
     u64 seq; unsigned op, width; u64 dst, src, nbytes, operand, compare, alive;
     u64 done, value, pad[6];
 };
-enum { OP_STOP = 0, OP_COPY = 1, OP_AMO = 2 };
+enum { OP_STOP = 0, OP_COPY = 1, OP_AMO = 2, INLINE_WORDS = 16 };
 
 __device__ __forceinline__ u64 ld_acquire(const u64 *p) {
     u64 v;
@@ -55,6 +55,9 @@ extern "C" __global__ void vkshmem_service(struct box *b, u64 last, u64 idle_ns)
     /* the request header as warp 0 read it: seq, op | width << 32, dst, src, nbytes,
        operand, compare */
     __shared__ u64 h[8];
+    /* the first INLINE_WORDS words of the payload, read with the header (host data of a
+       small put then costs no second dependent read over PCIe) */
+    __shared__ u64 inl[INLINE_WORDS];
     for (;;) {
         if (threadIdx.x < 32) {
             u64 seq = last;
@@ -69,6 +72,9 @@ extern "C" __global__ void vkshmem_service(struct box *b, u64 last, u64 idle_ns)
                each); ordered after lane 0's acquire by the warp barrier */
             if (seq != last && threadIdx.x > 0 && threadIdx.x < 7)
                 h[threadIdx.x] = ((const volatile u64 *)b)[threadIdx.x];
+            if (seq != last && threadIdx.x >= 32 - INLINE_WORDS)
+                inl[threadIdx.x - (32 - INLINE_WORDS)] =
+                    ((const volatile u64 *)(b + 1))[threadIdx.x - (32 - INLINE_WORDS)];
             if (threadIdx.x == 0) h[0] = seq;
             if (seq == last && threadIdx.x == 0) h[1] = OP_STOP;
         }
@@ -85,7 +91,14 @@ extern "C" __global__ void vkshmem_service(struct box *b, u64 last, u64 idle_ns)
         }
         if (op == OP_COPY) {
             const u64 src = h[3], dst = h[2], n = h[4];
-            if (((src | dst | n) & 7) == 0) {
+            if (src == (u64)(b + 1) && n <= 8 * INLINE_WORDS) {
+                /* host data already read with the header */
+                if (((dst | n) & 7) == 0) {
+                    if (threadIdx.x < n / 8) ((u64 *)dst)[threadIdx.x] = inl[threadIdx.x];
+                } else if (threadIdx.x < n) {
+                    ((unsigned char *)dst)[threadIdx.x] = ((const unsigned char *)inl)[threadIdx.x];
+                }
+            } else if (((src | dst | n) & 7) == 0) {
                 for (u64 i = threadIdx.x; i < n / 8; i += blockDim.x)
                     ((u64 *)dst)[i] = ((const volatile u64 *)src)[i];
             } else {

@@ -3,7 +3,9 @@
 A one-block kernel (:data:`~.kernels.SERVICE_SOURCE`) stays resident on the PE's GPU while
 requests keep coming and serves them from a mailbox in mapped pinned host memory: the host
 stores the request and its sequence number, the block copies (up to
-:data:`~.kernels.SERVICE_MAX` bytes; host data travel inline in the mailbox) or runs the AMO,
+:data:`~.kernels.SERVICE_MAX` bytes; host data travel inline in the mailbox, and their first
+128 bytes are read together with the request's header, so a small put from host memory costs
+one read over PCIe after the poll, not two) or runs the AMO,
 fences system-wide and stores the sequence number back, which the host sees with a load. An
 operation then costs the GPU's poll of host memory and its reply (a few microseconds) instead of
 a launch or an async copy plus a stream wait (9-16 µs from Python on an H100).
