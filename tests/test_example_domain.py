@@ -56,6 +56,16 @@ def test_file_domain_carries_traffic(domain_installed: None, npes: int, mode: st
 
 
 @pytest.mark.parametrize("npes", [1, 2, 4])
+def test_linked_peers_take_the_domain_link(domain_installed: None, npes: int) -> None:
+    env = {**MODES["shm"], "VKSHMEM_FILE_DOMAIN_LINK": "1"}
+    r = launch("domain_link", npes, env)
+    check_run(r, "domain_link", npes, "shm")
+    for pe in range(npes):
+        routes = ["direct" if q == pe else "link+proxy" for q in range(npes)]
+        assert f"PE {pe} file domain: {routes}" in r.stdout, r.stdout
+
+
+@pytest.mark.parametrize("npes", [1, 2, 4])
 def test_transport_carrying_rma_only_sends_amos_through_the_proxy(domain_installed: None,
                                                                   npes: int) -> None:
     """UCX told to carry no AMOs on domain memory (as on CUDA memory): the routes are

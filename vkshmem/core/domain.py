@@ -13,6 +13,9 @@ and the same load policy as transports. Its life:
 3. ``export()`` gives fds and metadata for same-node peers; the core all-gathers the metadata,
    passes the fds over Unix sockets to peers of the same ``group``, and calls
    ``import_peer`` for each; an import that raises makes that peer reachable another way.
+   Peers of the same node and ``link_group`` but another ``group`` (e.g. other GPUs that a
+   vendor API can copy between) get the fds too, for ``link_peer``: a :class:`DomainLink`
+   moves puts and gets to that peer (route ``link+proxy``; AMOs through the proxy).
 4. ``describe()`` tells transports what the memory is (``SegmentInfo.kind``: ``host`` with a
    host address, ``opaque_fd``, ``dmabuf``, ``cuda_va``); a transport whose
    ``TransportSpec.memory_kinds`` holds that kind carries traffic to peers it reaches: the
@@ -34,6 +37,7 @@ paths (shm, transports) unchanged.
 
 from __future__ import annotations
 
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -53,6 +57,7 @@ __all__ = [
     "DomainArray",
     "DomainContext",
     "DomainExport",
+    "DomainLink",
     "DomainSpec",
     "MemoryDomain",
 ]
@@ -128,6 +133,34 @@ class DomainExport:
     fds: list[int]
     meta: bytes = b""
     group: str | None = None
+    link_group: str | None = None
+    """Peers on this node with an equal (not None) ``link_group`` and another ``group`` get
+    the fds for :meth:`MemoryDomain.link_peer`."""
+
+
+class DomainLink(ABC):
+    """Puts and gets to a same-node peer's segment that this PE cannot import as memory
+    (made by :meth:`MemoryDomain.link_peer`). Every call is complete when it returns; raise
+    the domain's ``error_type`` on failure."""
+
+    @abstractmethod
+    def put(self, offset: int, src: memoryview) -> None:
+        """Host bytes into the peer's segment at ``offset``."""
+
+    @abstractmethod
+    def get(self, offset: int, dst: memoryview) -> None:
+        """The peer's segment at ``offset`` into host bytes."""
+
+    @abstractmethod
+    def put_device(self, offset: int, src_off: int, nbytes: int) -> None:
+        """This PE's segment at ``src_off`` into the peer's at ``offset``."""
+
+    @abstractmethod
+    def get_device(self, offset: int, dst_off: int, nbytes: int) -> None:
+        """The peer's segment at ``offset`` into this PE's at ``dst_off``."""
+
+    def close(self) -> None:  # noqa: B027 - optional
+        """Release what the link holds (at close, before the domain's own close)."""
 
 
 class MemoryDomain(ABC):
@@ -156,6 +189,15 @@ class MemoryDomain(ABC):
 
     def release_peer(self, handle: Any) -> None:  # noqa: B027 - optional
         """Release an imported segment (at close)."""
+
+    def link_peer(self, pe: int, fds: list[int], meta: bytes,
+                  group: str | None) -> DomainLink | None:
+        """A :class:`DomainLink` to ``pe``'s segment (its fds are owned by the callee from now
+        on, its ``meta`` and ``group`` as exported), or None (or raise) to reach ``pe``
+        another way. Called only where :attr:`DomainExport.link_group` matched."""
+        for fd in fds:
+            os.close(fd)
+        return None
 
     @abstractmethod
     def describe(self) -> SegmentInfo:

@@ -7,7 +7,10 @@ makes one, collectively, on the domain's first use: :meth:`Runtime.domain`). Sta
    segment size (which must agree);
 2. same-node peers of one ``group`` (e.g. the same GPU) with the shm path on pass their fds
    over Unix sockets and ``import_peer`` each other's segments: operations on them are the
-   domain's local copies and atomics on the very same memory (route ``direct``);
+   domain's local copies and atomics on the very same memory (route ``direct``); peers of
+   one ``link_group`` but another group get a :class:`~vkshmem.core.domain.DomainLink`
+   instead (route ``link+proxy``: puts and gets through it, AMOs through the proxy), see
+   :mod:`~vkshmem.core.domainpeers`;
 3. for any other peer, a transport of the peer's route that carries puts and gets on the
    segment's memory kind (:meth:`Transport.carries`) registers the segment and carries them
    (route: the transport's name); where it does not carry AMOs on that kind (e.g. UCX on CUDA
@@ -34,10 +37,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ._native import lib
-from .domain import DomainContext, DomainSpec, MemoryDomain
+from .domain import DomainContext, DomainLink, DomainSpec, MemoryDomain
+from .domainpeers import import_peers
 from .domainxfer import DeviceTransfers
 from .errors import ConfigError, InvalidArgumentError, TransportError, WaitTimeoutError
-from .fdshare import exchange_fds
 from .heap import Allocator
 from .transport import AMO, RMA, AmoOp, SegmentInfo, Transport
 
@@ -103,7 +106,8 @@ class DomainHeap(DeviceTransfers):
                               "heap size or lower VKSHMEM_TEAMS_MAX")
         self.scratch_off = self.heap.alloc(rt.teams_max * SCRATCH_BYTES)
         export = dom.export()
-        me = {"size": size, "group": export.group, "meta": export.meta.hex()}
+        me = {"size": size, "group": export.group, "link": export.link_group,
+              "meta": export.meta.hex()}
         infos = [json.loads(b) for b in rt.bootstrap.allgather(json.dumps(me).encode())]
         sizes = {i["size"] for i in infos}
         if len(sizes) > 1:
@@ -126,27 +130,15 @@ class DomainHeap(DeviceTransfers):
                                               enumerate(self.route_names)))
 
     def _import(self, infos: list[dict[str, Any]], fds: list[int]) -> None:
-        """Same-node peers of one group import each other's segments (fd passing)."""
-        rt = self.rt
-        imports = rt.config.shm and rt.config.domain_import
-        groups = [(rt.node_ids[pe], i["group"]) if imports and i["group"] is not None
-                  else None for pe, i in enumerate(infos)]
-        mine = groups[self.my_pe]
-        direct = [pe for pe in range(rt.n_pes)
-                  if pe != self.my_pe and mine is not None and groups[pe] == mine]
-        got = exchange_fds(f"{rt.token}.{self.seg_id}", self.my_pe,
-                           {pe: rt.pids[pe] for pe in direct}, fds, rt.bootstrap.barrier,
-                           rt.config.bootstrap_timeout)
-        for pe in sorted(got):
-            try:
-                self.peers[pe] = self.domain.import_peer(pe, got[pe],
-                                                         bytes.fromhex(infos[pe]["meta"]))
-            except Exception as exc:  # reach that PE another way
-                log.warning("PE %d cannot import the %s segment of PE %d: %s; it goes "
-                            "through another route", self.my_pe, self.name, pe, exc)
+        """Same-node peers import or link each other's segments (:mod:`.domainpeers`)."""
+        self.peers, links = import_peers(self.rt, self.domain, self.name, self.seg_id, infos,
+                                         fds)
         self.peers[self.my_pe] = self.local
+        n = self.rt.n_pes
         #: per PE, its segment imported here, or None
-        self.direct: list[Any] = [self.peers.get(pe) for pe in range(rt.n_pes)]
+        self.direct: list[Any] = [self.peers.get(pe) for pe in range(n)]
+        #: per PE, the domain's link to its segment, or None
+        self.links: list[DomainLink | None] = [links.get(pe) for pe in range(n)]
 
     def _carry_by_transports(self) -> None:
         """Peers not imported, whose route's transport carries puts and gets on this memory
@@ -182,8 +174,8 @@ class DomainHeap(DeviceTransfers):
                     peers[pe] = rt.peer_info(pe, t, {self.seg_id: bytes.fromhex(tables[pe][key])})
             t.connect(peers)
             for pe in peers:
-                if self.direct[pe] is None and self.carrier[pe] is None \
-                        and rt.route_transport[pe] is t:
+                if self.direct[pe] is None and self.links[pe] is None \
+                        and self.carrier[pe] is None and rt.route_transport[pe] is t:
                     self.carrier[pe] = t
                     if AMO in ops[t]:
                         self.amo_carrier[pe] = t
@@ -191,6 +183,8 @@ class DomainHeap(DeviceTransfers):
     def _route_name(self, pe: int) -> str:
         if self.direct[pe] is not None:
             return "direct"
+        if self.links[pe] is not None:
+            return "link+proxy"
         carrier = self.carrier[pe]
         if carrier is None:
             return "proxy"
@@ -203,6 +197,8 @@ class DomainHeap(DeviceTransfers):
         mem = self.direct[pe]
         if mem is not None:
             self.domain.write(mem, offset, src)
+        elif (link := self.links[pe]) is not None:
+            link.put(offset, src)
         elif (t := self.carrier[pe]) is not None:
             t.put(pe, self.seg_id, offset, src)
         else:
@@ -221,6 +217,8 @@ class DomainHeap(DeviceTransfers):
         mem = self.direct[pe]
         if mem is not None:
             self.domain.read(mem, offset, dst)
+        elif (link := self.links[pe]) is not None:
+            link.get(offset, dst)
         elif (t := self.carrier[pe]) is not None:
             t.get(pe, self.seg_id, offset, dst)
         else:
@@ -386,6 +384,10 @@ class DomainHeap(DeviceTransfers):
         failure = self.stop_threads()
         if self.proxy is not None:
             self.proxy.close()
+        for link in getattr(self, "links", ()):
+            if link is not None:
+                link.close()
+        self.links = []
         for pe, mem in list(self.peers.items()):
             if pe != self.my_pe:
                 try:

@@ -2,7 +2,8 @@
 :class:`~vkshmem.core.domainheap.DomainHeap`).
 
 ``put_device``/``get_device`` move bytes between this PE's segment and a peer's: one device
-copy where the peer's segment is imported here (route ``direct``), through the domain proxy's
+copy where the peer's segment is imported here (route ``direct``), the domain's link to it
+(route ``link+proxy``), through the domain proxy's
 pipeline (route ``proxy``), else piece by piece through host staging and the transport that
 registers the peer's memory. Their ``_nbi`` forms let the domain batch direct copies, and the
 proxy keep its requests in flight, until ``quiet``.
@@ -32,6 +33,7 @@ class DeviceTransfers:
     local: Any
     seg_id: int
     direct: list[Any]
+    links: list[Any]
     carrier: list[Any]
     proxy: DomainProxy | None
     _staging: threading.local
@@ -47,6 +49,9 @@ class DeviceTransfers:
         if mem is not None:
             self.domain.copy(mem, offset, self.local, src_off, nbytes)
             return
+        if (link := self.links[pe]) is not None:
+            link.put_device(offset, src_off, nbytes)
+            return
         if self.carrier[pe] is None and self.proxy is not None:  # pipelined by the proxy
             self.proxy.put_device(pe, offset, src_off, nbytes)
             return
@@ -60,6 +65,9 @@ class DeviceTransfers:
         if mem is not None:
             self.domain.copy(self.local, dst_off, mem, offset, nbytes)
             return
+        if (link := self.links[pe]) is not None:
+            link.get_device(offset, dst_off, nbytes)
+            return
         if self.carrier[pe] is None and self.proxy is not None:
             self.proxy.get_device(pe, offset, dst_off, nbytes)
             return
@@ -72,8 +80,8 @@ class DeviceTransfers:
         mem = self.direct[pe]
         if mem is not None:
             self.domain.copy_nbi(mem, offset, self.local, src_off, nbytes)
-        elif self.carrier[pe] is None and self.proxy is not None:  # up to DEPTH in flight
-            self.proxy.put_device(pe, offset, src_off, nbytes, nbi=True)
+        elif self.links[pe] is None and self.carrier[pe] is None and self.proxy is not None:
+            self.proxy.put_device(pe, offset, src_off, nbytes, nbi=True)  # DEPTH in flight
         else:
             self.put_device(pe, offset, src_off, nbytes)
 
@@ -82,7 +90,7 @@ class DeviceTransfers:
         mem = self.direct[pe]
         if mem is not None:
             self.domain.copy_nbi(self.local, dst_off, mem, offset, nbytes)
-        elif self.carrier[pe] is None and self.proxy is not None:
+        elif self.links[pe] is None and self.carrier[pe] is None and self.proxy is not None:
             self.proxy.get_device(pe, offset, dst_off, nbytes, nbi=True)
         else:
             self.get_device(pe, offset, dst_off, nbytes)

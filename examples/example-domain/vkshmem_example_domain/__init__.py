@@ -10,6 +10,11 @@ arrays: the core registers the segment in its address table, same-node peers map
 file through the fd the core passes over Unix sockets (the shm path), and transports that
 register host memory (hostproxy, ucx) carry it to the others. Allocate with
 ``shmem.zeros(n, dtype, domain="file")``. Pure Python, no compiler.
+
+With ``VKSHMEM_FILE_DOMAIN_LINK=1`` it shows the other same-node route of the contract: each
+PE exports its own ``group`` and a common ``link_group``, so the core hands same-node peers'
+fds to :meth:`FileDomain.link_peer` and their puts and gets go through a :class:`FileLink`
+(route ``link+proxy``; AMOs through the domain proxy).
 """
 
 from __future__ import annotations
@@ -24,16 +29,17 @@ from typing import Any
 
 import numpy as np
 
-from vkshmem.core.domain import DomainContext, DomainExport, DomainSpec, MemoryDomain
+from vkshmem.core.domain import DomainContext, DomainExport, DomainLink, DomainSpec, MemoryDomain
 from vkshmem.core.errors import ConfigError, InvalidArgumentError
 from vkshmem.core.hookspecs import hookimpl
 from vkshmem.core.transport import AmoOp, SegmentInfo
 
-__all__ = ["SPEC", "FileDomain", "register_domains"]
+__all__ = ["SPEC", "FileDomain", "FileLink", "register_domains"]
 
 NAME = "file"
 ENV_DIR = "VKSHMEM_FILE_DOMAIN_DIR"
 ENV_SIZE = "VKSHMEM_FILE_DOMAIN_SIZE"
+ENV_LINK = "VKSHMEM_FILE_DOMAIN_LINK"
 DEFAULT_SIZE = 64 << 20
 
 _META = struct.Struct("<Q")  # segment size
@@ -84,8 +90,15 @@ class FileDomain(MemoryDomain):
     # -- the segment ---------------------------------------------------------------------------
 
     def export(self) -> DomainExport:
+        if _linked():  # every PE its own group: same-node peers get a FileLink instead
+            return DomainExport([self.fd], _META.pack(self.size), group=f"file-{os.getpid()}",
+                                link_group="file")
         # peers of this node map the same file: the group is any constant
         return DomainExport([self.fd], _META.pack(self.size), group="file")
+
+    def link_peer(self, pe: int, fds: list[int], meta: bytes,
+                  group: str | None) -> FileLink:
+        return FileLink(self, self.import_peer(pe, fds, meta))
 
     def import_peer(self, pe: int, fds: list[int], meta: bytes) -> mmap.mmap:
         (size,) = _META.unpack(meta)
@@ -146,6 +159,38 @@ class FileDomain(MemoryDomain):
         except BufferError:
             pass  # user arrays still view it: the mapping goes with them
         os.close(self.fd)
+
+
+class FileLink(DomainLink):
+    """A link to a peer's file (``VKSHMEM_FILE_DOMAIN_LINK=1``): the same bytes as an import,
+    moved by the link's calls, which it counts (:attr:`calls`, for tests)."""
+
+    def __init__(self, domain: FileDomain, peer: mmap.mmap) -> None:
+        self.domain, self.peer = domain, peer
+        self.calls = 0
+
+    def put(self, offset: int, src: memoryview) -> None:
+        self.calls += 1
+        self.domain.write(self.peer, offset, src)
+
+    def get(self, offset: int, dst: memoryview) -> None:
+        self.calls += 1
+        self.domain.read(self.peer, offset, dst)
+
+    def put_device(self, offset: int, src_off: int, nbytes: int) -> None:
+        self.calls += 1
+        self.domain.copy(self.peer, offset, self.domain.local, src_off, nbytes)
+
+    def get_device(self, offset: int, dst_off: int, nbytes: int) -> None:
+        self.calls += 1
+        self.domain.copy(self.domain.local, dst_off, self.peer, offset, nbytes)
+
+    def close(self) -> None:
+        self.peer.close()
+
+
+def _linked() -> bool:
+    return os.environ.get(ENV_LINK, "") == "1"
 
 
 SPEC = DomainSpec(name=NAME, factory=FileDomain, family="host", priority=0,
