@@ -356,20 +356,22 @@ elif args.ceiling:  # PE 1 keeps up with PE 0's rounds
     for _ in range(2 * len(SIZES) + 6):
         timed(lambda: None)
 
-# which proxy path served (route "proxy"): requests sent, and rounds served natively (C)
-# by every PE's proxy thread, summed over the PEs
-counts = shmem.zeros(2, np.int64)
+# which proxy path served (routes "proxy", "link+proxy"): requests sent, and rounds served
+# natively (C) by every PE's proxy thread, and operations the links carried, summed over PEs
+counts = shmem.zeros(3, np.int64)
 if heap.proxy is not None:
     native = heap.proxy.server.native
-    counts[:] = (heap.proxy.stats["requests"], int(native._p.rounds) if native else 0)
+    counts[:2] = (heap.proxy.stats["requests"], int(native._p.rounds) if native else 0)
+counts[2] = sum(getattr(link, "calls", 0) for link in heap.links if link is not None)
 shmem.sum_reduce(counts, counts)
 if me == 0:
     with open(args.json, "w") as f:
         svc = getattr(g_dst.domain, "service", None)
         json.dump({"domain": g_dst.domain.spec.name, "device": device_name, "route": route,
                    "service": None if svc is None else f"{svc.launches} launches",
-                   "proxy": None if route != "proxy" else
-                   f"{counts[0]} requests, {counts[1]} rounds in C",
+                   "proxy": None if not route.endswith("proxy") else
+                   f"{counts[0]} requests, {counts[1]} rounds in C"
+                   + (f"; {counts[2]} operations through CUDA links" if counts[2] else ""),
                    "nvshmem": nvshmem_note, "ceiling": ceiling_note, "nccl": nccl_note,
                    "rows": list(rows.values())}, f, indent=1)
 for x in (g_dst, g_src, word, r_src, r_dst, _agree, counts):

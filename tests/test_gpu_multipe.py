@@ -7,6 +7,7 @@ reached through its GPU proxy over hostproxy or UCX). Runs on lavapipe without a
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 
@@ -92,6 +93,29 @@ def test_gpu_cuda_copy(npes: int) -> None:
     r = launch("gpu_cuda_copy", npes, GPU_ENV, timeout=240)
     assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout}\n{r.stderr}"
     assert r.stdout.count("gpu_cuda_copy ok") == npes, r.stdout
+
+
+def _cuda_gpus() -> int:
+    """How many NVIDIA GPUs this machine has (nvidia-smi), 0 without the driver."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return 0
+    out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=60, check=False)
+    return sum(line.startswith("GPU ") for line in out.stdout.splitlines())
+
+
+@pytest.mark.parametrize("npes", [1, 2, 4])
+def test_gpu_link(npes: int) -> None:
+    """tests/pe/gpu_link.py: GPU<->GPU and CPU<->GPU transfers of 1 B to 72 MiB with every
+    peer. With the Vulkan domain on two or more NVIDIA GPUs (PEs spread over them) every PE
+    reaches the other GPUs' PEs through a CUDA link (vkshmem/gpu/cudalink.py); elsewhere the
+    same bytes go over the direct route."""
+    r = launch("gpu_link", npes, {**GPU_ENV, "VKSHMEM_GPU_SYMMETRIC_SIZE": "256M"},
+               timeout=240)
+    assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout}\n{r.stderr}"
+    assert r.stdout.count("gpu_link ok") == npes, r.stdout
+    if npes > 1 and _cuda_gpus() >= 2 and "domain vulkan" in r.stdout:
+        assert r.stdout.count("gpu_link: 0 links") == 0, r.stdout
 
 
 def test_gpu_validation_errors_fail_the_job() -> None:

@@ -31,10 +31,12 @@ def ok(res: Any) -> Any:
     return res[1] if isinstance(res, tuple) and len(res) == 2 else res
 
 
-def main() -> None:
+def two_heaps(n: int) -> tuple[list[Any], list[int], list[Any], list[Any]]:
+    """A Vulkan heap of ``n`` bytes on each of GPUs 0 and 1, imported into CUDA on its own
+    GPU: (the memories, their CUDA addresses, the contexts, a stream per context)."""
     ok(cu.cuInit(0))
     vk = [VulkanDevice(i) for i in (0, 1)]
-    mems = [d.alloc_exportable(N) for d in vk]
+    mems = [d.alloc_exportable(n) for d in vk]
     ordinal = {}
     for i in range(ok(cu.cuDeviceGetCount())):
         ordinal[bytes(ok(cu.cuDeviceGetUuid(ok(cu.cuDeviceGet(i)))).bytes)] = i
@@ -50,10 +52,15 @@ def main() -> None:
         desc.flags = 1 if info.dedicated else 0  # CUDA_EXTERNAL_MEMORY_DEDICATED
         ext = ok(cu.cuImportExternalMemory(desc))
         buf = cu.CUDA_EXTERNAL_MEMORY_BUFFER_DESC()
-        buf.offset, buf.size = 0, N
+        buf.offset, buf.size = 0, n
         ptrs.append(int(ok(cu.cuExternalMemoryGetMappedBuffer(ext, buf))))
         ctxs.append(ctx)
         streams.append(ok(cu.cuStreamCreate(1)))
+    return mems, ptrs, ctxs, streams
+
+
+def main() -> None:
+    mems, ptrs, ctxs, streams = two_heaps(N)
     for a, b in ((0, 1), (1, 0)):
         ok(cu.cuCtxSetCurrent(ctxs[a]))
         print(f"peer access GPU {a} -> {b}: {cu.cuCtxEnablePeerAccess(ctxs[b], 0)[0]}")

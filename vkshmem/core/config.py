@@ -228,6 +228,15 @@ _var("VKSHMEM_GPU_CUDA_AMO", "bool", "1",
      "On NVIDIA, with cuda-bindings and NVRTC installed, AMOs on the Vulkan heap are a one-thread "
      "CUDA kernel on the same memory (a launch costs less than a Vulkan submission); 0 keeps "
      "them in Vulkan shaders. Atomic with the shaders' atomics either way.", _parse_bool)
+_var("VKSHMEM_GPU_CUDA_LINK", "bool", "1",
+     "On NVIDIA, with cuda-bindings installed, a PE reaches same-node peers on other GPUs "
+     "through CUDA (their Vulkan heaps imported in a context on their GPU, device bytes "
+     "through a bounce buffer mapped on both GPUs: NVLink where there is one); 0 sends their "
+     "puts and gets through the domain proxy.", _parse_bool)
+_var("VKSHMEM_GPU_LINK_PIECE", "size", "0",
+     "Piece size of a device copy through a CUDA link (4 pieces in flight, the bounce buffer "
+     "on the peer's GPU holds 4 of the largest); 0: a quarter of the copy, 2-16 MiB.",
+     parse_size)
 _var("VKSHMEM_GPU_NATIVE", "bool", "1",
      "Submit GPU copies and AMOs and wait for them through vkshmem's native helper (one C call "
      "with the GIL released), and serve the GPU proxy's same-node requests in C; 0 uses the "
@@ -335,6 +344,8 @@ class Config:
     gpu_native: bool
     gpu_cuda_copy: int
     gpu_cuda_amo: bool
+    gpu_cuda_link: bool
+    gpu_link_piece: int
     gpu_bar: str
     gpu_host_import: bool
     gpu_provider: str

@@ -15,7 +15,7 @@ from cffi import FFI
 _HERE = Path(__file__).resolve().parent / "csrc"
 #: the declarations (cffi cdef) and the C source of the CUDA calls
 CDEF = (_HERE / "cudacalls.h").read_text()
-SOURCE = (_HERE / "cudacalls.c").read_text()
+SOURCE = (_HERE / "cudacalls.c").read_text() + (_HERE / "cudalink.c").read_text()
 
 ffibuilder = FFI()
 ffibuilder.cdef(CDEF)

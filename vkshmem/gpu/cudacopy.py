@@ -178,7 +178,7 @@ class CudaCopier:
             return False
         self.view.make_current()
         try:
-            self._check(self._cu.cuMemHostRegister(address, size, 0), "cuMemHostRegister")
+            self._check(self._cu.cuMemHostRegister(address, size, 1), "cuMemHostRegister")
         except GpuError as exc:
             log.info("host memory at 0x%x (%d bytes) stays pageable for CUDA: %s", address,
                      size, exc)

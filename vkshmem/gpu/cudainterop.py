@@ -6,6 +6,7 @@ cannot be: no NVIDIA driver, no ``cuda-bindings``, a device CUDA does not list."
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import threading
@@ -16,6 +17,7 @@ import numpy as np
 from vkshmem.core.dlpack import KDL_CUDA
 
 from .cudacopy import CudaCopier
+from .cudalink import CudaLink, LinkHub
 from .cudaview import CudaView
 from .errors import GpuError
 
@@ -60,6 +62,8 @@ class CudaInterop:
         self._peer_fds: dict[Any, tuple[int, int, bool]] = {}
         #: host ranges registered for DMA beyond the host heap (the copier registers them too)
         self._host_ranges: list[tuple[int, int]] = []
+        #: the links to same-node peers on other GPUs (first link; False: they cannot be)
+        self._hub: LinkHub | bool | None = None
 
     @property
     def cuda_copies(self) -> int:
@@ -92,6 +96,38 @@ class CudaInterop:
         pending = self._peer_fds.pop(mem, None)
         if pending is not None:
             os.close(pending[0])
+
+    # -- links to peers on other GPUs (see :mod:`vkshmem.gpu.cudalink`) -----------------------
+
+    def _link_group(self) -> str | None:
+        """``cuda`` where this PE may link to other GPUs' peers (NVIDIA, cuda-bindings,
+        ``VKSHMEM_GPU_CUDA_LINK``), else None: the core passes such peers' fds only between
+        PEs that both say so."""
+        if not self.ctx.config.gpu_cuda_link or self.device.info.vendor != "NVIDIA" or \
+                importlib.util.find_spec("cuda.bindings") is None:
+            return None
+        return "cuda"
+
+    def _link(self, fd: int, size: int, dedicated: bool, uuid_hex: str) -> CudaLink | None:
+        """A link to a peer's heap (its fd, owned here) on the GPU ``uuid_hex``, or None
+        (logged once) where CUDA cannot make one."""
+        if self._hub is None:
+            cfg = self.ctx.config
+            try:
+                self._hub = LinkHub(self.cuda_view(), cfg.gpu_link_piece,
+                                    int(cfg.gpu_spin_us * 1000), cfg.gpu_timeout)
+            except (BufferError, GpuError) as exc:
+                log.info("PE %d: peers on other GPUs go through the domain proxy (%s)",
+                         self.my_pe, exc)
+                self._hub = False
+        if not isinstance(self._hub, LinkHub):
+            os.close(fd)
+            return None
+        try:
+            return CudaLink(self._hub, fd, size, dedicated, uuid_hex, self.check_range)
+        except BaseException:
+            os.close(fd)
+            raise
 
     def _cuda_copier(self, nbytes: int) -> CudaCopier | None:
         """The CUDA copier for a blocking copy of ``nbytes`` (None: take the Vulkan path)."""
@@ -176,7 +212,11 @@ class CudaInterop:
         return None if view is None else (KDL_CUDA, view.ordinal, view.pointer, self.size)
 
     def _close_cuda(self) -> None:
-        """Release the copier (peers' imports included) and the view."""
+        """Release the links' hub (after the core closed the links), the copier (peers'
+        imports included) and the view."""
+        if isinstance(self._hub, LinkHub):
+            self._hub.close()
+        self._hub = False
         if isinstance(self._copier, CudaCopier):
             self._copier.close()
         self._copier = False

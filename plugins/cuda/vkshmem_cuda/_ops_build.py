@@ -33,7 +33,8 @@ def _core_csrc() -> Path:
 #: the CUDA calls the core's Vulkan domain uses too (vkshmem/gpu/csrc/cudacalls.[ch]): the
 #: driver table, copies, stream waits and the AMO launch; this helper's own functions follow
 CUDA_CDEF = (_core_csrc() / "cudacalls.h").read_text()
-CUDA_SOURCE = (_core_csrc() / "cudacalls.c").read_text()
+CUDA_SOURCE = (_core_csrc() / "cudacalls.c").read_text() + \
+    (_core_csrc() / "cudalink.c").read_text()
 
 #: the service kernel's host side (see ``csrc/svc.c``), appended to SOURCE
 SERVICE_C = (Path(__file__).resolve().parent / "csrc" / "svc.c").read_text()

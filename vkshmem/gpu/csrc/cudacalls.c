@@ -25,6 +25,7 @@ typedef uint64_t CUdeviceptr;
 typedef void *CUstream;
 typedef void *CUcontext;
 typedef void *CUfunction;
+typedef void *CUevent;
 #define VKC_NOT_READY 600     /* CUDA_ERROR_NOT_READY */
 #define VKC_NO_DRIVER 100     /* CUDA_ERROR_NO_DEVICE, returned when libcuda is missing */
 
@@ -41,6 +42,8 @@ static struct {
     CUresult (*sync)(CUstream);
     CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
                        unsigned, unsigned, CUstream, void **, void **);
+    CUresult (*record)(CUevent, CUstream);
+    CUresult (*wait_event)(CUstream, CUevent, unsigned);
 } cu;
 
 static void *sym(void *lib, const char *name) {
@@ -68,6 +71,8 @@ int vkc_load(void) {
     cu.launch = (CUresult (*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
                               unsigned, unsigned, CUstream, void **, void **))
         sym(lib, "cuLaunchKernel");
+    cu.record = (CUresult (*)(CUevent, CUstream))sym(lib, "cuEventRecord");
+    cu.wait_event = (CUresult (*)(CUstream, CUevent, unsigned))sym(lib, "cuStreamWaitEvent");
     if (cu.missing) return -2;
     cu.loaded = 1;
     return 0;

@@ -24,4 +24,10 @@ struct vk_domain_ops {
 };
 /* fills the core's struct vk_domain_ops (self, start, quiet, amo) */
 void vkc_domain_ops(struct vkc_domain *d, struct vk_domain_ops *ops);
+/* cudalink.c: a device copy between two GPUs through a bounce buffer mapped on both */
+int vkc_link_copy(uintptr_t ctx1, uintptr_t s1, uintptr_t ctx2, uintptr_t s2, uint64_t dst,
+                  uint64_t src, size_t nbytes, uint64_t bounce, size_t piece, unsigned slots,
+                  const uintptr_t *ev1, const uintptr_t *ev2, int64_t spin_ns);
+int vkc_link_host(int kind, uintptr_t ctx, uintptr_t stream, uint64_t dst, uint64_t src,
+                  size_t nbytes, int64_t spin_ns);
 #define VKC_NO_DRIVER 100
