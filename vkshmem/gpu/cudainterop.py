@@ -20,6 +20,7 @@ from .cudacopy import CudaCopier
 from .cudalink import CudaLink, LinkHub
 from .cudaview import CudaView
 from .errors import GpuError
+from .memory import ExportInfo
 
 if TYPE_CHECKING:
     from vkshmem.core.domain import DomainContext
@@ -107,6 +108,15 @@ class CudaInterop:
                 importlib.util.find_spec("cuda.bindings") is None:
             return None
         return "cuda"
+
+    def link_peer(self, pe: int, fds: list[int], meta: bytes,
+                  group: str | None) -> CudaLink | None:
+        """A CUDA link to ``pe``'s heap on another GPU (the core's ``link_group`` route)."""
+        if group is None:
+            os.close(fds[0])
+            return None
+        info = ExportInfo.unpack(meta)
+        return self._link(fds[0], info.size, info.dedicated, group)
 
     def _link(self, fd: int, size: int, dedicated: bool, uuid_hex: str) -> CudaLink | None:
         """A link to a peer's heap (its fd, owned here) on the GPU ``uuid_hex``, or None

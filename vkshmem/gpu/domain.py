@@ -42,7 +42,6 @@ from .memory import ExportInfo, GpuMemory
 from .segment import GpuSegment
 
 if TYPE_CHECKING:
-    from .cudalink import CudaLink
     from .initiated import Initiator
 
 __all__ = ["VulkanDomain"]
@@ -129,15 +128,6 @@ class VulkanDomain(CudaInterop, MemoryDomain):
         if dup >= 0:
             self._keep_for_cuda(mem, dup, info.size, info.dedicated)
         return mem
-
-    def link_peer(self, pe: int, fds: list[int], meta: bytes,
-                  group: str | None) -> CudaLink | None:
-        """A CUDA link to ``pe``'s heap on another GPU (:mod:`vkshmem.gpu.cudalink`)."""
-        info = ExportInfo.unpack(meta)
-        if group is None:
-            os.close(fds[0])
-            return None
-        return self._link(fds[0], info.size, info.dedicated, group)
 
     def release_peer(self, handle: Any) -> None:
         self._drop_for_cuda(handle)
