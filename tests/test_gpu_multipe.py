@@ -110,12 +110,25 @@ def test_gpu_link(npes: int) -> None:
     peer. With the Vulkan domain on two or more NVIDIA GPUs (PEs spread over them) every PE
     reaches the other GPUs' PEs through a CUDA link (vkshmem/gpu/cudalink.py); elsewhere the
     same bytes go over the direct route."""
-    r = launch("gpu_link", npes, {**GPU_ENV, "VKSHMEM_GPU_SYMMETRIC_SIZE": "256M"},
-               timeout=240)
+    r = launch("gpu_link", npes, {**GPU_ENV, "VKSHMEM_GPU_SYMMETRIC_SIZE": "256M",
+                                  "VKSHMEM_GPU_LINK_PIECE": "8M"}, timeout=240)
     assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout}\n{r.stderr}"
     assert r.stdout.count("gpu_link ok") == npes, r.stdout
     if npes > 1 and _cuda_gpus() >= 2 and "domain vulkan" in r.stdout:
         assert r.stdout.count("gpu_link: 0 links") == 0, r.stdout
+
+
+def test_link_pieces() -> None:
+    """A CUDA link's piece: VKSHMEM_GPU_LINK_PIECE where set (at least 4 KiB), else a quarter
+    of the copy in 2 MiB steps, 2 to 32 MiB (the bounce holds four of the largest)."""
+    from vkshmem.gpu.cudalink import PIECE_MAX, piece_size
+
+    assert piece_size(0, 8) == 2 << 20
+    assert piece_size(0, 16 << 20) == 4 << 20
+    assert piece_size(0, 72 << 20) == 18 << 20
+    assert piece_size(0, 256 << 20) == PIECE_MAX == 32 << 20
+    assert piece_size(8 << 20, 1 << 30) == 8 << 20
+    assert piece_size(100, 1 << 20) == 4096
 
 
 def test_gpu_validation_errors_fail_the_job() -> None:

@@ -14,7 +14,7 @@ from vkshmem import shmem
 
 me, n = shmem.my_pe(), shmem.n_pes()
 right, left = (me + 1) % n, (me - 1) % n
-N = 72 << 20  # five 16 MiB pieces: the four bounce slots are reused
+N = 72 << 20  # nine 8 MiB pieces (VKSHMEM_GPU_LINK_PIECE=8M): the four bounce slots reused
 src = shmem.zeros(N + 64, np.uint8, domain="gpu")
 dst = shmem.zeros(N + 64, np.uint8, domain="gpu")
 heap = shmem._state.rt.heaps[src.domain.spec.name]

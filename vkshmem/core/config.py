@@ -235,7 +235,7 @@ _var("VKSHMEM_GPU_CUDA_LINK", "bool", "1",
      "puts and gets through the domain proxy.", _parse_bool)
 _var("VKSHMEM_GPU_LINK_PIECE", "size", "0",
      "Piece size of a device copy through a CUDA link (4 pieces in flight, the bounce buffer "
-     "on the peer's GPU holds 4 of the largest); 0: a quarter of the copy, 2-16 MiB.",
+     "on the peer's GPU holds 4 of the largest); 0: a quarter of the copy, 2-32 MiB.",
      parse_size)
 _var("VKSHMEM_GPU_NATIVE", "bool", "1",
      "Submit GPU copies and AMOs and wait for them through vkshmem's native helper (one C call "

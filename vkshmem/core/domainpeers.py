@@ -1,5 +1,5 @@
-"""Start-up of a domain heap's same-node routes: imports and links (see
-:mod:`vkshmem.core.domainheap`, steps 2 and 2b).
+"""Start-up of a domain heap's same-node routes: imports and links (step 2 of
+:mod:`vkshmem.core.domainheap`).
 
 Same-node peers of one ``group`` (e.g. the same GPU), with the shm path on, pass each other
 their fds over Unix sockets and ``import_peer`` each other's segments (route ``direct``).
@@ -28,9 +28,9 @@ log = logging.getLogger("vkshmem")
 def import_peers(rt: Runtime, domain: MemoryDomain, name: str, seg_id: int,
                  infos: list[dict[str, Any]], fds: list[int]
                  ) -> tuple[dict[int, Any], dict[int, DomainLink]]:
-    """Collective: exchange fds with the same-node peers ``infos`` (every PE's all-gathered
-    ``group``, ``link`` and ``meta``) allow and import or link them. Returns the imported
-    segments and the links, by PE."""
+    """Collective: exchange fds with the same-node peers whose all-gathered ``infos`` (every
+    PE's ``group``, ``link`` and ``meta``) match this PE's, then import or link each. Returns
+    the imported segments and the links, by PE."""
     me = rt.my_pe
     ok = rt.config.shm and rt.config.domain_import
 

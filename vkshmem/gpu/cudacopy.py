@@ -40,6 +40,8 @@ if TYPE_CHECKING:
 
 __all__ = ["CudaCopier"]
 
+_PORTABLE = 1  # CU_MEMHOSTREGISTER_PORTABLE
+
 log = logging.getLogger("vkshmem")
 
 
@@ -178,7 +180,10 @@ class CudaCopier:
             return False
         self.view.make_current()
         try:
-            self._check(self._cu.cuMemHostRegister(address, size, 1), "cuMemHostRegister")
+            # PORTABLE: pinned for every context of this process, the CUDA links' contexts on
+            # other GPUs (cudalink.py) among them
+            self._check(self._cu.cuMemHostRegister(address, size, _PORTABLE),
+                        "cuMemHostRegister")
         except GpuError as exc:
             log.info("host memory at 0x%x (%d bytes) stays pageable for CUDA: %s", address,
                      size, exc)

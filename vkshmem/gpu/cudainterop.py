@@ -125,7 +125,7 @@ class CudaInterop:
             cfg = self.ctx.config
             try:
                 self._hub = LinkHub(self.cuda_view(), cfg.gpu_link_piece,
-                                    int(cfg.gpu_spin_us * 1000), cfg.gpu_timeout)
+                                    int(cfg.gpu_spin_us * 1000))
             except (BufferError, GpuError) as exc:
                 log.info("PE %d: peers on other GPUs go through the domain proxy (%s)",
                          self.my_pe, exc)

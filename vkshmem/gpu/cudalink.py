@@ -19,9 +19,11 @@ peers), and a CUDA VMM allocation maps on both GPUs. So a :class:`CudaLink`
 AMOs stay with the domain proxy (the peer's own AMO path, atomic with its shaders). Every
 call is complete when it returns. Contexts on other GPUs, their streams, events and bounce
 buffers are made at a link's first use (:class:`RemoteGpu`, one per GPU, shared by the links
-to its PEs) and released at close. Measured as a Python-issued probe on 2 x H200
-(``tests/gpu/vulkan_bounce_probe.py``): 16 MiB pieces 330 GB/s at 256 MiB (CUDA's own peer
-copy 388), 218 GB/s at 16 MiB (319), against 38 GB/s through the domain proxy.
+to its PEs) and released at close; the bounce holds four of the largest pieces (128 MiB on
+the peer's GPU by default), a context costs the peer's GPU a few hundred MiB more. Measured
+on 2 x H200 through the API (``benchmarks/multi_gpu.py``): 236 / 323 / 348 GB/s put at 16 /
+64 / 256 MiB (with 16 MiB pieces at most; CUDA's own peer copy 326 / 375 / 391), against 38
+GB/s through the domain proxy.
 """
 
 from __future__ import annotations
@@ -45,13 +47,15 @@ if TYPE_CHECKING:
 __all__ = ["CudaLink", "LinkHub", "RemoteGpu"]
 
 SLOTS = 4  #: pieces in flight
-PIECE_MIN, PIECE_MAX = 2 << 20, 16 << 20
+PIECE_MIN, PIECE_MAX = 2 << 20, 32 << 20
 _DISABLE_TIMING = 2  # CU_EVENT_DISABLE_TIMING
 
 
 def piece_size(configured: int, nbytes: int) -> int:
     """The piece of a device copy of ``nbytes``: ``configured`` (at least 4 KiB), else a
-    quarter of the copy, 2-16 MiB."""
+    quarter of the copy in 2 MiB steps, 2-32 MiB (2 x H200, 256 MiB put / get: 32 MiB pieces
+    358 / 347 GB/s, 16 MiB 349 / 336, 64 MiB 361 / 348; 64 MiB: 16 MiB pieces 321 / 306,
+    32 MiB 320 / 309, 64 MiB 298 / 294)."""
     if configured:
         return max(4096, configured)
     quarter = -(-nbytes // SLOTS)
@@ -138,13 +142,12 @@ class LinkHub:
     """The links of one Vulkan domain: this GPU's side (the heap as CUDA sees it, a stream and
     events of its own) and a :class:`RemoteGpu` per other GPU, made at first use."""
 
-    def __init__(self, view: CudaView, piece: int, spin_ns: int, timeout: float) -> None:
+    def __init__(self, view: CudaView, piece: int, spin_ns: int) -> None:
         self.view = view
         self.cu = view.cu
         self.ordinal = view.ordinal
         self.piece = piece
         self.spin_ns = spin_ns
-        self.timeout = timeout
         self._lib = _cuda.lib
         if self._lib.vkc_load() != 0:
             raise GpuError("a CUDA link: could not load "
