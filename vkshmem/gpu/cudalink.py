@@ -206,7 +206,9 @@ class LinkHub:
         if res:
             _e, name = self.cu.cuGetErrorName(self.cu.CUresult(res))
             raise GpuError(f"{what} through a CUDA link failed: "
-                           f"{name.decode() if isinstance(name, bytes) else res}")
+                           f"{name.decode() if isinstance(name, bytes) else res} "
+                           "(VKSHMEM_GPU_CUDA_LINK=0 sends puts and gets between GPUs through "
+                           "the domain proxy)")
 
     def close(self) -> None:
         with self._lock:
