@@ -10,17 +10,18 @@ peers), and a CUDA VMM allocation maps on both GPUs. So a :class:`CudaLink`
 
 * host bytes: one copy in the peer GPU's context (``cuMemcpyHtoD``/``DtoH``; the core's host
   heap is pinned for every context);
-* device bytes: in pieces through a bounce buffer on the peer's GPU, mapped on both GPUs
+* device bytes: in pieces through a bounce buffer mapped on both GPUs
   (``VKSHMEM_GPU_LINK_PIECE``; four pieces in flight): for a put this GPU's copy engine copies
-  a piece into a bounce slot across the link (NVLink where there is one) and the peer GPU's
-  copies it into the heap, events ordering the two streams; a get runs the other way. The
-  whole copy is one C call with the GIL released (``csrc/cudalink.c``).
+  a piece across the link (NVLink where there is one) into a slot on the peer's GPU and the
+  peer GPU's copies it into the heap, events ordering the two streams; a get runs the other
+  way, through a slot on this PE's GPU (both directions write across the link). The whole
+  copy is one C call with the GIL released (``csrc/cudalink.c``).
 
 AMOs stay with the domain proxy (the peer's own AMO path, atomic with its shaders). Every
 call is complete when it returns. Contexts on other GPUs, their streams, events and bounce
 buffers are made at a link's first use (:class:`RemoteGpu`, one per GPU, shared by the links
-to its PEs) and released at close; the bounce holds four of the largest pieces (128 MiB on
-the peer's GPU by default), a context costs the peer's GPU a few hundred MiB more. Measured
+to its PEs) and released at close; each bounce holds four of the largest pieces (128 MiB on
+each GPU per linked GPU by default), a context costs the peer's GPU a few hundred MiB more. Measured
 on 2 x H200 through the API (``benchmarks/multi_gpu.py``): 236 / 323 / 348 GB/s put at 16 /
 64 / 256 MiB (with 16 MiB pieces at most; CUDA's own peer copy 326 / 375 / 391), against 38
 GB/s through the domain proxy.
@@ -64,7 +65,9 @@ def piece_size(configured: int, nbytes: int) -> int:
 
 class RemoteGpu:
     """This process's hold on another GPU of the node: its primary context, a stream, events,
-    and a bounce buffer on it mapped on both GPUs (made at first use)."""
+    and two bounce buffers mapped on both GPUs (made at first use): one on that GPU, which
+    puts fill across the link, one on this PE's GPU, which gets fill (a copy engine writing
+    across NVLink moves ~5 % more than one reading across it)."""
 
     def __init__(self, hub: LinkHub, ordinal: int) -> None:
         self.hub = hub
@@ -79,28 +82,31 @@ class RemoteGpu:
                 cu.cuStreamCreate(cu.CUstream_flags.CU_STREAM_NON_BLOCKING), "cuStreamCreate")
             self.events = hub.events(SLOTS)  # of this context
         self.stream_ptr = int(self.stream)
-        self.bounce = 0
-        self._bounce: tuple[Any, int] | None = None  # (handle, size)
+        #: the bounce buffers by the GPU they live on: (address, handle, size)
+        self._bounces: dict[int, tuple[int, Any, int]] = {}
 
-    def bounce_address(self) -> int:
-        """The bounce buffer (SLOTS of the largest piece on this GPU, mapped on both)."""
-        if not self.bounce:
-            with self.hub.on(self.ctx):
-                self.bounce = self._make_bounce()
-        return self.bounce
+    def bounce_address(self, on: int) -> int:
+        """The bounce buffer on GPU ``on`` (this one or the PE's own): SLOTS of the largest
+        piece, mapped on both GPUs."""
+        got = self._bounces.get(on)
+        if got is None:
+            ctx = self.ctx if on == self.ordinal else self.hub.view.context
+            with self.hub.on(ctx):
+                got = self._bounces[on] = self._make_bounce(on)
+        return got[0]
 
-    def _make_bounce(self) -> int:
+    def _make_bounce(self, on: int) -> tuple[int, Any, int]:
         cu, check = self.cu, self.hub.check
         prop = cu.CUmemAllocationProp()
         prop.type = cu.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
         prop.location.type = cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
-        prop.location.id = self.ordinal
+        prop.location.id = on
         gran = int(check(cu.cuMemGetAllocationGranularity(
             prop, cu.CUmemAllocationGranularity_flags.CU_MEM_ALLOC_GRANULARITY_MINIMUM),
             "cuMemGetAllocationGranularity"))
         size = -(-SLOTS * max(PIECE_MAX, self.hub.piece) // gran) * gran
-        handle = check(cu.cuMemCreate(size, prop, 0), f"cuMemCreate({size}) on GPU "
-                                                      f"{self.ordinal} (the link's bounce)")
+        handle = check(cu.cuMemCreate(size, prop, 0),
+                       f"cuMemCreate({size}) on GPU {on} (a CUDA link's bounce buffer)")
         va = 0
         try:
             va = int(check(cu.cuMemAddressReserve(size, 0, 0, 0), "cuMemAddressReserve"))
@@ -120,18 +126,16 @@ class RemoteGpu:
                 cu.cuMemAddressFree(va, size)
             cu.cuMemRelease(handle)
             raise
-        self._bounce = (handle, size)
-        return va
+        return va, handle, size
 
     def close(self) -> None:
         cu = self.cu
         with self.hub.on(self.ctx):
-            if self._bounce is not None:
-                handle, size = self._bounce
-                cu.cuMemUnmap(self.bounce, size)
-                cu.cuMemAddressFree(self.bounce, size)
+            for va, handle, size in self._bounces.values():
+                cu.cuMemUnmap(va, size)
+                cu.cuMemAddressFree(va, size)
                 cu.cuMemRelease(handle)
-                self._bounce, self.bounce = None, 0
+            self._bounces.clear()
             for ev in self.events[1]:
                 cu.cuEventDestroy(ev)
             cu.cuStreamDestroy(self.stream)
@@ -302,13 +306,14 @@ class CudaLink(DomainLink):
         piece = piece_size(hub.piece, nbytes)
         local = hub.view.pointer + local_off
         with hub.copy_lock:
-            bounce = remote.bounce_address()
+            # the slot is on the GPU the first copy writes across the link to
+            bounce = remote.bounce_address(remote.ordinal if to_peer else hub.ordinal)
             if to_peer:  # stage 1 here, into the slot on the peer's GPU; stage 2 there
                 res = hub._lib.vkc_link_copy(
                     hub.ctx_ptr, hub.stream_ptr, remote.ctx_ptr, remote.stream_ptr,
                     ptr + offset, local, nbytes, bounce, piece, SLOTS, hub.local_events[0],
                     remote.events[0], hub.spin_ns)
-            else:  # stage 1 on the peer's GPU (its heap into the slot), stage 2 here
+            else:  # stage 1 on the peer's GPU (its heap across into the slot), stage 2 here
                 res = hub._lib.vkc_link_copy(
                     remote.ctx_ptr, remote.stream_ptr, hub.ctx_ptr, hub.stream_ptr,
                     local, ptr + offset, nbytes, bounce, piece, SLOTS, remote.events[0],

@@ -7,7 +7,8 @@
    copies the slot into dst and records ev2[j]; stage 1 of piece k + slots waits for ev2[j]
    before it overwrites the slot. For a put, stage 1 runs on this PE's GPU (its heap into the
    slot on the peer's GPU, across the link) and stage 2 on the peer's (local to it); a get
-   runs the other way. ev1 are events of ctx1, ev2 of ctx2. Returns once stage 2 of the last
+   runs the other way (the peer's heap across into a slot on this PE's GPU, then local). ev1
+   are events of ctx1, ev2 of ctx2. Returns once stage 2 of the last
    piece is done (spin, then block); on a failure, after both streams drained. */
 static int link_copy(uintptr_t ctx1, uintptr_t s1, uintptr_t ctx2, uintptr_t s2,
                      uint64_t dst, uint64_t src, size_t nbytes, uint64_t bounce, size_t piece,
