@@ -106,7 +106,8 @@ class RemoteGpu:
             "cuMemGetAllocationGranularity"))
         size = -(-SLOTS * max(PIECE_MAX, self.hub.piece) // gran) * gran
         handle = check(cu.cuMemCreate(size, prop, 0),
-                       f"cuMemCreate({size}) on GPU {on} (a CUDA link's bounce buffer)")
+                       f"cuMemCreate({size}) on GPU {on} (a CUDA link's bounce buffer: four "
+                       "pieces of VKSHMEM_GPU_LINK_PIECE, or of 32 MiB)")
         va = 0
         try:
             va = int(check(cu.cuMemAddressReserve(size, 0, 0, 0), "cuMemAddressReserve"))
