@@ -12,12 +12,10 @@ import os
 import threading
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from vkshmem.core.dlpack import KDL_CUDA
 
 from .cudacopy import CudaCopier
-from .cudalink import CudaLink, LinkHub
+from .cudalink import CudaLink, LinkHub, address_of
 from .cudaview import CudaView
 from .errors import GpuError
 from .memory import ExportInfo
@@ -31,11 +29,6 @@ if TYPE_CHECKING:
 __all__ = ["CudaInterop", "address_of"]
 
 log = logging.getLogger("vkshmem")
-
-
-def address_of(buf: Any) -> int:
-    """The address of a contiguous host buffer (read-only ones included)."""
-    return int(np.frombuffer(buf, np.uint8).__array_interface__["data"][0])
 
 
 class CudaInterop:

@@ -45,11 +45,16 @@ from .errors import GpuError
 if TYPE_CHECKING:
     from .cudaview import CudaView
 
-__all__ = ["CudaLink", "LinkHub", "RemoteGpu"]
+__all__ = ["CudaLink", "LinkHub", "RemoteGpu", "address_of", "piece_size"]
 
 SLOTS = 4  #: pieces in flight
 PIECE_MIN, PIECE_MAX = 2 << 20, 32 << 20
 _DISABLE_TIMING = 2  # CU_EVENT_DISABLE_TIMING
+
+
+def address_of(buf: Any) -> int:
+    """The address of a contiguous host buffer (read-only ones included)."""
+    return int(np.frombuffer(buf, np.uint8).__array_interface__["data"][0])
 
 
 def piece_size(configured: int, nbytes: int) -> int:
@@ -282,7 +287,7 @@ class CudaLink(DomainLink):
         if n == 0:
             return
         remote, ptr = self._peer()
-        address = int(np.frombuffer(buf, np.uint8).__array_interface__["data"][0])
+        address = address_of(buf)
         dst, src = (ptr + offset, address) if kind == 1 else (address, ptr + offset)
         with remote.lock:
             res = self.hub._lib.vkc_link_host(kind, remote.ctx_ptr, remote.stream_ptr, dst,
@@ -306,19 +311,16 @@ class CudaLink(DomainLink):
         remote, ptr = self._peer()
         piece = piece_size(hub.piece, nbytes)
         local = hub.view.pointer + local_off
+        here = (hub.ctx_ptr, hub.stream_ptr, hub.local_events[0])
+        there = (remote.ctx_ptr, remote.stream_ptr, remote.events[0])
+        # stage 1 writes across the link into a slot on the other GPU, stage 2 copies it out
+        # there: a put starts here, a get on the peer's GPU
+        (ctx1, s1, ev1), (ctx2, s2, ev2) = (here, there) if to_peer else (there, here)
+        dst, src = (ptr + offset, local) if to_peer else (local, ptr + offset)
         with hub.copy_lock:
-            # the slot is on the GPU the first copy writes across the link to
             bounce = remote.bounce_address(remote.ordinal if to_peer else hub.ordinal)
-            if to_peer:  # stage 1 here, into the slot on the peer's GPU; stage 2 there
-                res = hub._lib.vkc_link_copy(
-                    hub.ctx_ptr, hub.stream_ptr, remote.ctx_ptr, remote.stream_ptr,
-                    ptr + offset, local, nbytes, bounce, piece, SLOTS, hub.local_events[0],
-                    remote.events[0], hub.spin_ns)
-            else:  # stage 1 on the peer's GPU (its heap across into the slot), stage 2 here
-                res = hub._lib.vkc_link_copy(
-                    remote.ctx_ptr, remote.stream_ptr, hub.ctx_ptr, hub.stream_ptr,
-                    local, ptr + offset, nbytes, bounce, piece, SLOTS, remote.events[0],
-                    hub.local_events[0], hub.spin_ns)
+            res = hub._lib.vkc_link_copy(ctx1, s1, ctx2, s2, dst, src, nbytes, bounce, piece,
+                                         SLOTS, ev1, ev2, hub.spin_ns)
         hub.done(res, what)
         self.calls += 1
 
