@@ -3,7 +3,8 @@ GPU->GPU puts and gets of sizes from one byte to more pieces than the bounce hol
 reused), at odd offsets, every PE at once; CPU->GPU puts and GPU->CPU gets; a put then a
 fetching AMO (the AMO through the proxy sees the link's put); the nbi forms. On one GPU (or
 lavapipe) the same checks run over the direct route and the script says it saw no link;
-tests/test_gpu_multipe.py asserts links where CUDA sees two GPUs."""
+tests/test_gpu_multipe.py asserts links where CUDA sees two GPUs, and which kind: the peer's
+heap mapped here (a CUDA heap, VKSHMEM_GPU_CUDA_HEAP=1) or a bounce buffer (a Vulkan heap)."""
 
 from __future__ import annotations
 
@@ -66,6 +67,8 @@ if heap.links[right] is not None:  # 5 sizes x 2 device, 4 x 2 host, the nbi put
 check_fetch_sees_put("gpu", 3)
 for x in (dst, src):
     shmem.free(x)
-print(f"PE {me} gpu_link: {len(linked)} links, domain {src.domain.spec.name}", flush=True)
+direct = sum(bool(heap.links[pe].direct) for pe in linked)
+print(f"PE {me} gpu_link: {len(linked)} links ({direct} direct), domain {src.domain.spec.name}",
+      flush=True)
 print(f"routes: {sorted({r.name for r in shmem._state.rt.routes})}")
 print("gpu_link ok", flush=True)

@@ -228,6 +228,11 @@ _var("VKSHMEM_GPU_CUDA_AMO", "bool", "1",
      "On NVIDIA, with cuda-bindings and NVRTC installed, AMOs on the Vulkan heap are a one-thread "
      "CUDA kernel on the same memory (a launch costs less than a Vulkan submission); 0 keeps "
      "them in Vulkan shaders. Atomic with the shaders' atomics either way.", _parse_bool)
+_var("VKSHMEM_GPU_CUDA_HEAP", "bool", "1",
+     "On NVIDIA, with cuda-bindings installed, the GPU heap is a CUDA VMM allocation imported "
+     "into Vulkan (the same bytes for shaders, Vulkan and CUDA), so same-node peers on other "
+     "GPUs map it and copy across NVLink in one step; 0 allocates it from Vulkan (peers on "
+     "other GPUs then copy through a bounce buffer, VKSHMEM_GPU_CUDA_LINK).", _parse_bool)
 _var("VKSHMEM_GPU_CUDA_LINK", "bool", "1",
      "On NVIDIA, with cuda-bindings installed, a PE reaches same-node peers on other GPUs "
      "through CUDA (their Vulkan heaps imported in a context on their GPU, device bytes "
@@ -344,6 +349,7 @@ class Config:
     gpu_native: bool
     gpu_cuda_copy: int
     gpu_cuda_amo: bool
+    gpu_cuda_heap: bool
     gpu_cuda_link: bool
     gpu_link_piece: int
     gpu_bar: str

@@ -80,9 +80,9 @@ class CudaCopier:
         self._hosts: list[tuple[int, int]] = []
         for address, size in hosts:
             self.add_host(address, size)
-        #: same-device peers: GpuMemory -> (fd duplicate, size, dedicated) until imported,
+        #: same-device peers: GpuMemory -> (fd duplicate, size, dedicated, vmm) until imported,
         #: then (external memory, pointer)
-        self._pending: dict[Any, tuple[int, int, bool]] = {}
+        self._pending: dict[Any, tuple[int, int, bool, bool]] = {}
         self._peers: dict[Any, tuple[Any, int]] = {}
         #: CUDA's address of every memory known so far (this PE's heap, imported peers')
         self._ptrs: dict[Any, int] = {view.memory: view.pointer}
@@ -90,10 +90,11 @@ class CudaCopier:
     def _check(self, res: Any, what: str) -> Any:
         return self.view.check(res, what, GpuError, "a copy through CUDA")
 
-    def add_peer(self, mem: Any, fd: int, size: int, dedicated: bool) -> None:
-        """Remember a peer's heap (``fd`` is a duplicate, owned here from now on)."""
+    def add_peer(self, mem: Any, fd: int, size: int, dedicated: bool, vmm: bool) -> None:
+        """Remember a peer's heap (``fd`` is a duplicate, owned here from now on; ``vmm``:
+        CUDA's fd of a VMM allocation, else Vulkan's)."""
         with self._lock:
-            self._pending[mem] = (fd, size, dedicated)
+            self._pending[mem] = (fd, size, dedicated, vmm)
 
     def drop_peer(self, mem: Any) -> None:
         """Forget a peer's heap (before the Vulkan import of it is freed)."""
@@ -104,9 +105,7 @@ class CudaCopier:
             got = self._peers.pop(mem, None)
             self._ptrs.pop(mem, None)
         if got is not None:
-            self.view.make_current()
-            self._cu.cuMemFree(got[1])
-            self._cu.cuDestroyExternalMemory(got[0])
+            self.view.release(*got)
 
     def pointer(self, mem: Any) -> int:
         """CUDA's address of ``mem`` (this PE's heap or a known peer's), 0 if none."""
@@ -119,9 +118,9 @@ class CudaCopier:
             pending = self._pending.pop(mem, None)
             if pending is None:
                 return 0
-            fd, size, dedicated = pending
+            fd, size, dedicated, vmm = pending
             try:
-                ext, ptr = self.view.import_fd(fd, size, dedicated)
+                ext, ptr = self.view.import_fd(fd, size, dedicated, vmm)
             except BufferError as exc:
                 raise GpuError(f"a copy through CUDA: {exc}") from None
             self._peers[mem] = (ext, ptr)

@@ -23,6 +23,7 @@ from .memory import ExportInfo
 if TYPE_CHECKING:
     from vkshmem.core.domain import DomainContext
 
+    from .cudaheap import VmmHeap
     from .device import VulkanDevice
     from .memory import GpuMemory
 
@@ -41,6 +42,7 @@ class CudaInterop:
     ctx: DomainContext
     my_pe: int
     closed: bool
+    vmm: VmmHeap | None
 
     def _init_cuda(self, copy_min: int, amo: bool) -> None:
         self._cuda: CudaView | None = None  # the heap as CUDA sees it (first use)
@@ -53,7 +55,8 @@ class CudaInterop:
         #: AMOs through a CUDA kernel (NVIDIA; VKSHMEM_GPU_CUDA_AMO)
         self.cuda_amo = amo
         self._copier: CudaCopier | bool | None = None
-        self._peer_fds: dict[Any, tuple[int, int, bool]] = {}
+        #: same-device peers' fd duplicates until the copier exists: (fd, size, dedicated, vmm)
+        self._peer_fds: dict[Any, tuple[int, int, bool, bool]] = {}
         #: host ranges registered for DMA beyond the host heap (the copier registers them too)
         self._host_ranges: list[tuple[int, int]] = []
         #: the links to same-node peers on other GPUs (first link; False: they cannot be)
@@ -78,11 +81,11 @@ class CudaInterop:
             return -1
         return os.dup(fd)
 
-    def _keep_for_cuda(self, mem: Any, fd: int, size: int, dedicated: bool) -> None:
+    def _keep_for_cuda(self, mem: Any, fd: int, info: ExportInfo) -> None:
         if isinstance(self._copier, CudaCopier):
-            self._copier.add_peer(mem, fd, size, dedicated)
+            self._copier.add_peer(mem, fd, info.size, info.dedicated, info.vmm)
         else:
-            self._peer_fds[mem] = (fd, size, dedicated)
+            self._peer_fds[mem] = (fd, info.size, info.dedicated, info.vmm)
 
     def _drop_for_cuda(self, mem: Any) -> None:
         if isinstance(self._copier, CudaCopier):
@@ -108,10 +111,9 @@ class CudaInterop:
         if group is None:
             os.close(fds[0])
             return None
-        info = ExportInfo.unpack(meta)
-        return self._link(fds[0], info.size, info.dedicated, group)
+        return self._link(fds[0], ExportInfo.unpack(meta), group)
 
-    def _link(self, fd: int, size: int, dedicated: bool, uuid_hex: str) -> CudaLink | None:
+    def _link(self, fd: int, info: ExportInfo, uuid_hex: str) -> CudaLink | None:
         """A link to a peer's heap (its fd, owned here) on the GPU ``uuid_hex``, or None
         (logged once) where CUDA cannot make one."""
         if self._hub is None:
@@ -127,7 +129,8 @@ class CudaInterop:
             os.close(fd)
             return None
         try:
-            return CudaLink(self._hub, fd, size, dedicated, uuid_hex, self.check_range)
+            return CudaLink(self._hub, fd, info.size, info.dedicated, uuid_hex,
+                            self.check_range, info.vmm)
         except BaseException:
             os.close(fd)
             raise
@@ -158,12 +161,12 @@ class CudaInterop:
         with self._copier_lock:  # the proxy thread copies too
             if self._copier is None:
                 self._copier = self._make_copier()
-                for fd, _size, _dedicated in self._peer_fds.values():
+                for fd, *_rest in self._peer_fds.values():
                     if self._copier is False:
                         os.close(fd)
                 if isinstance(self._copier, CudaCopier):
-                    for mem, (fd, size, dedicated) in self._peer_fds.items():
-                        self._copier.add_peer(mem, fd, size, dedicated)
+                    for mem, pending in self._peer_fds.items():
+                        self._copier.add_peer(mem, *pending)
                 self._peer_fds.clear()
             made = self._copier
         return made if isinstance(made, CudaCopier) else None
@@ -203,7 +206,8 @@ class CudaInterop:
                         raise BufferError(f"DeviceArrays are DLPack tensors only on NVIDIA GPUs "
                                           f"(CUDA imports the Vulkan heap); this is "
                                           f"{self.device.name}: use to_numpy() for a copy")
-                    self._cuda = CudaView(self.memory, self.device.info.device_uuid)
+                    self._cuda = CudaView(self.memory, self.device.info.device_uuid,
+                                          self.vmm)
                 except BufferError as exc:
                     self._cuda_error = str(exc)
                     raise
@@ -223,7 +227,7 @@ class CudaInterop:
         if isinstance(self._copier, CudaCopier):
             self._copier.close()
         self._copier = False
-        for fd, _size, _dedicated in self._peer_fds.values():
+        for fd, *_rest in self._peer_fds.values():
             os.close(fd)
         self._peer_fds.clear()
         if self._cuda is not None:

@@ -30,6 +30,7 @@ GB/s through the domain proxy.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import threading
 from collections.abc import Iterator
@@ -40,12 +41,15 @@ import numpy as np
 from vkshmem.core.domain import DomainLink
 
 from . import _cuda
+from .cudaheap import device_by_uuid, map_handle
 from .errors import GpuError
 
 if TYPE_CHECKING:
     from .cudaview import CudaView
 
 __all__ = ["CudaLink", "LinkHub", "RemoteGpu", "address_of", "piece_size"]
+
+log = logging.getLogger("vkshmem")
 
 SLOTS = 4  #: pieces in flight
 PIECE_MIN, PIECE_MAX = 2 << 20, 32 << 20
@@ -113,23 +117,9 @@ class RemoteGpu:
         handle = check(cu.cuMemCreate(size, prop, 0),
                        f"cuMemCreate({size}) on GPU {on} (a CUDA link's bounce buffer: four "
                        "pieces of VKSHMEM_GPU_LINK_PIECE, or of 32 MiB)")
-        va = 0
         try:
-            va = int(check(cu.cuMemAddressReserve(size, 0, 0, 0), "cuMemAddressReserve"))
-            check(cu.cuMemMap(va, size, 0, handle, 0), "cuMemMap")
-            descs = []
-            for ordinal in (self.hub.ordinal, self.ordinal):
-                d = cu.CUmemAccessDesc()
-                d.location.type = cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
-                d.location.id = ordinal
-                d.flags = cu.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READWRITE
-                descs.append(d)
-            check(cu.cuMemSetAccess(va, size, descs, len(descs)),
-                  f"cuMemSetAccess for GPUs {self.hub.ordinal} and {self.ordinal}")
+            va = map_handle(cu, handle, size, (self.hub.ordinal, self.ordinal), check)
         except BaseException:
-            if va:
-                cu.cuMemUnmap(va, size)
-                cu.cuMemAddressFree(va, size)
             cu.cuMemRelease(handle)
             raise
         return va, handle, size
@@ -197,13 +187,10 @@ class LinkHub:
 
     def ordinal_of(self, uuid_hex: str) -> int:
         """The CUDA device whose UUID the peer's Vulkan device has (its export group)."""
-        cu = self.cu
-        want = bytes.fromhex(uuid_hex)
-        for ordinal in range(self.check(cu.cuDeviceGetCount(), "cuDeviceGetCount")):
-            dev = self.check(cu.cuDeviceGet(ordinal), "cuDeviceGet")
-            if bytes(self.check(cu.cuDeviceGetUuid(dev), "cuDeviceGetUuid").bytes) == want:
-                return ordinal
-        raise GpuError(f"a CUDA link: no CUDA device has the peer's GPU UUID {uuid_hex}")
+        found = device_by_uuid(self.cu, bytes.fromhex(uuid_hex), self.check)
+        if found is None:
+            raise GpuError(f"a CUDA link: no CUDA device has the peer's GPU UUID {uuid_hex}")
+        return found[0]
 
     def remote(self, ordinal: int) -> RemoteGpu:
         with self._lock:
@@ -232,14 +219,16 @@ class LinkHub:
 
 
 class CudaLink(DomainLink):
-    """The link to one peer's heap on another GPU (see the module docstring); the peer's fd is
-    imported in that GPU's context at first use. Raises GpuError when CUDA fails."""
+    """The link to one peer's heap on another GPU (see the module docstring), made at first
+    use: a heap that is CUDA's (``vmm``) mapped on this GPU where it can be (then every copy is
+    one, in this GPU's context: :attr:`direct`), else imported in that GPU's context. Raises
+    GpuError when CUDA fails."""
 
     def __init__(self, hub: LinkHub, fd: int, size: int, dedicated: bool, uuid_hex: str,
-                 check_range: Any) -> None:
+                 check_range: Any, vmm: bool = False) -> None:
         self.hub = hub
         self.size = size
-        self._fd, self._dedicated = fd, dedicated
+        self._fd, self._dedicated, self._vmm = fd, dedicated, vmm
         self._ordinal = hub.ordinal_of(uuid_hex)
         self._check_range = check_range
         self._remote: RemoteGpu | None = None
@@ -247,19 +236,40 @@ class CudaLink(DomainLink):
         self._ptr = 0
         self._lock = threading.Lock()
         self.calls = 0  #: operations carried (tests read it)
+        #: the peer's heap is mapped on this GPU: one copy per operation, no bounce
+        self.direct = False
 
-    def _peer(self) -> tuple[RemoteGpu, int]:
+    def _peer(self) -> tuple[RemoteGpu | None, int]:
         if self._ptr:
-            return self._remote, self._ptr  # type: ignore[return-value]
+            return self._remote, self._ptr
         with self._lock:
             if not self._ptr:
                 if self._fd < 0:
                     raise GpuError("a CUDA link used after close")
+                if self._vmm and self._map_here():
+                    return None, self._ptr
                 remote = self.hub.remote(self._ordinal)
                 with self.hub.on(remote.ctx):
                     self._ext, self._ptr = self._import()
                 self._remote = remote
-        return self._remote, self._ptr  # type: ignore[return-value]
+        return self._remote, self._ptr
+
+    def _map_here(self) -> bool:
+        """Map the peer's VMM heap on this GPU (its fd stays for the fallback); False (logged)
+        where this GPU cannot reach that one's memory (no NVLink or PCIe peer access)."""
+        hub = self.hub
+        try:
+            with hub.on(hub.view.context):
+                self._ext, self._ptr = hub.view.import_fd(os.dup(self._fd), self.size, False,
+                                                          vmm=True)
+        except BufferError as exc:
+            log.info("a CUDA link from GPU %d cannot map GPU %d's heap (%s): its copies go "
+                     "through a bounce buffer", hub.ordinal, self._ordinal, exc)
+            return False
+        os.close(self._fd)
+        self._fd = -1
+        self.direct = True
+        return True
 
     def _import(self) -> tuple[Any, int]:
         """The peer's heap imported in its GPU's context (current): CUDA owns the fd then."""
@@ -289,9 +299,15 @@ class CudaLink(DomainLink):
         remote, ptr = self._peer()
         address = address_of(buf)
         dst, src = (ptr + offset, address) if kind == 1 else (address, ptr + offset)
-        with remote.lock:
-            res = self.hub._lib.vkc_link_host(kind, remote.ctx_ptr, remote.stream_ptr, dst,
-                                              src, n, self.hub.spin_ns)
+        hub = self.hub
+        if remote is None:
+            with hub.copy_lock:
+                res = hub._lib.vkc_link_host(kind, hub.ctx_ptr, hub.stream_ptr, dst, src, n,
+                                             hub.spin_ns)
+        else:
+            with remote.lock:
+                res = hub._lib.vkc_link_host(kind, remote.ctx_ptr, remote.stream_ptr, dst,
+                                             src, n, hub.spin_ns)
         self.hub.done(res, what)
         self.calls += 1
 
@@ -309,8 +325,16 @@ class CudaLink(DomainLink):
             return
         hub = self.hub
         remote, ptr = self._peer()
-        piece = piece_size(hub.piece, nbytes)
         local = hub.view.pointer + local_off
+        if remote is None:  # mapped here: one copy across the link
+            dst, src = (ptr + offset, local) if to_peer else (local, ptr + offset)
+            with hub.copy_lock:
+                res = hub._lib.vkc_link_host(0, hub.ctx_ptr, hub.stream_ptr, dst, src, nbytes,
+                                             hub.spin_ns)
+            hub.done(res, what)
+            self.calls += 1
+            return
+        piece = piece_size(hub.piece, nbytes)
         here = (hub.ctx_ptr, hub.stream_ptr, hub.local_events[0])
         there = (remote.ctx_ptr, remote.stream_ptr, remote.events[0])
         # stage 1 writes across the link into a slot on the other GPU, stage 2 copies it out
@@ -335,10 +359,12 @@ class CudaLink(DomainLink):
             if self._fd >= 0:
                 os.close(self._fd)
                 self._fd = -1
-            if self._ptr:
+            if self._ptr and self._remote is None:
+                with self.hub.on(self.hub.view.context):
+                    self.hub.view.release(self._ext, self._ptr)
+            elif self._ptr:
                 cu = self.hub.cu
-                assert self._remote is not None
                 with self.hub.on(self._remote.ctx):
                     cu.cuMemFree(self._ptr)
                     cu.cuDestroyExternalMemory(self._ext)
-                self._ptr, self._ext = 0, None
+            self._ptr, self._ext = 0, None

@@ -20,9 +20,13 @@ refuses the import) the export raises ``BufferError`` saying why.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from .cudaheap import device_by_uuid, map_handle, posix_fd_type
 from .memory import GpuMemory
+
+if TYPE_CHECKING:
+    from .cudaheap import VmmHeap
 
 __all__ = ["CudaView"]
 
@@ -30,9 +34,11 @@ __all__ = ["CudaView"]
 class CudaView:
     """``memory`` (exportable Vulkan memory) mapped into CUDA on the device whose UUID is
     ``device_uuid``: ``pointer`` (a CUDA device address of byte 0), ``ordinal`` (the CUDA
-    device), ``size``. Raises BufferError where it cannot be made."""
+    device), ``size``; where the memory is CUDA's own (``vmm``), its mapping. Raises
+    BufferError where it cannot be made."""
 
-    def __init__(self, memory: GpuMemory, device_uuid: bytes) -> None:
+    def __init__(self, memory: GpuMemory, device_uuid: bytes,
+                 vmm: VmmHeap | None = None) -> None:
         try:
             from cuda.bindings import driver as cu
         except ImportError as exc:
@@ -41,27 +47,27 @@ class CudaView:
         self._cu = cu
         self.memory = memory
         self.pointer = 0
+        self._own = False
         self.size = memory.allocation_size
         self._ext: Any = None
         self._ctx: Any = None
         self._dev: Any = None
         self.check(cu.cuInit(0), "cuInit")
-        count = self.check(cu.cuDeviceGetCount(), "cuDeviceGetCount")
-        for ordinal in range(count):
-            dev = self.check(cu.cuDeviceGet(ordinal), "cuDeviceGet")
-            if bytes(self.check(cu.cuDeviceGetUuid(dev), "cuDeviceGetUuid").bytes) == \
-                    bytes(device_uuid):
-                self.ordinal, self._dev = ordinal, dev
-                break
-        else:
+        found = device_by_uuid(cu, device_uuid, self.check)
+        if found is None:
             raise BufferError(f"no CUDA device has the Vulkan device's UUID "
-                              f"{bytes(device_uuid).hex()} (CUDA lists {count})")
+                              f"{bytes(device_uuid).hex()}")
+        self.ordinal, self._dev = found
         self._ctx = self.check(cu.cuDevicePrimaryCtxRetain(self._dev),
                                 "cuDevicePrimaryCtxRetain")
+        self._own = vmm is None  # the pointer is this view's import (else the heap's own)
         try:
             self.make_current()
-            self._ext, self.pointer = self.import_fd(memory.export_fd(), self.size,
-                                                     memory.dedicated)
+            if vmm is not None:
+                self.pointer = vmm.va
+            else:
+                self._ext, self.pointer = self.import_fd(memory.export_fd(), self.size,
+                                                         memory.dedicated)
         except BaseException:
             self.close()
             raise
@@ -85,11 +91,26 @@ class CudaView:
         """Make the device's primary context current on the calling thread."""
         self.check(self._cu.cuCtxSetCurrent(self._ctx), "cuCtxSetCurrent")
 
-    def import_fd(self, fd: int, size: int, dedicated: bool) -> tuple[Any, int]:
+    def import_fd(self, fd: int, size: int, dedicated: bool, vmm: bool = False
+                  ) -> tuple[Any, int]:
         """Import an opaque fd of Vulkan memory on this device (CUDA owns ``fd`` once this
-        succeeds; closed here when it fails): (the external memory, its CUDA address)."""
+        succeeds; closed here when it fails), or with ``vmm`` map CUDA's fd of a VMM
+        allocation (on any GPU this one reaches: NVLink, PCIe peer access; closed here):
+        (a handle for :meth:`release`, the CUDA address)."""
         cu = self._cu
         self.make_current()
+        if vmm:
+            try:
+                handle = self.check(cu.cuMemImportFromShareableHandle(fd, posix_fd_type(cu)),
+                                    "cuMemImportFromShareableHandle")
+            finally:
+                os.close(fd)
+            try:
+                va = map_handle(cu, handle, size, (self.ordinal,), self.check)
+            except BaseException:
+                cu.cuMemRelease(handle)
+                raise
+            return (handle, size), va
         desc = cu.CUDA_EXTERNAL_MEMORY_HANDLE_DESC()
         desc.type = cu.CUexternalMemoryHandleType.CU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD
         desc.handle.fd = fd
@@ -112,6 +133,18 @@ class CudaView:
             raise
         return ext, ptr
 
+    def release(self, handle: Any, pointer: int) -> None:
+        """Undo :meth:`import_fd` (``handle`` and ``pointer`` are what it returned)."""
+        cu = self._cu
+        self.make_current()
+        if isinstance(handle, tuple):  # a VMM mapping
+            cu.cuMemUnmap(pointer, handle[1])
+            cu.cuMemAddressFree(pointer, handle[1])
+            cu.cuMemRelease(handle[0])
+        else:
+            cu.cuMemFree(pointer)
+            cu.cuDestroyExternalMemory(handle)
+
     def check(self, res: Any, what: str, error: type[Exception] = BufferError,
               doing: str = "viewing the Vulkan heap from CUDA") -> Any:
         """``res`` is a cuda-bindings result tuple: its values, or ``error`` naming the call."""
@@ -128,9 +161,9 @@ class CudaView:
         cu = self._cu
         if self._ctx is not None:
             cu.cuCtxSetCurrent(self._ctx)
-        if self.pointer:
+        if self.pointer and self._own:
             cu.cuMemFree(self.pointer)
-            self.pointer = 0
+        self.pointer = 0
         if self._ext is not None:
             cu.cuDestroyExternalMemory(self._ext)
             self._ext = None

@@ -20,6 +20,7 @@ memory never opens a Vulkan device. This module implements the
 from __future__ import annotations
 
 import ctypes
+import importlib.util
 import logging
 import os
 from typing import TYPE_CHECKING, Any
@@ -34,6 +35,7 @@ from vkshmem.core.transport import AmoOp, SegmentInfo
 
 from .array import DeviceArray
 from .cudacopy import CudaCopier
+from .cudaheap import VmmHeap
 from .cudainterop import CudaInterop, address_of
 from .device import VulkanDevice
 from .errors import GpuError
@@ -75,16 +77,19 @@ class VulkanDomain(CudaInterop, MemoryDomain):
         #: fast, loads crawl
         self.bar_write_max = cfg.gpu_bar_write_max
         self.bar_read_max = cfg.gpu_bar_read_max
+        #: the heap's memory where CUDA supplies it (VKSHMEM_GPU_CUDA_HEAP; see cudaheap.py)
+        self.vmm: VmmHeap | None = None
         try:
             self.size = cfg.gpu_symmetric_size
-            self.segment = GpuSegment(self.device, self.seg_id, self.size)
+            self.vmm = self._open_vmm(cfg.gpu_cuda_heap)
+            self.segment = GpuSegment(self.device, self.seg_id, self.size, self.vmm)
             if self.segment.memory.bar and not self._bar_works(self.segment.memory):
                 log.warning("PE %d: %s maps exportable device memory but CPU and GPU do not "
                             "see each other's writes through it; using unmapped memory "
                             "(VKSHMEM_GPU_BAR=0 skips the attempt)", self.my_pe, self.device.name)
                 self.segment.close()
                 self.device.bar_exports = False
-                self.segment = GpuSegment(self.device, self.seg_id, self.size)
+                self.segment = GpuSegment(self.device, self.seg_id, self.size, self.vmm)
         except BaseException:
             self.close(check=False)
             raise
@@ -102,6 +107,18 @@ class VulkanDomain(CudaInterop, MemoryDomain):
                 log.info("PE %d: the host heap stays unimported on %s: %s", self.my_pe,
                          self.device.name, exc)
         self.cpu_atomics = self.device.info.is_cpu and cfg.gpu_mapped
+
+    def _open_vmm(self, wanted: bool) -> VmmHeap | None:
+        """The heap from CUDA VMM on NVIDIA with cuda-bindings (``VKSHMEM_GPU_CUDA_HEAP``);
+        None (logged) where it is not wanted or cannot be made: Vulkan allocates it then."""
+        if not wanted or self.device.info.vendor != "NVIDIA" or \
+                importlib.util.find_spec("cuda.bindings") is None:
+            return None
+        try:
+            return VmmHeap(self.device.info.device_uuid, self.size)
+        except GpuError as exc:
+            log.info("PE %d: the GPU heap is Vulkan's: %s", self.my_pe, exc)
+            return None
 
     # -- the segment -------------------------------------------------------------------------
 
@@ -126,7 +143,7 @@ class VulkanDomain(CudaInterop, MemoryDomain):
             self._seen_errors = len(self.device.validation_errors)
             raise
         if dup >= 0:
-            self._keep_for_cuda(mem, dup, info.size, info.dedicated)
+            self._keep_for_cuda(mem, dup, info)
         return mem
 
     def release_peer(self, handle: Any) -> None:
@@ -397,6 +414,9 @@ class VulkanDomain(CudaInterop, MemoryDomain):
                 log.warning("PE %d: the GPU heap is still viewed by arrays (to_numpy(zero_copy"
                             "=True)); it is released with the device: %s", self.my_pe, exc)
         self.device.close()  # the layer reports leaks during close: read errors after it
+        if self.vmm is not None:  # after Vulkan's import of it
+            self.vmm.close()
+            self.vmm = None
         errors = self.device.validation_errors[self._seen_errors:] \
             if self.device.validation else []
         if check and failure is not None:

@@ -47,13 +47,16 @@ class ExportInfo:
     dedicated: bool
     device_uuid: bytes
     driver_uuid: bytes
+    #: the fd is CUDA's (a VMM allocation, :mod:`~vkshmem.gpu.cudaheap`): CUDA on another
+    #: GPU maps it with ``cuMemImportFromShareableHandle``
+    vmm: bool = False
 
-    _FMT = struct.Struct("<QQI?16s16s")
+    _FMT = struct.Struct("<QQI?16s16s?")
 
     def pack(self) -> bytes:
         """A fixed-size blob (for a remote key)."""
         return self._FMT.pack(self.size, self.allocation_size, self.memory_type_index,
-                              self.dedicated, self.device_uuid, self.driver_uuid)
+                              self.dedicated, self.device_uuid, self.driver_uuid, self.vmm)
 
     @classmethod
     def unpack(cls, blob: bytes) -> ExportInfo:

@@ -6,16 +6,20 @@ the :class:`~vkshmem.core.transport.SegmentInfo` a transport registers: ``kind``
 exported fd the segment owns, ``address`` the host address of the mapping (0 when the memory
 is not host-visible) and ``buffer`` the mapped bytes (empty when not host-visible: such a
 segment is reached through :meth:`VulkanDevice.write`/``read``/``copy`` or shaders).
+With a :class:`~vkshmem.gpu.cudaheap.VmmHeap` (NVIDIA) the memory is CUDA's, imported into
+Vulkan, and ``fd`` is CUDA's export of it (an opaque fd to Vulkan).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import TYPE_CHECKING
 
 from vkshmem.core.transport import SegmentInfo
 
 if TYPE_CHECKING:
+    from .cudaheap import VmmHeap
     from .device import VulkanDevice
     from .memory import ExportInfo, GpuMemory
 
@@ -23,17 +27,24 @@ __all__ = ["GpuSegment"]
 
 
 class GpuSegment:
-    """``size`` bytes of exportable memory on ``device`` with an exported opaque fd."""
+    """``size`` bytes of exportable memory on ``device`` with an exported opaque fd: Vulkan's
+    own, or all of ``vmm`` (which the caller keeps and closes after this segment)."""
 
-    def __init__(self, device: VulkanDevice, seg_id: int, size: int) -> None:
+    def __init__(self, device: VulkanDevice, seg_id: int, size: int,
+                 vmm: VmmHeap | None = None) -> None:
         self.device = device
         self.seg_id = seg_id
         self.size = size
-        self.memory: GpuMemory = device.alloc_exportable(size)
+        self.vmm = vmm
         self.dmabuf_fd = -1
+        if vmm is not None:
+            self.memory: GpuMemory = device.import_fd(vmm.export_fd(), vmm.size,
+                                                      dedicated=False, take_ownership=True)
+        else:
+            self.memory = device.alloc_exportable(size)
         try:
-            self.fd = self.memory.export_fd()
-            if device.has_dma_buf:
+            self.fd = vmm.export_fd() if vmm is not None else self.memory.export_fd()
+            if device.has_dma_buf and vmm is None:
                 self.dmabuf_fd = self.memory.export_dmabuf()
         except BaseException:
             self.memory.free()
@@ -46,7 +57,7 @@ class GpuSegment:
 
     def export_info(self) -> ExportInfo:
         """What a same-device peer passes to ``import_fd`` with :attr:`fd`."""
-        return self.memory.export_info()
+        return dataclasses.replace(self.memory.export_info(), vmm=self.vmm is not None)
 
     def info(self) -> SegmentInfo:
         view = self.memory.map()
