@@ -297,7 +297,10 @@ last = shmem.zeros(1, np.int8, domain="gpu")
 dom = shmem._state.rt.heaps[last.domain.spec.name]  # the domain's heap: its routes
 shmem.free(last)
 print(f"routes: {sorted({r.name for r in shmem._state.rt.routes})}")
+linked = [pe for pe in range(n) if dom.links[pe] is not None]  # peers on other GPUs
+amo_links = " (AMOs too)" if linked and all(dom.links[pe].amos for pe in linked) else ""
 print(f"gpu: imported {sorted(dom.peers)}, proxy {'on' if dom.proxy else 'off'}, "
+      f"linked {linked}{amo_links}, "
       f"domain {last.domain.spec.name} device {last.domain.device.name} uuid "
       f"{last.domain.device.info.uuid if vulkan else last.domain.device.uuid.hex()}")
 print(f"gpu ok: {len(DTYPES)} dtypes, {n} PEs")

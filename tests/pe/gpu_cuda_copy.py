@@ -4,7 +4,8 @@ GPU->GPU to this PE's heap and to same-device peers') go through CUDA, and so do
 is installed (VKSHMEM_GPU_CUDA_AMO); elsewhere (lavapipe) they stay on Vulkan. Either way the
 bytes land, at odd offsets and sizes, Vulkan's own operations (small reads, shader AMOs) see
 what CUDA wrote, and AMOs on one word from every PE, half of them CUDA kernels and half Vulkan
-shaders, lose no update. Run under ``vkshmem run``."""
+shaders, lose no update (a PE on another GPU than PE 0 reaches it through a CUDA link, whose
+AMOs are CUDA kernels either way). Run under ``vkshmem run``."""
 
 from __future__ import annotations
 
@@ -114,7 +115,8 @@ if me == 0:
                                                  f"successes {int(everyone.sum())}")
 dom.cuda_amo = use_cuda
 amos = dom.cuda_amos - amos0
-want_amo = expect_amo and me % 2 == 0
+link = shmem._state.rt.heaps[dom.spec.name].links[0]  # PE 0 on another GPU: a CUDA link
+want_amo = expect_amo and (me % 2 == 0 or (link is not None and link.amos))
 check((amos > 0) == want_amo, f"{amos} AMOs went through CUDA (expected "
                               f"{'some' if want_amo else 'none'})")
 shmem.barrier_all()

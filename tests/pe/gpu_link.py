@@ -21,8 +21,9 @@ dst = shmem.zeros(N + 64, np.uint8, domain="gpu")
 heap = shmem._state.rt.heaps[src.domain.spec.name]
 linked = [pe for pe in range(n) if heap.links[pe] is not None]
 print(f"PE {me} gpu_link: links to {linked}, routes {heap.route_names}", flush=True)
-for pe in linked:
-    check(heap.route_names[pe] == "link+proxy", f"route to PE {pe}: {heap.route_names[pe]}")
+for pe in linked:  # "link": the link carries AMOs too (a peer's CUDA heap mapped here)
+    want = "link" if heap.links[pe].amos else "link+proxy"
+    check(heap.route_names[pe] == want, f"route to PE {pe}: {heap.route_names[pe]}")
 
 
 def pattern(pe: int, nbytes: int, salt: int = 0) -> np.ndarray:

@@ -15,7 +15,8 @@ and the same load policy as transports. Its life:
    ``import_peer`` for each; an import that raises makes that peer reachable another way.
    Peers of the same node and ``link_group`` but another ``group`` (e.g. other GPUs that a
    vendor API can copy between) get the fds too, for ``link_peer``: a :class:`DomainLink`
-   moves puts and gets to that peer (route ``link+proxy``; AMOs through the proxy).
+   moves puts and gets to that peer (route ``link+proxy``: AMOs through the proxy; ``link``
+   where the link carries them too, ``DomainLink.amos``).
 4. ``describe()`` tells transports what the memory is (``SegmentInfo.kind``: ``host`` with a
    host address, ``opaque_fd``, ``dmabuf``, ``cuda_va``); a transport whose
    ``TransportSpec.memory_kinds`` holds that kind carries traffic to peers it reaches: the
@@ -158,6 +159,15 @@ class DomainLink(ABC):
     @abstractmethod
     def get_device(self, offset: int, dst_off: int, nbytes: int) -> None:
         """The peer's segment at ``offset`` into this PE's at ``dst_off``."""
+
+    #: whether :meth:`amo` carries AMOs to the peer (route ``link``); False: the domain
+    #: proxy does (route ``link+proxy``). Fixed when the link is made.
+    amos: bool = False
+
+    def amo(self, offset: int, op: AmoOp, width: int, operand: int, compare: int) -> int:
+        """An AMO on the peer's aligned ``width``-byte word at ``offset`` (checked by the
+        core), atomic with the peer's own AMOs on it: the old value. Only where :attr:`amos`."""
+        raise NotImplementedError(f"{type(self).__name__} carries no AMOs")
 
     def close(self) -> None:  # noqa: B027 - optional
         """Release what the link holds (at close, before the domain's own close)."""

@@ -9,7 +9,8 @@ makes one, collectively, on the domain's first use: :meth:`Runtime.domain`). Sta
    over Unix sockets and ``import_peer`` each other's segments: operations on them are the
    domain's local copies and atomics on the very same memory (route ``direct``); peers of
    one ``link_group`` but another group get a :class:`~vkshmem.core.domain.DomainLink`
-   instead (route ``link+proxy``: puts and gets through it, AMOs through the proxy), see
+   instead (route ``link+proxy``: puts and gets through it, AMOs through the proxy; route
+   ``link`` where it carries AMOs too), see
    :mod:`~vkshmem.core.domainpeers`;
 3. for any other peer, a transport of the peer's route that carries puts and gets on the
    segment's memory kind (:meth:`Transport.carries`) registers the segment and carries them
@@ -183,8 +184,8 @@ class DomainHeap(DeviceTransfers):
     def _route_name(self, pe: int) -> str:
         if self.direct[pe] is not None:
             return "direct"
-        if self.links[pe] is not None:
-            return "link+proxy"
+        if (link := self.links[pe]) is not None:
+            return "link" if link.amos else "link+proxy"
         carrier = self.carrier[pe]
         if carrier is None:
             return "proxy"
@@ -238,6 +239,9 @@ class DomainHeap(DeviceTransfers):
         mem = self.direct[pe]
         if mem is not None:
             return self.amo_on(mem, offset, op, width, operand, compare)
+        if (link := self.links[pe]) is not None and link.amos:
+            self._check_amo(offset, width)
+            return link.amo(offset, op, width, operand, compare)
         if (t := self.amo_carrier[pe]) is not None:
             return t.amo(pe, self.seg_id, offset, op, width, operand, compare, fetch)
         if (t := self.carrier[pe]) is not None:
@@ -247,12 +251,15 @@ class DomainHeap(DeviceTransfers):
     def amo_on(self, mem: Any, offset: int, op: AmoOp, width: int, operand: int,
                compare: int) -> int:
         """An AMO on memory handle ``mem`` (checked: aligned 4- or 8-byte word in range)."""
+        self._check_amo(offset, width)
+        return self.domain.amo(mem, offset, op, width, operand, compare)
+
+    def _check_amo(self, offset: int, width: int) -> None:
         if offset < 0 or offset + width > self.size:
             self.domain.check_range(offset, width, f"{self.name} AMO")
         if width not in (4, 8) or offset % width:
             raise InvalidArgumentError(f"AMOs take aligned 4- or 8-byte words; got {width} "
                                        f"bytes at offset {offset}")
-        return self.domain.amo(mem, offset, op, width, operand, compare)
 
     def quiet(self) -> None:
         """Complete the domain's batched non-blocking operations and the proxy's transfers

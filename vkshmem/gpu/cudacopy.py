@@ -255,7 +255,11 @@ class CudaCopier:
             return None
         if offset < 0 or offset + width > mem.size:
             mem.check_range(offset, width, "GPU AMO")
-        addr = ptr + offset
+        return self.amo_at(ptr + offset, op, width, operand, compare)
+
+    def amo_at(self, addr: int, op: int, width: int, operand: int, compare: int) -> int:
+        """:meth:`amo` on the word at CUDA address ``addr`` (this GPU's memory, or a peer
+        GPU's mapped here: a CUDA link's); the old value."""
         with self._amo_lock:  # the result words: the proxy thread also calls
             self._amo_seq += 1
             self._done(self._lib.vkc_amo(self._ctx_ptr, self._stream_ptr, int(self._amo_fn),

@@ -128,12 +128,8 @@ class CudaInterop:
         if not isinstance(self._hub, LinkHub):
             os.close(fd)
             return None
-        try:
-            return CudaLink(self._hub, fd, info.size, info.dedicated, uuid_hex,
-                            self.check_range, info.vmm)
-        except BaseException:
-            os.close(fd)
-            raise
+        return CudaLink(self._hub, fd, info.size, info.dedicated, uuid_hex, self.check_range,
+                        info.vmm, self._cuda_amo)
 
     def _cuda_copier(self, nbytes: int) -> CudaCopier | None:
         """The CUDA copier for a blocking copy of ``nbytes`` (None: take the Vulkan path)."""

@@ -33,7 +33,7 @@ import contextlib
 import logging
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -45,6 +45,9 @@ from .cudaheap import device_by_uuid, map_handle
 from .errors import GpuError
 
 if TYPE_CHECKING:
+    from vkshmem.core.transport import AmoOp
+
+    from .cudacopy import CudaCopier
     from .cudaview import CudaView
 
 __all__ = ["CudaLink", "LinkHub", "RemoteGpu", "address_of", "piece_size"]
@@ -221,15 +224,21 @@ class LinkHub:
 class CudaLink(DomainLink):
     """The link to one peer's heap on another GPU (see the module docstring), made at first
     use: a heap that is CUDA's (``vmm``) mapped on this GPU where it can be (then every copy is
-    one, in this GPU's context: :attr:`direct`), else imported in that GPU's context. Raises
-    GpuError when CUDA fails."""
+    one, in this GPU's context: :attr:`direct`; and AMOs are the kernel of ``amo()``, the
+    domain's CUDA copier, on the mapped word), else imported in that GPU's context. Owns
+    ``fd`` from the start (closed on failure). Raises GpuError when CUDA fails."""
 
     def __init__(self, hub: LinkHub, fd: int, size: int, dedicated: bool, uuid_hex: str,
-                 check_range: Any, vmm: bool = False) -> None:
+                 check_range: Any, vmm: bool = False,
+                 amo: Callable[[], CudaCopier | None] | None = None) -> None:
         self.hub = hub
         self.size = size
         self._fd, self._dedicated, self._vmm = fd, dedicated, vmm
-        self._ordinal = hub.ordinal_of(uuid_hex)
+        try:
+            self._ordinal = hub.ordinal_of(uuid_hex)
+        except BaseException:
+            os.close(fd)
+            raise
         self._check_range = check_range
         self._remote: RemoteGpu | None = None
         self._ext: Any = None
@@ -238,6 +247,17 @@ class CudaLink(DomainLink):
         self.calls = 0  #: operations carried (tests read it)
         #: the peer's heap is mapped on this GPU: one copy per operation, no bounce
         self.direct = False
+        self._copier: CudaCopier | None = None
+        if vmm:
+            try:
+                with self._lock:
+                    self._map_here()
+                # AMOs by the CUDA kernel of this PE's heap on the mapped word (NVLink atomics)
+                self._copier = amo() if self.direct and amo is not None else None
+            except BaseException:
+                self.close()  # the fd, or the mapping that took it
+                raise
+            self.amos = self._copier is not None
 
     def _peer(self) -> tuple[RemoteGpu | None, int]:
         if self._ptr:
@@ -347,6 +367,13 @@ class CudaLink(DomainLink):
                                          SLOTS, ev1, ev2, hub.spin_ns)
         hub.done(res, what)
         self.calls += 1
+
+    def amo(self, offset: int, op: AmoOp, width: int, operand: int, compare: int) -> int:
+        """An AMO on the peer's word across the link (see :attr:`amos`)."""
+        assert self._copier is not None and self._ptr
+        old = self._copier.amo_at(self._ptr + offset, int(op), width, operand, compare)
+        self.calls += 1
+        return old
 
     def put_device(self, offset: int, src_off: int, nbytes: int) -> None:
         self._device(True, offset, src_off, nbytes)
