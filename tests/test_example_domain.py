@@ -55,13 +55,18 @@ def test_file_domain_carries_traffic(domain_installed: None, npes: int, mode: st
         assert f"PE {pe} file domain: {routes}" in r.stdout, r.stdout
 
 
+@pytest.mark.parametrize("link", ["1", "amo"])
 @pytest.mark.parametrize("npes", [1, 2, 4])
-def test_linked_peers_take_the_domain_link(domain_installed: None, npes: int) -> None:
-    env = {**MODES["shm"], "VKSHMEM_FILE_DOMAIN_LINK": "1"}
+def test_linked_peers_take_the_domain_link(domain_installed: None, npes: int,
+                                           link: str) -> None:
+    """Linked same-node peers: puts and gets through the links, AMOs through the proxy
+    (``link+proxy``) or, where the links carry them (``amo``), through the links too."""
+    env = {**MODES["shm"], "VKSHMEM_FILE_DOMAIN_LINK": link}
     r = launch("domain_link", npes, env)
     check_run(r, "domain_link", npes, "shm")
     for pe in range(npes):
-        routes = ["direct" if q == pe else "link+proxy" for q in range(npes)]
+        routes = ["direct" if q == pe else ("link" if link == "amo" else "link+proxy")
+                  for q in range(npes)]
         assert f"PE {pe} file domain: {routes}" in r.stdout, r.stdout
 
 

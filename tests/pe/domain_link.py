@@ -3,9 +3,13 @@ real out-of-tree domain: the ``file`` domain of examples/example-domain with
 ``VKSHMEM_FILE_DOMAIN_LINK=1``, where every PE exports its own group and a common link group.
 Same-node peers are linked, not imported (route ``link+proxy``); puts and gets of host data
 and between the domain's own arrays go through the links (the proxy sends no request for
-them); AMOs go through the proxy; a fetching AMO after a put sees it; a reduction works."""
+them); AMOs go through the proxy, or with ``VKSHMEM_FILE_DOMAIN_LINK=amo`` through the links
+(route ``link``: no proxy request either); a fetching AMO after a put sees it; a reduction
+works."""
 
 from __future__ import annotations
+
+import os
 
 import numpy as np
 from _common import check, check_fetch_sees_put
@@ -18,7 +22,8 @@ rt = shmem._state.rt
 
 a = shmem.zeros(1 << 16, np.int64, domain="file")
 heap = rt.heaps["file"]
-want = ["direct" if pe == me else "link+proxy" for pe in range(n)]
+amo_links = os.environ.get("VKSHMEM_FILE_DOMAIN_LINK") == "amo"
+want = ["direct" if pe == me else ("link" if amo_links else "link+proxy") for pe in range(n)]
 check(heap.route_names == want, f"routes {heap.route_names}, want {want}")
 check(all(heap.direct[pe] is None for pe in range(n) if pe != me), "no peer is imported")
 print(f"PE {me} file domain: {heap.route_names}", flush=True)
@@ -50,13 +55,18 @@ if n > 1:
     check(link_calls() >= 3, f"the links carried {link_calls() - before_calls} calls")
 shmem.barrier_all()
 
-# AMOs through the proxy, after puts through the link
+# AMOs through the proxy (or the links), after puts through the link
 c = shmem.zeros(1, np.int64, domain="file")
+before_req, before_calls = requests(), link_calls()
 for _ in range(5):
     shmem.atomic_add(c, 2, 0)
 shmem.barrier_all()
 if me == 0:
     check(int(c[0]) == 10 * n, f"counter {c[0]}")
+if me != 0:
+    by_link = link_calls() - before_calls
+    check((by_link == 5) == amo_links, f"the links carried {by_link} of 5 AMOs")
+    check(amo_links == (requests() == before_req), "AMOs and the proxy's requests")
 shmem.barrier_all()
 check_fetch_sees_put("file", 5)
 

@@ -14,7 +14,8 @@ register host memory (hostproxy, ucx) carry it to the others. Allocate with
 With ``VKSHMEM_FILE_DOMAIN_LINK=1`` it shows the other same-node route of the contract: each
 PE exports its own ``group`` and a common ``link_group``, so the core hands same-node peers'
 fds to :meth:`FileDomain.link_peer` and their puts and gets go through a :class:`FileLink`
-(route ``link+proxy``; AMOs through the domain proxy).
+(route ``link+proxy``; AMOs through the domain proxy). With ``VKSHMEM_FILE_DOMAIN_LINK=amo``
+the links carry AMOs too (``DomainLink.amos``; route ``link``).
 """
 
 from __future__ import annotations
@@ -98,7 +99,8 @@ class FileDomain(MemoryDomain):
 
     def link_peer(self, pe: int, fds: list[int], meta: bytes,
                   group: str | None) -> FileLink:
-        return FileLink(self, self.import_peer(pe, fds, meta))
+        return FileLink(self, self.import_peer(pe, fds, meta),
+                        os.environ.get(ENV_LINK, "") == "amo")
 
     def import_peer(self, pe: int, fds: list[int], meta: bytes) -> mmap.mmap:
         (size,) = _META.unpack(meta)
@@ -162,12 +164,18 @@ class FileDomain(MemoryDomain):
 
 
 class FileLink(DomainLink):
-    """A link to a peer's file (``VKSHMEM_FILE_DOMAIN_LINK=1``): the same bytes as an import,
-    moved by the link's calls, which it counts (:attr:`calls`, for tests)."""
+    """A link to a peer's file (``VKSHMEM_FILE_DOMAIN_LINK=1``, or ``amo``: AMOs too): the
+    same bytes as an import, moved by the link's calls, which it counts (:attr:`calls`, for
+    tests)."""
 
-    def __init__(self, domain: FileDomain, peer: mmap.mmap) -> None:
+    def __init__(self, domain: FileDomain, peer: mmap.mmap, amos: bool) -> None:
         self.domain, self.peer = domain, peer
         self.calls = 0
+        self.amos = amos
+
+    def amo(self, offset: int, op: AmoOp, width: int, operand: int, compare: int) -> int:
+        self.calls += 1
+        return self.domain.amo(self.peer, offset, op, width, operand, compare)
 
     def put(self, offset: int, src: memoryview) -> None:
         self.calls += 1
@@ -190,7 +198,7 @@ class FileLink(DomainLink):
 
 
 def _linked() -> bool:
-    return os.environ.get(ENV_LINK, "") == "1"
+    return os.environ.get(ENV_LINK, "") in ("1", "amo")
 
 
 SPEC = DomainSpec(name=NAME, factory=FileDomain, family="host", priority=0,
