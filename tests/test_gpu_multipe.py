@@ -53,15 +53,20 @@ def test_gpu_script_without_domain_import(npes: int) -> None:
 #: default threshold; at 4 bytes (small counts leave shares empty); through UCX's transport
 RING_RUNS = {"noimport": {"VKSHMEM_DOMAIN_IMPORT": "0"},
              "noimport-small": {"VKSHMEM_DOMAIN_IMPORT": "0", "VKSHMEM_GPU_RING_REDUCE": "4"},
-             "ucx-sm": MODES["ucx-sm"]}
+             "ucx-sm": MODES["ucx-sm"], "linked": {}}
 
 
 @pytest.mark.parametrize(("npes", "run"), [(1, "noimport"), (2, "noimport"), (4, "noimport"),
-                                           (3, "noimport-small"), (2, "ucx-sm")])
+                                           (3, "noimport-small"), (2, "ucx-sm"),
+                                           (2, "linked"), (4, "linked")])
 def test_gpu_ring_reduce(npes: int, run: str) -> None:
     """All-reduces of GPU arrays between PEs that do not map each other's GPU heaps: the ring
     reduce-scatter + all-gather into the targets from VKSHMEM_GPU_RING_REDUCE bytes, the
-    scratch gather below it and in place; exact results, the same bytes on every PE."""
+    scratch gather below it and in place; exact results, the same bytes on every PE. ``linked``:
+    PEs spread over two GPUs or more (the Vulkan domain's CUDA links between them; the script
+    checks that the last folds pushed through direct links)."""
+    if run == "linked" and _cuda_gpus() < 2:
+        pytest.skip("needs two NVIDIA GPUs (PEs on different GPUs are linked, not mapped)")
     r = launch("gpu_ring_reduce", npes, {**GPU_ENV, **RING_RUNS[run]}, timeout=120)
     assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout}\n{r.stderr}"
     assert r.stdout.count("gpu_ring_reduce ok") == npes, r.stdout
@@ -129,7 +134,7 @@ def test_gpu_link(npes: int, heap: str) -> None:
 def test_link_pieces() -> None:
     """A CUDA link's piece: VKSHMEM_GPU_LINK_PIECE where set (at least 4 KiB), else a quarter
     of the copy in 2 MiB steps, 2 to 32 MiB (the bounce holds four of the largest)."""
-    from vkshmem.gpu.cudalink import PIECE_MAX, piece_size
+    from vkshmem.gpu.cudabounce import PIECE_MAX, piece_size
 
     assert piece_size(0, 8) == 2 << 20
     assert piece_size(0, 16 << 20) == 4 << 20

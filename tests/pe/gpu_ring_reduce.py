@@ -2,10 +2,11 @@
 exact results for sums (float32, int64), max and prod, a dtype the device cannot reduce
 (longdouble: the numpy folds), counts below the threshold and uneven ones above it, the same
 bytes on every PE, sources left unchanged, and in-place calls (the gather path). Whether the
-ring ran is read from the module's private counter. Run where PEs do not map each other's GPU
-heaps (VKSHMEM_DOMAIN_IMPORT=0: the GPU proxy; VKSHMEM_SHM=0: a transport) under ``vkshmem run``
-(see tests/test_gpu_multipe.py); a small VKSHMEM_GPU_RING_REDUCE puts the small counts (shares
-left empty) on the ring too."""
+ring ran is read from the module's private counters (and, over the Vulkan domain's direct CUDA
+links between GPUs, that the last folds pushed their results in the same pass). Run where PEs
+do not map each other's GPU heaps (VKSHMEM_DOMAIN_IMPORT=0: the GPU proxy; VKSHMEM_SHM=0: a
+transport) under ``vkshmem run`` (see tests/test_gpu_multipe.py); a small
+VKSHMEM_GPU_RING_REDUCE puts the small counts (shares left empty) on the ring too."""
 
 from __future__ import annotations
 
@@ -110,5 +111,9 @@ if n >= 3:
     shmem.free(src)
 
 shmem.barrier_all()
+right_link = heap.links[(me + 1) % n] if n > 1 else None
+if right_link is not None and getattr(right_link, "direct", False):  # a CUDA link, mapped
+    check(device_ring._fused > 0, "no fold was pushed through the direct link")
+print(f"PE {me} folds pushed through a link: {device_ring._fused}", flush=True)
 print(f"PE {me} gpu_ring_reduce ok (ring taken {device_ring._taken} times, "
       f"threshold {least})", flush=True)

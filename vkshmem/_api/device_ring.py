@@ -25,13 +25,17 @@ writes its target). Every member ends with the same bytes, copied from the membe
 finished each share: floating-point results agree everywhere (share ``k`` is folded in the
 order ``k, k + 1, ...`` of the members, so they can differ in rounding from the gather's order).
 
-Where the domain cannot reduce ``op`` on ``dtype`` (``reduce`` returns False), the folds run
-with numpy on host copies; the data movement is the same. ``VKSHMEM_GPU_RING_REDUCE`` sets the
-smallest all-reduce (bytes) that takes this path, 0 turns it off. Its default, 128 KiB, is where
-the ring stops losing to one scratch chunk on lavapipe through the proxy (float32 sums, best of
-20-30): 2 PEs tie at 64-128 KiB (0.31-0.46 ms either way) and the ring wins from 256 KiB (0.57
-against 0.65-1.0 ms); 4 PEs tie at 64 KiB (2.1-3.3 against 2.4-3.0 ms), the ring wins at
-128 KiB (2.6-3.3 against 5.2-5.5 ms) and loses at 16 KiB (1.7-2.5 against 1.6-1.8 ms).
+Where the right member is reached through a domain link that can fold and push in one pass
+(``DomainLink.fold_put``: the Vulkan domain's CUDA link, a kernel that writes the result into
+both targets), the last fold of the reduce-scatter also does the first all-gather step's push:
+its target slot is the right member's own share, which that member reads only after the next
+barrier. Where the domain cannot reduce ``op`` on ``dtype`` (``reduce`` returns False), the
+folds run with numpy on host copies; the data movement is the same. ``VKSHMEM_GPU_RING_REDUCE``
+sets the smallest all-reduce (bytes) that takes this path, 0 turns it off. Its default, 128
+KiB, is where the ring stops losing to one scratch chunk on lavapipe through the proxy (float32
+sums, best of 20-30): 2 PEs tie at 64-128 KiB (0.31-0.46 ms either way) and the ring wins from
+256 KiB (0.57 against 0.65-1.0 ms); 4 PEs tie at 64 KiB (2.1-3.3 against 2.4-3.0 ms), the ring
+wins at 128 KiB (2.6-3.3 against 5.2-5.5 ms) and loses at 16 KiB (1.7-2.5 against 1.6-1.8 ms).
 """
 
 from __future__ import annotations
@@ -49,8 +53,10 @@ __all__ = ["ALIGN", "quiet_sync", "ring_reduce"]
 ALIGN = 256
 #: elements per numpy fold where the device cannot reduce (bounds the host copies)
 _HOST_FOLD = 1 << 20
-#: how many all-reduces took this path in this process (read by tests/pe/gpu_ring_reduce.py)
+#: how many all-reduces took this path in this process, and how many of them folded and
+#: pushed in one pass (``DomainLink.fold_put``; read by tests/pe/gpu_ring_reduce.py)
 _taken = 0
+_fused = 0
 
 
 def _shares(cnt: int, n: int) -> list[tuple[int, int]]:
@@ -99,7 +105,7 @@ def ring_reduce(ct: CollTeam, heap: DomainHeap, target: DomainArray, source: obj
     domain not overlapping it, two members or more, at least ``VKSHMEM_GPU_RING_REDUCE``
     bytes. The decision depends only on arguments every member shares. False when not taken
     (nothing done; the caller's path runs)."""
-    global _taken
+    global _taken, _fused
     dt = np.dtype(target.dtype)
     isz = dt.itemsize
     nbytes = cnt * isz
@@ -116,17 +122,22 @@ def ring_reduce(ct: CollTeam, heap: DomainHeap, target: DomainArray, source: obj
     shares = _shares(cnt, n)
     folder = _Folder(heap, op, ufunc, dt)
     ct.ts.sync()  # every member's target is free to be written
+    link = heap.links[right]
+    pushed = False  # the last fold also wrote its result into the right member's target
     for s in range(n - 1):  # reduce-scatter
         lo, m = shares[(me - s) % n]
         if m:  # share me - s: my source's part first, then the partial I folded last step
             heap.put_device(right, t0 + lo * isz, (s0 if s == 0 else t0) + lo * isz, m * isz)
         quiet_sync(ct)
         lo, m = shares[(me - 1 - s) % n]
-        if m:
+        if m and s == n - 2 and link is not None and folder.on_device:
+            pushed = link.fold_put(t0 + lo * isz, s0 + lo * isz, m, op, dt)
+            _fused += pushed
+        if m and not pushed:
             folder.fold(t0 + lo * isz, s0 + lo * isz, m)
     for t in range(n - 1):  # all-gather of the finished shares
         lo, m = shares[(me + 1 - t) % n]
-        if m:
+        if m and not (t == 0 and pushed):
             heap.put_device(right, t0 + lo * isz, t0 + lo * isz, m * isz)
         quiet_sync(ct)  # the last one: nobody returns while a peer still writes its target
     return True

@@ -169,6 +169,13 @@ class DomainLink(ABC):
         core), atomic with the peer's own AMOs on it: the old value. Only where :attr:`amos`."""
         raise NotImplementedError(f"{type(self).__name__} carries no AMOs")
 
+    def fold_put(self, dst_off: int, src_off: int, count: int, op: str, dtype: Any) -> bool:
+        """``dst op= src`` over ``count`` elements of numpy ``dtype`` in this PE's segment
+        (byte offsets, checked by the caller), the result also written into the peer's
+        segment at ``dst_off``, complete on return: a ring all-reduce's last fold and the
+        push that follows it, in one pass. False (nothing done) where the link cannot."""
+        return False
+
     def close(self) -> None:  # noqa: B027 - optional
         """Release what the link holds (at close, before the domain's own close)."""
 

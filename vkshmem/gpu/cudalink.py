@@ -1,30 +1,24 @@
 """Links of the Vulkan domain to same-node peers on other GPUs, through CUDA (NVIDIA).
 
 Vulkan memory cannot be imported on another GPU, and CUDA's import of it is not mapped for
-peer GPUs either: copies between two GPUs' imported heaps are staged through the host (37.7
-GB/s) and a kernel's stores into the other GPU's imported heap fault
-(``tests/gpu/vulkan_cuda_peer_probe.py``). But a process may hold a context on the peer's
-GPU and import the peer's heap *there* (the opaque fd the core passes, as for same-device
-peers), and a CUDA VMM allocation maps on both GPUs. So a :class:`CudaLink`
-(a :class:`~vkshmem.core.domain.DomainLink`, route ``link+proxy``) moves:
+peer GPUs either (``tests/gpu/vulkan_cuda_peer_probe.py``); a CUDA VMM allocation is. So
+where the peer's heap is CUDA's (:mod:`~vkshmem.gpu.cudaheap`, ``VKSHMEM_GPU_CUDA_HEAP``) a
+:class:`CudaLink` (a :class:`~vkshmem.core.domain.DomainLink`, route ``link``) maps it on this
+GPU (:attr:`CudaLink.direct`) and every operation is one step in this GPU's context:
 
-* host bytes: one copy in the peer GPU's context (``cuMemcpyHtoD``/``DtoH``; the core's host
-  heap is pinned for every context);
-* device bytes: in pieces through a bounce buffer mapped on both GPUs
-  (``VKSHMEM_GPU_LINK_PIECE``; four pieces in flight): for a put this GPU's copy engine copies
-  a piece across the link (NVLink where there is one) into a slot on the peer's GPU and the
-  peer GPU's copies it into the heap, events ordering the two streams; a get runs the other
-  way, through a slot on this PE's GPU (both directions write across the link). The whole
-  copy is one C call with the GIL released (``csrc/cudalink.c``).
+* host bytes and device bytes: one copy (``cuMemcpy*Async`` + a spin on the stream, one
+  GIL-free C call, ``csrc/cudalink.c``), across NVLink where there is one;
+* AMOs: the one-thread kernel of the domain's CUDA copier on the mapped word, atomic with the
+  peer's own AMOs (both resolve at the owning GPU);
+* a ring all-reduce's last fold and the push after it: one pass of the reduce kernel writing
+  both targets (:mod:`~vkshmem.gpu.cudafold`).
 
-AMOs stay with the domain proxy (the peer's own AMO path, atomic with its shaders). Every
-call is complete when it returns. Contexts on other GPUs, their streams, events and bounce
-buffers are made at a link's first use (:class:`RemoteGpu`, one per GPU, shared by the links
-to its PEs) and released at close; each bounce holds four of the largest pieces (128 MiB on
-each GPU per linked GPU by default), a context costs the peer's GPU a few hundred MiB more. Measured
-on 2 x H200 through the API (``benchmarks/multi_gpu.py``): 236 / 323 / 348 GB/s put at 16 /
-64 / 256 MiB (with 16 MiB pieces at most; CUDA's own peer copy 326 / 375 / 391), against 38
-GB/s through the domain proxy.
+Where the peer's heap is Vulkan's, or this GPU cannot map the other's memory, the link goes
+through a bounce buffer instead (:mod:`~vkshmem.gpu.cudabounce`, route ``link+proxy``: AMOs
+stay with the domain proxy). Every call is complete when it returns. Measured on 2 x H100
+through the API (``benchmarks/multi_gpu.py``, the ``vulkan`` job): 308 / 369 / 381 GB/s put at
+16 / 64 / 256 MiB with the direct link (CUDA's own peer copy 312 / 372 / 388), against 221 /
+316 / 357 through the bounce and 38 through the domain proxy.
 """
 
 from __future__ import annotations
@@ -41,7 +35,9 @@ import numpy as np
 from vkshmem.core.domain import DomainLink
 
 from . import _cuda
-from .cudaheap import device_by_uuid, map_handle
+from .cudabounce import SLOTS, RemoteGpu, piece_size
+from .cudafold import CudaFolds
+from .cudaheap import device_by_uuid
 from .errors import GpuError
 
 if TYPE_CHECKING:
@@ -50,95 +46,16 @@ if TYPE_CHECKING:
     from .cudacopy import CudaCopier
     from .cudaview import CudaView
 
-__all__ = ["CudaLink", "LinkHub", "RemoteGpu", "address_of", "piece_size"]
+__all__ = ["CudaLink", "LinkHub", "address_of"]
 
 log = logging.getLogger("vkshmem")
 
-SLOTS = 4  #: pieces in flight
-PIECE_MIN, PIECE_MAX = 2 << 20, 32 << 20
 _DISABLE_TIMING = 2  # CU_EVENT_DISABLE_TIMING
 
 
 def address_of(buf: Any) -> int:
     """The address of a contiguous host buffer (read-only ones included)."""
     return int(np.frombuffer(buf, np.uint8).__array_interface__["data"][0])
-
-
-def piece_size(configured: int, nbytes: int) -> int:
-    """The piece of a device copy of ``nbytes``: ``configured`` (at least 4 KiB), else a
-    quarter of the copy in 2 MiB steps, 2-32 MiB (2 x H200, 256 MiB put / get: 32 MiB pieces
-    358 / 347 GB/s, 16 MiB 349 / 336, 64 MiB 361 / 348; 64 MiB: 16 MiB pieces 321 / 306,
-    32 MiB 320 / 309, 64 MiB 298 / 294)."""
-    if configured:
-        return max(4096, configured)
-    quarter = -(-nbytes // SLOTS)
-    return max(PIECE_MIN, min(PIECE_MAX, -(-quarter // PIECE_MIN) * PIECE_MIN))
-
-
-class RemoteGpu:
-    """This process's hold on another GPU of the node: its primary context, a stream, events,
-    and two bounce buffers mapped on both GPUs (made at first use): one on that GPU, which
-    puts fill across the link, one on this PE's GPU, which gets fill (a copy engine writing
-    across NVLink moves ~5 % more than one reading across it)."""
-
-    def __init__(self, hub: LinkHub, ordinal: int) -> None:
-        self.hub = hub
-        cu = self.cu = hub.cu
-        self.ordinal = ordinal
-        self.lock = threading.Lock()  # host copies on its stream, one at a time
-        self._dev = hub.check(cu.cuDeviceGet(ordinal), "cuDeviceGet")
-        self.ctx = hub.check(cu.cuDevicePrimaryCtxRetain(self._dev), "cuDevicePrimaryCtxRetain")
-        self.ctx_ptr = int(self.ctx)
-        with hub.on(self.ctx):
-            self.stream = hub.check(
-                cu.cuStreamCreate(cu.CUstream_flags.CU_STREAM_NON_BLOCKING), "cuStreamCreate")
-            self.events = hub.events(SLOTS)  # of this context
-        self.stream_ptr = int(self.stream)
-        #: the bounce buffers by the GPU they live on: (address, handle, size)
-        self._bounces: dict[int, tuple[int, Any, int]] = {}
-
-    def bounce_address(self, on: int) -> int:
-        """The bounce buffer on GPU ``on`` (this one or the PE's own): SLOTS of the largest
-        piece, mapped on both GPUs."""
-        got = self._bounces.get(on)
-        if got is None:
-            ctx = self.ctx if on == self.ordinal else self.hub.view.context
-            with self.hub.on(ctx):
-                got = self._bounces[on] = self._make_bounce(on)
-        return got[0]
-
-    def _make_bounce(self, on: int) -> tuple[int, Any, int]:
-        cu, check = self.cu, self.hub.check
-        prop = cu.CUmemAllocationProp()
-        prop.type = cu.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
-        prop.location.type = cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
-        prop.location.id = on
-        gran = int(check(cu.cuMemGetAllocationGranularity(
-            prop, cu.CUmemAllocationGranularity_flags.CU_MEM_ALLOC_GRANULARITY_MINIMUM),
-            "cuMemGetAllocationGranularity"))
-        size = -(-SLOTS * max(PIECE_MAX, self.hub.piece) // gran) * gran
-        handle = check(cu.cuMemCreate(size, prop, 0),
-                       f"cuMemCreate({size}) on GPU {on} (a CUDA link's bounce buffer: four "
-                       "pieces of VKSHMEM_GPU_LINK_PIECE, or of 32 MiB)")
-        try:
-            va = map_handle(cu, handle, size, (self.hub.ordinal, self.ordinal), check)
-        except BaseException:
-            cu.cuMemRelease(handle)
-            raise
-        return va, handle, size
-
-    def close(self) -> None:
-        cu = self.cu
-        with self.hub.on(self.ctx):
-            for va, handle, size in self._bounces.values():
-                cu.cuMemUnmap(va, size)
-                cu.cuMemAddressFree(va, size)
-                cu.cuMemRelease(handle)
-            self._bounces.clear()
-            for ev in self.events[1]:
-                cu.cuEventDestroy(ev)
-            cu.cuStreamDestroy(self.stream)
-        cu.cuDevicePrimaryCtxRelease(self._dev)
 
 
 class LinkHub:
@@ -166,6 +83,21 @@ class LinkHub:
             self.local_events = self.events(SLOTS)
         self.stream_ptr = int(self.stream)
         self.ctx_ptr = int(view.context)
+        self._folds: CudaFolds | None = None  # first fold
+
+    def fold(self, dsts: list[int], srcs: list[int], count: int, op: str,
+             dtype: np.dtype) -> bool:
+        """The reduce kernel of ``op`` on ``dtype`` from ``srcs`` into ``dsts`` (CUDA
+        addresses this GPU reaches) on this side's stream, complete on return; False where
+        there is no such kernel (nothing done)."""
+        with self.copy_lock, self.on(self.view.context):
+            if self._folds is None:
+                self._folds = CudaFolds(self.view, self.stream)
+            fn = self._folds.kernel(op, dtype)
+            if fn is None:
+                return False
+            self._folds.run(fn, dsts, srcs, count, dtype)
+        return True
 
     def check(self, res: Any, what: str) -> Any:
         return self.view.check(res, what, GpuError, "a CUDA link to another GPU")
@@ -374,6 +306,17 @@ class CudaLink(DomainLink):
         old = self._copier.amo_at(self._ptr + offset, int(op), width, operand, compare)
         self.calls += 1
         return old
+
+    def fold_put(self, dst_off: int, src_off: int, count: int, op: str, dtype: Any) -> bool:
+        """``dst op= src`` in this PE's heap, the result into the peer's too, by one kernel
+        pass (a direct link only: the peer's heap mapped here)."""
+        if not self.direct:
+            return False
+        local = self.hub.view.pointer
+        done = self.hub.fold([local + dst_off, self._ptr + dst_off],
+                             [local + dst_off, local + src_off], count, op, np.dtype(dtype))
+        self.calls += done
+        return done
 
     def put_device(self, offset: int, src_off: int, nbytes: int) -> None:
         self._device(True, offset, src_off, nbytes)

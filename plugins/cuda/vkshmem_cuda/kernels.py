@@ -1,23 +1,25 @@
 """The CUDA domain's kernels, compiled by NVRTC at first use: the one-thread AMO (vkshmem's
 own, :mod:`vkshmem.gpu.cudakernels`, which the Vulkan domain also launches on NVIDIA), the
 service kernel, and the element-wise reduction of up to :data:`MAX_SOURCES` arrays (a PE's own
-and its peers', as mapped on its GPU) into one, per (op, dtype)."""
+and its peers', as mapped on its GPU) into one, per (op, dtype) (vkshmem's own too, which the
+Vulkan domain launches for its links' folds)."""
 
 from __future__ import annotations
 
-from functools import cache
-
-import numpy as np
-
-from vkshmem.gpu.cudakernels import AMO_APPLY, AMO_NAME, AMO_SOURCE, compile_kernel
+from vkshmem.gpu.cudakernels import (
+    AMO_APPLY,
+    AMO_NAME,
+    AMO_SOURCE,
+    MAX_SOURCES,
+    REDUCE_NAME,
+    compile_kernel,
+    reduce_source,
+)
 
 __all__ = ["AMO_NAME", "AMO_SOURCE", "MAX_SOURCES", "REDUCE_NAME", "SERVICE_NAME",
            "SERVICE_SOURCE", "compile_kernel", "reduce_source"]
 
-REDUCE_NAME = b"vkshmem_reduce"
 SERVICE_NAME = b"vkshmem_service"
-#: sources one reduce launch takes (a struct of pointers passed by value; see ``_ops_build``)
-MAX_SOURCES = 8
 
 #: bytes one service request carries inline (host data of a put, or what a get returns)
 SERVICE_MAX = 4096
@@ -116,79 +118,3 @@ extern "C" __global__ void vkshmem_service(struct box *b, u64 last, u64 idle_ns)
     }
 }
 """
-
-_CTYPES = {"int8": "signed char", "int16": "short", "int32": "int", "int64": "long long",
-           "uint8": "unsigned char", "uint16": "unsigned short", "uint32": "unsigned int",
-           "uint64": "unsigned long long", "float32": "float", "float64": "double"}
-_OPS = {"sum": "a + b", "prod": "a * b", "min": "(b < a ? b : a)", "max": "(b > a ? b : a)",
-        "and": "a & b", "or": "a | b", "xor": "a ^ b"}
-
-_REDUCE = r"""
-typedef unsigned long long u64;
-typedef %(T)s T;
-enum { VEC = 16 / sizeof(T), UNROLL = %(U)d };
-struct sources { const T *p[%(N)d]; };  /* also the destinations */
-struct __align__(16) pack { T v[VEC]; };
-__device__ __forceinline__ T combine(T a, T b) { return %(OP)s; }
-/* dst_d[i] = src0[i] op src1[i] op ... for every destination d: 16-byte loads and stores
-   where every pointer allows (peers' memory is read and written over NVLink: wide accesses
-   keep the link busy), then the tail. */
-extern "C" __global__ void vkshmem_reduce(struct sources dst, int nd, struct sources src,
-                                          int n, u64 count) {
-    u64 tid = (u64)blockIdx.x * blockDim.x + threadIdx.x;
-    u64 stride = (u64)gridDim.x * blockDim.x;
-    bool wide = true;
-    for (int j = 0; j < n; ++j) wide = wide && ((u64)src.p[j] %% 16) == 0;
-    for (int d = 0; d < nd; ++d) wide = wide && ((u64)dst.p[d] %% 16) == 0;
-    u64 packs = wide ? count / VEC : 0;
-    u64 i = tid;
-    /* UNROLL packs per thread per step, every load of a source issued before any combine:
-       more reads in flight per thread hide NVLink's latency */
-    for (; i + (UNROLL - 1) * stride < packs; i += UNROLL * stride) {
-        struct pack a[UNROLL];
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u) a[u] = ((const struct pack *)src.p[0])[i + u * stride];
-        for (int j = 1; j < n; ++j) {
-            struct pack b[UNROLL];
-#pragma unroll
-            for (int u = 0; u < UNROLL; ++u)
-                b[u] = ((const struct pack *)src.p[j])[i + u * stride];
-#pragma unroll
-            for (int u = 0; u < UNROLL; ++u)
-#pragma unroll
-                for (int k = 0; k < VEC; ++k) a[u].v[k] = combine(a[u].v[k], b[u].v[k]);
-        }
-        for (int d = 0; d < nd; ++d)
-#pragma unroll
-            for (int u = 0; u < UNROLL; ++u) ((struct pack *)dst.p[d])[i + u * stride] = a[u];
-    }
-    for (; i < packs; i += stride) {
-        struct pack a = ((const struct pack *)src.p[0])[i];
-        for (int j = 1; j < n; ++j) {
-            struct pack b = ((const struct pack *)src.p[j])[i];
-#pragma unroll
-            for (int k = 0; k < VEC; ++k) a.v[k] = combine(a.v[k], b.v[k]);
-        }
-        for (int d = 0; d < nd; ++d) ((struct pack *)dst.p[d])[i] = a;
-    }
-    for (u64 i = packs * VEC + tid; i < count; i += stride) {
-        T a = src.p[0][i];
-        for (int j = 1; j < n; ++j) { T b = src.p[j][i]; a = combine(a, b); }
-        for (int d = 0; d < nd; ++d) ((T *)dst.p[d])[i] = a;
-    }
-}
-"""
-
-
-@cache
-def reduce_source(op: str, dtype: np.dtype, unroll: int = 4) -> str | None:
-    """CUDA C for ``op`` over ``dtype`` (None where this kernel does not do that pair:
-    float16, complex, bool and bitwise ops on floats go to the core's other paths), each
-    thread loading ``unroll`` 16-byte packs of a source per step (4: more loads in flight hide
-    NVLink's latency; the pair all-reduce, which reads local memory only, measured best with
-    2). Cached: every all-reduce asks (``can_reduce_from``)."""
-    ctype = _CTYPES.get(np.dtype(dtype).name)
-    if ctype is None or op not in _OPS or (op in ("and", "or", "xor") and
-                                            np.dtype(dtype).kind == "f"):
-        return None
-    return _REDUCE % {"T": ctype, "N": MAX_SOURCES, "OP": _OPS[op], "U": unroll}
