@@ -253,21 +253,27 @@ class CudaLink(DomainLink):
         dst, src = (ptr + offset, address) if kind == 1 else (address, ptr + offset)
         hub = self.hub
         if remote is None:
-            with hub.copy_lock:
-                res = hub._lib.vkc_link_host(kind, hub.ctx_ptr, hub.stream_ptr, dst, src, n,
-                                             hub.spin_ns)
-        else:
-            with remote.lock:
-                res = hub._lib.vkc_link_host(kind, remote.ctx_ptr, remote.stream_ptr, dst,
-                                             src, n, hub.spin_ns)
+            self._one(kind, dst, src, n, what)
+            return
+        with remote.lock:
+            res = hub._lib.vkc_link_host(kind, remote.ctx_ptr, remote.stream_ptr, dst, src, n,
+                                         hub.spin_ns)
         self.hub.done(res, what)
         self.calls += 1
 
     def put(self, offset: int, src: memoryview) -> None:
-        self._host(1, offset, src, "a put of host bytes")
+        n = src.nbytes
+        if self.direct and 0 < n and 0 <= offset <= self.size - n:  # the hot path
+            self._one(1, self._ptr + offset, address_of(src), n, "a put of host bytes")
+        else:
+            self._host(1, offset, src, "a put of host bytes")
 
     def get(self, offset: int, dst: memoryview) -> None:
-        self._host(2, offset, dst, "a get into host bytes")
+        n = dst.nbytes
+        if self.direct and 0 < n and 0 <= offset <= self.size - n:
+            self._one(2, address_of(dst), self._ptr + offset, n, "a get into host bytes")
+        else:
+            self._host(2, offset, dst, "a get into host bytes")
 
     def _device(self, to_peer: bool, offset: int, local_off: int, nbytes: int) -> None:
         what = "a put between GPUs" if to_peer else "a get between GPUs"
@@ -280,11 +286,7 @@ class CudaLink(DomainLink):
         local = hub.view.pointer + local_off
         if remote is None:  # mapped here: one copy across the link
             dst, src = (ptr + offset, local) if to_peer else (local, ptr + offset)
-            with hub.copy_lock:
-                res = hub._lib.vkc_link_host(0, hub.ctx_ptr, hub.stream_ptr, dst, src, nbytes,
-                                             hub.spin_ns)
-            hub.done(res, what)
-            self.calls += 1
+            self._one(0, dst, src, nbytes, what)
             return
         piece = piece_size(hub.piece, nbytes)
         here = (hub.ctx_ptr, hub.stream_ptr, hub.local_events[0])
@@ -319,10 +321,31 @@ class CudaLink(DomainLink):
         return done
 
     def put_device(self, offset: int, src_off: int, nbytes: int) -> None:
-        self._device(True, offset, src_off, nbytes)
+        if self.direct and 0 < nbytes and 0 <= offset <= self.size - nbytes and \
+                0 <= src_off <= self.size - nbytes:  # the hot path: checks inline
+            self._one(0, self._ptr + offset, self.hub.view.pointer + src_off, nbytes,
+                      "a put between GPUs")
+        else:
+            self._device(True, offset, src_off, nbytes)
 
     def get_device(self, offset: int, dst_off: int, nbytes: int) -> None:
-        self._device(False, offset, dst_off, nbytes)
+        if self.direct and 0 < nbytes and 0 <= offset <= self.size - nbytes and \
+                0 <= dst_off <= self.size - nbytes:
+            self._one(0, self.hub.view.pointer + dst_off, self._ptr + offset, nbytes,
+                      "a get between GPUs")
+        else:
+            self._device(False, offset, dst_off, nbytes)
+
+    def _one(self, kind: int, dst: int, src: int, nbytes: int, what: str) -> None:
+        """One copy in this GPU's context (a direct link; ``kind`` 0: device to device, 1:
+        host to device, 2: device to host), complete on return."""
+        hub = self.hub
+        with hub.copy_lock:
+            res = hub._lib.vkc_link_host(kind, hub.ctx_ptr, hub.stream_ptr, dst, src, nbytes,
+                                         hub.spin_ns)
+        if res:
+            hub.done(res, what)
+        self.calls += 1
 
     def close(self) -> None:
         with self._lock:
