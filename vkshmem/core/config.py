@@ -235,12 +235,14 @@ _var("VKSHMEM_GPU_CUDA_HEAP", "bool", "1",
      "other GPUs then copy through a bounce buffer, VKSHMEM_GPU_CUDA_LINK).", _parse_bool)
 _var("VKSHMEM_GPU_CUDA_LINK", "bool", "1",
      "On NVIDIA, with cuda-bindings installed, a PE reaches same-node peers on other GPUs "
-     "through CUDA (their Vulkan heaps imported in a context on their GPU, device bytes "
-     "through a bounce buffer mapped on both GPUs: NVLink where there is one); 0 sends their "
-     "puts and gets through the domain proxy.", _parse_bool)
+     "through CUDA: their heaps mapped on its GPU where they are CUDA's (VKSHMEM_GPU_CUDA_HEAP; "
+     "puts, gets and AMOs, NVLink where there is one), else imported in a context on their GPU "
+     "with device bytes through a bounce buffer mapped on both (puts and gets); 0 sends all of "
+     "it through the domain proxy.", _parse_bool)
 _var("VKSHMEM_GPU_LINK_PIECE", "size", "0",
-     "Piece size of a device copy through a CUDA link (4 pieces in flight, the bounce buffer "
-     "on the peer's GPU holds 4 of the largest); 0: a quarter of the copy, 2-32 MiB.",
+     "Piece size of a device copy through a CUDA link's bounce buffer (4 pieces in flight, the "
+     "bounce buffer on the peer's GPU holds 4 of the largest); 0: a quarter of the copy, "
+     "2-32 MiB.",
      parse_size)
 _var("VKSHMEM_GPU_NATIVE", "bool", "1",
      "Submit GPU copies and AMOs and wait for them through vkshmem's native helper (one C call "
