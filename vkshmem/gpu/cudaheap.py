@@ -137,13 +137,17 @@ class VmmHeap:
         """Unmap and release the allocation and the context (idempotent). Vulkan's imports
         keep the memory alive until they are freed too."""
         cu = self.cu
-        if self.va:
-            cu.cuMemUnmap(self.va, self.size)
-            cu.cuMemAddressFree(self.va, self.size)
-            self.va = 0
-        if self._handle is not None:
-            cu.cuMemRelease(self._handle)
-            self._handle = None
+        if self.va or self._handle is not None:
+            _e, prev = cu.cuCtxGetCurrent()
+            cu.cuCtxSetCurrent(self.ctx)
+            if self.va:
+                cu.cuMemUnmap(self.va, self.size)
+                cu.cuMemAddressFree(self.va, self.size)
+                self.va = 0
+            if self._handle is not None:
+                cu.cuMemRelease(self._handle)
+                self._handle = None
+            cu.cuCtxSetCurrent(prev)
         if self._dev is not None:
             cu.cuDevicePrimaryCtxRelease(self._dev)
             self._dev = None
