@@ -20,7 +20,6 @@ memory never opens a Vulkan device. This module implements the
 from __future__ import annotations
 
 import ctypes
-import importlib.util
 import logging
 import os
 from typing import TYPE_CHECKING, Any
@@ -35,15 +34,15 @@ from vkshmem.core.transport import AmoOp, SegmentInfo
 
 from .array import DeviceArray
 from .cudacopy import CudaCopier
-from .cudaheap import VmmHeap
 from .cudainterop import CudaInterop, address_of
 from .device import VulkanDevice
 from .errors import GpuError
 from .kernels import reduce_unsupported
 from .memory import ExportInfo, GpuMemory
-from .segment import GpuSegment
+from .segment import GpuSegment, open_segment
 
 if TYPE_CHECKING:
+    from .cudaheap import VmmHeap
     from .initiated import Initiator
 
 __all__ = ["VulkanDomain"]
@@ -81,15 +80,11 @@ class VulkanDomain(CudaInterop, MemoryDomain):
         self.vmm: VmmHeap | None = None
         try:
             self.size = cfg.gpu_symmetric_size
-            self.vmm = self._open_vmm(cfg.gpu_cuda_heap)
-            self.segment = GpuSegment(self.device, self.seg_id, self.size, self.vmm)
-            if self.segment.memory.bar and not self._bar_works(self.segment.memory):
-                log.warning("PE %d: %s maps exportable device memory but CPU and GPU do not "
-                            "see each other's writes through it; using unmapped memory "
-                            "(VKSHMEM_GPU_BAR=0 skips the attempt)", self.my_pe, self.device.name)
-                self.segment.close()
-                self.device.bar_exports = False
-                self.segment = GpuSegment(self.device, self.seg_id, self.size, self.vmm)
+            self.segment, refused = open_segment(self.device, self.seg_id, self.size,
+                                                 cfg.gpu_cuda_heap, self.my_pe)
+            self.vmm = self.segment.vmm
+            if refused:  # the validation layer saw Vulkan refuse CUDA's fd: handled
+                self._seen_errors = len(self.device.validation_errors)
         except BaseException:
             self.close(check=False)
             raise
@@ -107,18 +102,6 @@ class VulkanDomain(CudaInterop, MemoryDomain):
                 log.info("PE %d: the host heap stays unimported on %s: %s", self.my_pe,
                          self.device.name, exc)
         self.cpu_atomics = self.device.info.is_cpu and cfg.gpu_mapped
-
-    def _open_vmm(self, wanted: bool) -> VmmHeap | None:
-        """The heap from CUDA VMM on NVIDIA with cuda-bindings (``VKSHMEM_GPU_CUDA_HEAP``);
-        None (logged) where it is not wanted or cannot be made: Vulkan allocates it then."""
-        if not wanted or self.device.info.vendor != "NVIDIA" or \
-                importlib.util.find_spec("cuda.bindings") is None:
-            return None
-        try:
-            return VmmHeap(self.device.info.device_uuid, self.size)
-        except GpuError as exc:
-            log.info("PE %d: the GPU heap is Vulkan's: %s", self.my_pe, exc)
-            return None
 
     # -- the segment -------------------------------------------------------------------------
 
@@ -196,19 +179,6 @@ class VulkanDomain(CudaInterop, MemoryDomain):
         if self.device.info.vendor == "NVIDIA" and self._copier is not False:
             self._pin_for_cuda(address, size)
         return True
-
-    def _bar_works(self, mem: GpuMemory) -> bool:
-        """Whether CPU stores through the mapping of ``mem`` reach the GPU and GPU copies
-        reach the CPU's loads (memory bound outside its buffer's memoryTypeBits)."""
-        a, b = os.urandom(64), os.urandom(64)
-        seen_gpu, seen_cpu = bytearray(64), bytearray(64)
-        self.device.write(mem, 0, a, direct=True)
-        _core.vk_fence()  # drain the write-combining buffers
-        self.device.read(mem, 0, seen_gpu)  # by a GPU copy
-        self.device.write(mem, 64, b)  # by a GPU copy
-        self.device.read(mem, 64, seen_cpu, direct=True)
-        self.device.write(mem, 0, bytes(128))
-        return bytes(seen_gpu) == a and bytes(seen_cpu) == b
 
     def write(self, mem: GpuMemory, offset: int, src: Any) -> None:
         """Copy host bytes into ``mem``: CPU stores through the mapping where there is one

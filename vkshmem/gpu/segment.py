@@ -13,17 +13,24 @@ Vulkan, and ``fd`` is CUDA's export of it (an opaque fd to Vulkan).
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
+import logging
 import os
 from typing import TYPE_CHECKING
 
+from vkshmem.core._native import lib as _core
 from vkshmem.core.transport import SegmentInfo
 
+from .cudaheap import VmmHeap
+from .errors import GpuError
+
 if TYPE_CHECKING:
-    from .cudaheap import VmmHeap
     from .device import VulkanDevice
     from .memory import ExportInfo, GpuMemory
 
-__all__ = ["GpuSegment"]
+__all__ = ["GpuSegment", "open_segment"]
+
+log = logging.getLogger("vkshmem")
 
 
 class GpuSegment:
@@ -76,3 +83,58 @@ class GpuSegment:
         if self.dmabuf_fd >= 0:
             os.close(self.dmabuf_fd)
             self.dmabuf_fd = -1
+
+
+def open_segment(device: VulkanDevice, seg_id: int, size: int, cuda_heap: bool,
+                 pe: int) -> tuple[GpuSegment, bool]:
+    """PE ``pe``'s heap on ``device``: CUDA's memory imported into Vulkan where ``cuda_heap``
+    (``VKSHMEM_GPU_CUDA_HEAP``) and CUDA can supply it (NVIDIA, cuda-bindings; the segment's
+    ``vmm``, which the caller closes after the segment), else Vulkan's; on the CPU-mapped BAR
+    type where the device takes it and CPU and GPU see each other's writes through it. Also
+    whether Vulkan refused CUDA's fd (logged; the heap is Vulkan's then)."""
+    vmm = None
+    if cuda_heap and device.info.vendor == "NVIDIA" and \
+            importlib.util.find_spec("cuda.bindings") is not None:
+        try:
+            vmm = VmmHeap(device.info.device_uuid, size)
+        except GpuError as exc:
+            log.info("PE %d: the GPU heap is Vulkan's: %s", pe, exc)
+    refused = False
+    try:
+        try:
+            seg = GpuSegment(device, seg_id, size, vmm)
+        except GpuError as exc:
+            if vmm is None:
+                raise
+            log.warning("PE %d: %s did not import the GPU heap from CUDA (%s); Vulkan "
+                        "allocates it (VKSHMEM_GPU_CUDA_HEAP=0 skips the attempt)", pe,
+                        device.name, exc)
+            vmm.close()
+            vmm, refused = None, True
+            seg = GpuSegment(device, seg_id, size)
+        if seg.memory.bar and not _bar_works(device, seg.memory):
+            log.warning("PE %d: %s maps exportable device memory but CPU and GPU do not see "
+                        "each other's writes through it; using unmapped memory "
+                        "(VKSHMEM_GPU_BAR=0 skips the attempt)", pe, device.name)
+            seg.close()
+            device.bar_exports = False
+            seg = GpuSegment(device, seg_id, size, vmm)
+    except BaseException:
+        if vmm is not None:
+            vmm.close()
+        raise
+    return seg, refused
+
+
+def _bar_works(device: VulkanDevice, mem: GpuMemory) -> bool:
+    """Whether CPU stores through the mapping of ``mem`` reach the GPU and GPU copies reach
+    the CPU's loads (memory bound outside its buffer's memoryTypeBits)."""
+    a, b = os.urandom(64), os.urandom(64)
+    seen_gpu, seen_cpu = bytearray(64), bytearray(64)
+    device.write(mem, 0, a, direct=True)
+    _core.vk_fence()  # drain the write-combining buffers
+    device.read(mem, 0, seen_gpu)  # by a GPU copy
+    device.write(mem, 64, b)  # by a GPU copy
+    device.read(mem, 64, seen_cpu, direct=True)
+    device.write(mem, 0, bytes(128))
+    return bytes(seen_gpu) == a and bytes(seen_cpu) == b
