@@ -154,11 +154,12 @@ class LinkHub:
 
 
 class CudaLink(DomainLink):
-    """The link to one peer's heap on another GPU (see the module docstring), made at first
-    use: a heap that is CUDA's (``vmm``) mapped on this GPU where it can be (then every copy is
-    one, in this GPU's context: :attr:`direct`; and AMOs are the kernel of ``amo()``, the
-    domain's CUDA copier, on the mapped word), else imported in that GPU's context. Owns
-    ``fd`` from the start (closed on failure). Raises GpuError when CUDA fails."""
+    """The link to one peer's heap on another GPU (see the module docstring): a heap that is
+    CUDA's (``vmm``) is mapped on this GPU at once where it can be (then every copy is one, in
+    this GPU's context: :attr:`direct`; and AMOs are the kernel of ``amo()``, the domain's CUDA
+    copier, on the mapped word), else imported in that GPU's context at first use (the
+    bounce). Owns ``fd`` from the start (closed on failure). Raises GpuError when CUDA
+    fails."""
 
     def __init__(self, hub: LinkHub, fd: int, size: int, dedicated: bool, uuid_hex: str,
                  check_range: Any, vmm: bool = False,
@@ -198,9 +199,7 @@ class CudaLink(DomainLink):
             if not self._ptr:
                 if self._fd < 0:
                     raise GpuError("a CUDA link used after close")
-                if self._vmm and self._map_here():
-                    return None, self._ptr
-                remote = self.hub.remote(self._ordinal)
+                remote = self.hub.remote(self._ordinal)  # the bounce (a direct link has _ptr)
                 with self.hub.on(remote.ctx):
                     self._ext, self._ptr = self._import()
                 self._remote = remote
