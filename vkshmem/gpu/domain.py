@@ -7,8 +7,10 @@ memory never opens a Vulkan device. This module implements the
 :class:`~vkshmem.core.domain.MemoryDomain` contract:
 
 - the segment: ``VKSHMEM_GPU_SYMMETRIC_SIZE`` bytes of exportable memory on this PE's device
-  (``VKSHMEM_GPU_DEVICE``, else local rank modulo GPUs), exported as an opaque fd; peers on
-  the same node and device (``group`` = the device UUID) import it;
+  (``VKSHMEM_GPU_DEVICE``, else local rank modulo GPUs; on NVIDIA a CUDA VMM allocation imported
+  into Vulkan, :mod:`~vkshmem.gpu.cudaheap`), exported as an opaque fd; peers on the same node
+  and device (``group`` = the device UUID) import it, peers on other GPUs of the node link to
+  it (``link_group`` ``cuda``, :mod:`~vkshmem.gpu.cudalink`);
 - local operations: staged or mapped copies (``VKSHMEM_GPU_MAPPED``), AMOs by a shader (or, on
   CPU drivers such as lavapipe, the core's CPU atomics on the mapping, which are atomic with
   the shader atomics there and 50x faster), reductions by ``reduce.comp``;
