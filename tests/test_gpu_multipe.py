@@ -53,7 +53,7 @@ def test_gpu_script_without_domain_import(npes: int) -> None:
 #: default threshold; at 4 bytes (small counts leave shares empty); through UCX's transport
 RING_RUNS = {"noimport": {"VKSHMEM_DOMAIN_IMPORT": "0"},
              "noimport-small": {"VKSHMEM_DOMAIN_IMPORT": "0", "VKSHMEM_GPU_RING_REDUCE": "4"},
-             "ucx-sm": MODES["ucx-sm"], "linked": {}}
+             "ucx-sm": MODES["ucx-sm"], "linked": {"VKSHMEM_GPU_PROVIDER": "vulkan"}}
 
 
 @pytest.mark.parametrize(("npes", "run"), [(1, "noimport"), (2, "noimport"), (4, "noimport"),
@@ -70,6 +70,8 @@ def test_gpu_ring_reduce(npes: int, run: str) -> None:
     r = launch("gpu_ring_reduce", npes, {**GPU_ENV, **RING_RUNS[run]}, timeout=120)
     assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout}\n{r.stderr}"
     assert r.stdout.count("gpu_ring_reduce ok") == npes, r.stdout
+    if run == "linked":  # every PE's right neighbour is on the other GPU: its folds pushed
+        assert r.stdout.count("folds pushed through a link: 0") == 0, r.stdout
     rings = 0 if npes == 1 else 11 if run == "noimport-small" else 7
     team = npes - 1 if npes >= 3 else 0  # PEs 1 .. npes-1 reduce once more, as a team
     assert r.stdout.count(f"ring taken {rings} times") == npes - team, r.stdout

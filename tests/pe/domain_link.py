@@ -67,6 +67,8 @@ if me != 0:
     by_link = link_calls() - before_calls
     check((by_link == 5) == amo_links, f"the links carried {by_link} of 5 AMOs")
     check(amo_links == (requests() == before_req), "AMOs and the proxy's requests")
+if n > 1:  # links that carry AMOs leave the proxy nothing to do: it is not started
+    check((heap.proxy is None) == amo_links, f"proxy {heap.proxy} with AMO links {amo_links}")
 shmem.barrier_all()
 check_fetch_sees_put("file", 5)
 

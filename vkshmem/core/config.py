@@ -231,14 +231,16 @@ _var("VKSHMEM_GPU_CUDA_AMO", "bool", "1",
 _var("VKSHMEM_GPU_CUDA_HEAP", "bool", "1",
      "On NVIDIA, with cuda-bindings installed, the GPU heap is a CUDA VMM allocation imported "
      "into Vulkan (the same bytes for shaders, Vulkan and CUDA), so same-node peers on other "
-     "GPUs map it and copy across NVLink in one step; 0 allocates it from Vulkan (peers on "
-     "other GPUs then copy through a bounce buffer, VKSHMEM_GPU_CUDA_LINK).", _parse_bool)
+     "GPUs map it and copy across NVLink in one step (each PE then holds a CUDA context on its "
+     "GPU from the heap's opening); 0 allocates it from Vulkan (peers on other GPUs then copy "
+     "through a bounce buffer, VKSHMEM_GPU_CUDA_LINK).", _parse_bool)
 _var("VKSHMEM_GPU_CUDA_LINK", "bool", "1",
      "On NVIDIA, with cuda-bindings installed, a PE reaches same-node peers on other GPUs "
      "through CUDA: their heaps mapped on its GPU where they are CUDA's (VKSHMEM_GPU_CUDA_HEAP; "
-     "puts, gets and AMOs, NVLink where there is one), else imported in a context on their GPU "
-     "with device bytes through a bounce buffer mapped on both (puts and gets); 0 sends all of "
-     "it through the domain proxy.", _parse_bool)
+     "puts and gets, NVLink where there is one, and AMOs where the GPUs' atomics on each other's "
+     "memory are native and VKSHMEM_GPU_CUDA_AMO's kernel compiles), else imported in a context "
+     "on their GPU with device bytes through a bounce buffer mapped on both (puts and gets); the "
+     "domain proxy carries the rest, and all of it with 0.", _parse_bool)
 _var("VKSHMEM_GPU_LINK_PIECE", "size", "0",
      "Piece size of a device copy through a CUDA link's bounce buffer (4 pieces in flight, the "
      "bounce buffer on the peer's GPU holds 4 of the largest); 0: a quarter of the copy, "

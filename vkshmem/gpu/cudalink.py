@@ -185,8 +185,10 @@ class CudaLink(DomainLink):
             try:
                 with self._lock:
                     self._map_here()
-                # AMOs by the CUDA kernel of this PE's heap on the mapped word (NVLink atomics)
-                self._copier = amo() if self.direct and amo is not None else None
+                # AMOs by the CUDA kernel of this PE's heap on the mapped word, where this GPU's
+                # atomics on the peer's memory are native (NVLink; not plain PCIe peer access)
+                if self.direct and amo is not None and self._native_atomics():
+                    self._copier = amo()
             except BaseException:
                 self.close()  # the fd, or the mapping that took it
                 raise
@@ -201,9 +203,27 @@ class CudaLink(DomainLink):
                     raise GpuError("a CUDA link used after close")
                 remote = self.hub.remote(self._ordinal)  # the bounce (a direct link has _ptr)
                 with self.hub.on(remote.ctx):
-                    self._ext, self._ptr = self._import()
-                self._remote = remote
+                    ext, ptr = self._import()
+                # _remote first: another thread that sees _ptr set takes the bounce path
+                self._remote, self._ext = remote, ext
+                self._ptr = ptr
         return self._remote, self._ptr
+
+    def _native_atomics(self) -> bool:
+        """Whether this GPU's atomics on the peer GPU's memory are performed natively there
+        (``CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED``: NVLink), so that they are atomic
+        with the peer's own."""
+        hub, cu = self.hub, self.hub.cu
+        try:
+            peer = hub.check(cu.cuDeviceGet(self._ordinal), "cuDeviceGet")
+            attr = cu.CUdevice_P2PAttribute.CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED
+            value = hub.check(cu.cuDeviceGetP2PAttribute(attr, hub.view.device, peer),
+                              "cuDeviceGetP2PAttribute")
+        except GpuError as exc:
+            log.info("a CUDA link from GPU %d to GPU %d carries no AMOs: %s", hub.ordinal,
+                     self._ordinal, exc)
+            return False
+        return bool(value)
 
     def _map_here(self) -> bool:
         """Map the peer's VMM heap on this GPU (its fd stays for the fallback); False (logged)
@@ -303,7 +323,8 @@ class CudaLink(DomainLink):
 
     def amo(self, offset: int, op: AmoOp, width: int, operand: int, compare: int) -> int:
         """An AMO on the peer's word across the link (see :attr:`amos`)."""
-        assert self._copier is not None and self._ptr
+        if self._copier is None or not self._ptr:
+            raise GpuError("an AMO through a CUDA link that carries none (or was closed)")
         old = self._copier.amo_at(self._ptr + offset, int(op), width, operand, compare)
         self.calls += 1
         return old
@@ -311,11 +332,15 @@ class CudaLink(DomainLink):
     def fold_put(self, dst_off: int, src_off: int, count: int, op: str, dtype: Any) -> bool:
         """``dst op= src`` in this PE's heap, the result into the peer's too, by one kernel
         pass (a direct link only: the peer's heap mapped here)."""
-        if not self.direct:
+        if not self.direct or count <= 0:
             return False
+        dtype = np.dtype(dtype)
+        nbytes = count * dtype.itemsize
+        for off in (dst_off, src_off):  # a kernel's store out of range would fault the GPU
+            self._check_range(off, nbytes, "a fold through a CUDA link")  # heaps are symmetric
         local = self.hub.view.pointer
         done = self.hub.fold([local + dst_off, self._ptr + dst_off],
-                             [local + dst_off, local + src_off], count, op, np.dtype(dtype))
+                             [local + dst_off, local + src_off], count, op, dtype)
         self.calls += done
         return done
 
@@ -348,6 +373,8 @@ class CudaLink(DomainLink):
 
     def close(self) -> None:
         with self._lock:
+            self.direct = self.amos = False  # the fast paths end here
+            self._copier = None
             if self._fd >= 0:
                 os.close(self._fd)
                 self._fd = -1

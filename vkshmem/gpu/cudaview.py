@@ -98,9 +98,9 @@ class CudaView:
         allocation (on any GPU this one reaches: NVLink, PCIe peer access; closed here):
         (a handle for :meth:`release`, the CUDA address)."""
         cu = self._cu
-        self.make_current()
         if vmm:
             try:
+                self.make_current()
                 handle = self.check(cu.cuMemImportFromShareableHandle(fd, posix_fd_type(cu)),
                                     "cuMemImportFromShareableHandle")
             finally:
@@ -111,6 +111,7 @@ class CudaView:
                 cu.cuMemRelease(handle)
                 raise
             return (handle, size), va
+        self.make_current()
         desc = cu.CUDA_EXTERNAL_MEMORY_HANDLE_DESC()
         desc.type = cu.CUexternalMemoryHandleType.CU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD
         desc.handle.fd = fd

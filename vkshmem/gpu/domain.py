@@ -385,10 +385,12 @@ class VulkanDomain(CudaInterop, MemoryDomain):
             except BufferError as exc:
                 log.warning("PE %d: the GPU heap is still viewed by arrays (to_numpy(zero_copy"
                             "=True)); it is released with the device: %s", self.my_pe, exc)
-        self.device.close()  # the layer reports leaks during close: read errors after it
-        if self.vmm is not None:  # after Vulkan's import of it
-            self.vmm.close()
-            self.vmm = None
+        try:
+            self.device.close()  # the layer reports leaks during close: read errors after it
+        finally:
+            if self.vmm is not None:  # after Vulkan's import of it
+                self.vmm.close()
+                self.vmm = None
         errors = self.device.validation_errors[self._seen_errors:] \
             if self.device.validation else []
         if check and failure is not None:

@@ -7,7 +7,8 @@ exported fd the segment owns, ``address`` the host address of the mapping (0 whe
 is not host-visible) and ``buffer`` the mapped bytes (empty when not host-visible: such a
 segment is reached through :meth:`VulkanDevice.write`/``read``/``copy`` or shaders).
 With a :class:`~vkshmem.gpu.cudaheap.VmmHeap` (NVIDIA) the memory is CUDA's, imported into
-Vulkan, and ``fd`` is CUDA's export of it (an opaque fd to Vulkan).
+Vulkan, and ``fd`` is CUDA's export of it (an opaque fd to Vulkan); such a segment exports no
+dma-buf (NVIDIA's Vulkan driver has none either).
 """
 
 from __future__ import annotations
@@ -97,7 +98,7 @@ def open_segment(device: VulkanDevice, seg_id: int, size: int, cuda_heap: bool,
             importlib.util.find_spec("cuda.bindings") is not None:
         try:
             vmm = VmmHeap(device.info.device_uuid, size)
-        except GpuError as exc:
+        except Exception as exc:  # GpuError, or cuda-bindings without libcuda
             log.info("PE %d: the GPU heap is Vulkan's: %s", pe, exc)
     refused = False
     try:

@@ -55,7 +55,9 @@ int vkc_link_copy(uintptr_t ctx1, uintptr_t s1, uintptr_t ctx2, uintptr_t s2, ui
     return r ? r : back;
 }
 
-/* vkc_copy (host to device: kind 1, device to host: 2) in another GPU's context. */
+/* vkc_copy (device to device: kind 0, host to device: 1, device to host: 2) in context ctx:
+   a direct link's copies in this PE's GPU's context, a bounce link's host copies in the peer
+   GPU's. */
 int vkc_link_host(int kind, uintptr_t ctx, uintptr_t stream, uint64_t dst, uint64_t src,
                   size_t nbytes, int64_t spin_ns) {
     if (!cu.loaded) return VKC_NO_DRIVER;
