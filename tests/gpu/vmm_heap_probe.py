@@ -29,6 +29,7 @@ import numpy as np
 from cuda.bindings import driver as cu
 from vulkan_cuda_peer_probe import ok
 
+from vkshmem.gpu.cudaheap import map_handle
 from vkshmem.gpu.device import VulkanDevice
 
 N = 256 << 20
@@ -54,17 +55,7 @@ def main() -> None:
         return ok(cu.cuMemCreate(size, prop, 0)), size
 
     def mapped(handle: Any, size: int, access: tuple[int, ...]) -> int:
-        va = ok(cu.cuMemAddressReserve(size, 0, 0, 0))
-        ok(cu.cuMemMap(va, size, 0, handle, 0))
-        descs = []
-        for d in access:
-            desc = cu.CUmemAccessDesc()
-            desc.location.type = cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
-            desc.location.id = d
-            desc.flags = cu.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READWRITE
-            descs.append(desc)
-        ok(cu.cuMemSetAccess(va, size, descs, len(descs)))
-        return int(va)
+        return map_handle(cu, handle, size, access, lambda res, _what: ok(res))
 
     handle, size = create(g0, N)
     va0 = mapped(handle, size, (g0,))

@@ -17,7 +17,7 @@ from events): the bytes arrive; 256 MiB: VMM peer copy 388 GB/s, the imported he
 / 167 / 88 GB/s (on GPU 0: 315 / 282 / 166 / 84); 16 MiB: 319 against 217 / 219 / 162 / 83
 (small pieces are bound by Python's issue, about 25 us per piece). An 8-byte host copy into
 GPU 1's imported heap from GPU 1's context: 8.1 us. So the Vulkan domain's links
-(vkshmem/gpu/cudalink.py) issue the pieces in C, four in flight, the bounce on the peer's GPU."""
+(vkshmem/gpu/cudabounce.py) issue the pieces in C, four in flight, the bounce on the peer's GPU."""
 
 from __future__ import annotations
 
@@ -27,6 +27,8 @@ from typing import Any
 import numpy as np
 from cuda.bindings import driver as cu
 from vulkan_cuda_peer_probe import ok, two_heaps
+
+from vkshmem.gpu.cudaheap import map_handle
 
 N = 256 << 20
 
@@ -38,17 +40,7 @@ def vmm(dev: int, size: int, access: tuple[int, ...]) -> int:
     prop.location.type = cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
     prop.location.id = dev
     handle = ok(cu.cuMemCreate(size, prop, 0))
-    va = ok(cu.cuMemAddressReserve(size, 0, 0, 0))
-    ok(cu.cuMemMap(va, size, 0, handle, 0))
-    descs = []
-    for a in access:
-        d = cu.CUmemAccessDesc()
-        d.location.type = cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
-        d.location.id = a
-        d.flags = cu.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READWRITE
-        descs.append(d)
-    ok(cu.cuMemSetAccess(va, size, descs, len(descs)))
-    return int(va)
+    return map_handle(cu, handle, size, access, lambda res, _what: ok(res))
 
 
 def main() -> None:
