@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vkshmem.core.errors import ConfigError, FeatureNotAvailableError, VkshmemError
+from vkshmem.gpu.cudaheap import map_handle
 from vkshmem.gpu.cudanative import NativeDomain
 
 from ._ops import ffi as _ffi
@@ -159,24 +160,8 @@ class Device:
     # -- VMM ---------------------------------------------------------------------------------
 
     def _map(self, handle: Any, size: int, own: bool) -> Mapping:
-        cu = self.cu
-        va = check(cu.cuMemAddressReserve(size, 0, 0, 0), "cuMemAddressReserve")
-        try:
-            check(cu.cuMemMap(va, size, 0, handle, 0), "cuMemMap")
-            desc = cu.CUmemAccessDesc()
-            desc.location.type = cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
-            desc.location.id = self.ordinal
-            desc.flags = cu.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READWRITE
-            try:
-                check(cu.cuMemSetAccess(va, size, [desc], 1),
-                       f"cuMemSetAccess for GPU {self.ordinal}")
-            except BaseException:
-                cu.cuMemUnmap(va, size)
-                raise
-        except BaseException:
-            cu.cuMemAddressFree(va, size)
-            raise
-        return Mapping(int(va), size, handle, own)
+        return Mapping(map_handle(self.cu, handle, size, (self.ordinal,), check), size, handle,
+                       own)
 
     def create(self, size: int) -> tuple[Mapping, int]:
         """A new allocation of ``size`` bytes (a multiple of the granularity) mapped here, and
