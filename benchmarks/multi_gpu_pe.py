@@ -357,12 +357,14 @@ elif args.ceiling:  # PE 1 keeps up with PE 0's rounds
         timed(lambda: None)
 
 # which proxy path served (routes "proxy", "link+proxy"): requests sent, and rounds served
-# natively (C) by every PE's proxy thread, and operations the links carried, summed over PEs
-counts = shmem.zeros(3, np.int64)
+# natively (C) by every PE's proxy thread, and operations the links carried (by CUDA, and by
+# the CPU through the peer's heap mapped here: vkshmem/gpu/peermap.py), summed over PEs
+counts = shmem.zeros(4, np.int64)
 if heap.proxy is not None:
     native = heap.proxy.server.native
     counts[:2] = (heap.proxy.stats["requests"], int(native._p.rounds) if native else 0)
 counts[2] = sum(getattr(link, "calls", 0) for link in heap.links if link is not None)
+counts[3] = sum(getattr(link, "mapped_calls", 0) for link in heap.links if link is not None)
 shmem.sum_reduce(counts, counts)
 if me == 0:
     with open(args.json, "w") as f:
@@ -372,6 +374,9 @@ if me == 0:
                    "proxy": None if not route.endswith("proxy") else
                    f"{counts[0]} requests, {counts[1]} rounds in C"
                    + (f"; {counts[2]} operations through CUDA links" if counts[2] else ""),
+                   "links": None if not route.startswith("link") else
+                   f"{counts[2]} operations by CUDA, {counts[3]} by the CPU through the peer's "
+                   "heap mapped here",
                    "nvshmem": nvshmem_note, "ceiling": ceiling_note, "nccl": nccl_note,
                    "rows": list(rows.values())}, f, indent=1)
 for x in (g_dst, g_src, word, r_src, r_dst, _agree, counts):

@@ -113,7 +113,7 @@ def _cuda_gpus() -> int:
     return sum(line.startswith("GPU ") for line in out.stdout.splitlines())
 
 
-@pytest.mark.parametrize("heap", ["cuda", "vulkan"])
+@pytest.mark.parametrize("heap", ["cuda", "vulkan", "cuda-bar"])
 @pytest.mark.parametrize("npes", [1, 2, 4])
 def test_gpu_link(npes: int, heap: str) -> None:
     """tests/pe/gpu_link.py: GPU<->GPU and CPU<->GPU transfers of 1 B to 72 MiB with every
@@ -121,16 +121,21 @@ def test_gpu_link(npes: int, heap: str) -> None:
     reaches the other GPUs' PEs through a CUDA link (vkshmem/gpu/cudalink.py): the peer's heap
     mapped on this GPU where the heaps are CUDA's (``heap`` cuda, VKSHMEM_GPU_CUDA_HEAP=1),
     through a bounce buffer where they are Vulkan's; elsewhere the same bytes go over the
-    direct route."""
-    r = launch("gpu_link", npes, {**GPU_ENV, "VKSHMEM_GPU_SYMMETRIC_SIZE": "256M",
-                                  "VKSHMEM_GPU_LINK_PIECE": "8M",
-                                  "VKSHMEM_GPU_CUDA_HEAP": "1" if heap == "cuda" else "0"},
-               timeout=240)
+    direct route. ``cuda-bar``: a CUDA heap without the validation layer, so in the CPU-mapped
+    BAR type (VKSHMEM_GPU_BAR=auto), which each PE also maps for its small copies across GPUs
+    (vkshmem/gpu/peermap.py)."""
+    env = {**GPU_ENV, "VKSHMEM_GPU_SYMMETRIC_SIZE": "256M", "VKSHMEM_GPU_LINK_PIECE": "8M",
+           "VKSHMEM_GPU_CUDA_HEAP": "0" if heap == "vulkan" else "1"}
+    if heap == "cuda-bar":
+        env["VKSHMEM_GPU_VALIDATION"] = "0"
+    r = launch("gpu_link", npes, env, timeout=240)
     assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout}\n{r.stderr}"
     assert r.stdout.count("gpu_link ok") == npes, r.stdout
     if npes > 1 and _cuda_gpus() >= 2 and "domain vulkan" in r.stdout:
         assert r.stdout.count("gpu_link: 0 links") == 0, r.stdout
-        assert r.stdout.count("(0 direct)") == (npes if heap == "vulkan" else 0), r.stdout
+        assert r.stdout.count("(0 direct") == (npes if heap == "vulkan" else 0), r.stdout
+        mapped = r.stdout.count(" 0 CPU-mapped)")
+        assert mapped == (0 if heap == "cuda-bar" else npes), r.stdout
 
 
 def test_link_pieces() -> None:

@@ -4,7 +4,9 @@ reused), at odd offsets, every PE at once; CPU->GPU puts and GPU->CPU gets; a pu
 fetching AMO (the AMO through the proxy sees the link's put); the nbi forms. On one GPU (or
 lavapipe) the same checks run over the direct route and the script says it saw no link;
 tests/test_gpu_multipe.py asserts links where CUDA sees two GPUs, and which kind: the peer's
-heap mapped here (a CUDA heap, VKSHMEM_GPU_CUDA_HEAP=1) or a bounce buffer (a Vulkan heap)."""
+heap mapped here (a CUDA heap, VKSHMEM_GPU_CUDA_HEAP=1) or a bounce buffer (a Vulkan heap),
+and, for a CUDA heap in the BAR type, that the small copies were CPU copies through this PE's
+own mapping of the peer's heap (vkshmem/gpu/peermap.py)."""
 
 from __future__ import annotations
 
@@ -33,7 +35,7 @@ def pattern(pe: int, nbytes: int, salt: int = 0) -> np.ndarray:
 def calls() -> int:
     """Operations the link to the right neighbour carried (0 where it is not linked)."""
     link = heap.links[right]
-    return link.calls if link is not None else 0
+    return link.calls + link.mapped_calls if link is not None else 0
 
 
 src.copy_from(pattern(me, N + 64))
@@ -69,7 +71,8 @@ check_fetch_sees_put("gpu", 3)
 for x in (dst, src):
     shmem.free(x)
 direct = sum(bool(heap.links[pe].direct) for pe in linked)
-print(f"PE {me} gpu_link: {len(linked)} links ({direct} direct), domain {src.domain.spec.name}",
-      flush=True)
+mapped = sum(heap.links[pe].mapped_calls > 0 for pe in linked)
+print(f"PE {me} gpu_link: {len(linked)} links ({direct} direct, {mapped} CPU-mapped), domain "
+      f"{src.domain.spec.name}", flush=True)
 print(f"routes: {sorted({r.name for r in shmem._state.rt.routes})}")
 print("gpu_link ok", flush=True)

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from .cudaheap import map_handle
 
 if TYPE_CHECKING:
-    from .cudalink import LinkHub
+    from .cudahub import LinkHub
 
 __all__ = ["PIECE_MAX", "PIECE_MIN", "SLOTS", "RemoteGpu", "piece_size"]
 

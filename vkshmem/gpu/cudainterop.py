@@ -15,10 +15,12 @@ from typing import TYPE_CHECKING, Any
 from vkshmem.core.dlpack import KDL_CUDA
 
 from .cudacopy import CudaCopier
-from .cudalink import CudaLink, LinkHub, address_of
+from .cudahub import LinkHub, address_of
+from .cudalink import CudaLink
 from .cudaview import CudaView
 from .errors import GpuError
 from .memory import ExportInfo
+from .peermap import PeerMaps
 
 if TYPE_CHECKING:
     from vkshmem.core.domain import DomainContext
@@ -61,6 +63,8 @@ class CudaInterop:
         self._host_ranges: list[tuple[int, int]] = []
         #: the links to same-node peers on other GPUs (first link; False: they cannot be)
         self._hub: LinkHub | bool | None = None
+        #: the devices that map those peers' heaps on the CPU (first mapped link)
+        self._maps: PeerMaps | None = None
 
     @property
     def cuda_copies(self) -> int:
@@ -116,8 +120,8 @@ class CudaInterop:
     def _link(self, fd: int, info: ExportInfo, uuid_hex: str) -> CudaLink | None:
         """A link to a peer's heap (its fd, owned here) on the GPU ``uuid_hex``, or None
         (logged once) where CUDA cannot make one."""
+        cfg = self.ctx.config
         if self._hub is None:
-            cfg = self.ctx.config
             try:
                 self._hub = LinkHub(self.cuda_view(), cfg.gpu_link_piece,
                                     int(cfg.gpu_spin_us * 1000))
@@ -128,8 +132,30 @@ class CudaInterop:
         if not isinstance(self._hub, LinkHub):
             os.close(fd)
             return None
-        return CudaLink(self._hub, fd, info.size, info.dedicated, uuid_hex, self.check_range,
-                        info.vmm, self._cuda_amo)
+        # a duplicate for the CPU mapping (peermap)
+        cpu = os.dup(fd) if cfg.gpu_link_map and cfg.gpu_mapped else -1
+        try:
+            link = CudaLink(self._hub, fd, info.size, info.dedicated, uuid_hex,
+                            self.check_range, info.vmm, self._cuda_amo)
+        except BaseException:
+            if cpu >= 0:
+                os.close(cpu)
+            raise
+        if cpu >= 0:
+            self._map_peer(link, cpu, info)
+        return link
+
+    def _map_peer(self, link: CudaLink, fd: int, info: ExportInfo) -> None:
+        """Map the link's peer heap on the CPU too (``fd`` owned here), for the small copies
+        (:mod:`~vkshmem.gpu.peermap`)."""
+        cfg = self.ctx.config
+        if self._maps is None:
+            self._maps = PeerMaps(self.my_pe, cfg.gpu_timeout)
+        mem = self._maps.map(fd, info)
+        if mem is not None:
+            local = self.memory.host_address if self.memory.host_visible else 0
+            link.attach_map(mem, local, cfg.gpu_bar_write_max,
+                            cfg.gpu_bar_read_max)
 
     def _cuda_copier(self, nbytes: int) -> CudaCopier | None:
         """The CUDA copier for a blocking copy of ``nbytes`` (None: take the Vulkan path)."""
@@ -220,6 +246,9 @@ class CudaInterop:
         if isinstance(self._hub, LinkHub):
             self._hub.close()
         self._hub = False
+        if self._maps is not None:
+            self._maps.close()
+            self._maps = None
         if isinstance(self._copier, CudaCopier):
             self._copier.close()
         self._copier = False

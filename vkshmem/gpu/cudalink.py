@@ -8,6 +8,9 @@ GPU (:attr:`CudaLink.direct`) and every operation is one step in this GPU's cont
 
 * host bytes and device bytes: one copy (``cuMemcpy*Async`` + a spin on the stream, one
   GIL-free C call, ``csrc/cudalink.c``), across NVLink where there is one;
+* small puts and gets, where this PE also maps the peer's heap on the CPU
+  (:mod:`~vkshmem.gpu.peermap`, ``VKSHMEM_GPU_LINK_MAP``): CPU stores and loads across PCIe,
+  no GPU command (:meth:`CudaLink.attach_map`);
 * AMOs: the one-thread kernel of the domain's CUDA copier on the mapped word, atomic with the
   peer's own AMOs (both resolve at the owning GPU);
 * a ring all-reduce's last fold and the push after it: one pass of the reduce kernel writing
@@ -18,16 +21,17 @@ through a bounce buffer instead (:mod:`~vkshmem.gpu.cudabounce`, route ``link+pr
 stay with the domain proxy). Every call is complete when it returns. Measured on 2 x H100
 through the API (``benchmarks/multi_gpu.py``, the ``vulkan`` job): 308 / 369 / 381 GB/s put at
 16 / 64 / 256 MiB with the direct link (CUDA's own peer copy 312 / 372 / 388), against 221 /
-316 / 357 through the bounce and 38 through the domain proxy.
+316 / 357 through the bounce and 38 through the domain proxy. An 8-byte put between the GPUs:
+5.2 µs with the peer's heap CPU-mapped, 11.6 without (``tests/gpu/link_latency_probe.py``,
+2026-11-27; CUDA's own peer copy from CuPy 10.2).
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -36,121 +40,20 @@ from vkshmem.core.domain import DomainLink
 
 from . import _cuda
 from .cudabounce import SLOTS, RemoteGpu, piece_size
-from .cudafold import CudaFolds
-from .cudaheap import device_by_uuid
+from .cudahub import LinkHub, address_of
 from .errors import GpuError
 
 if TYPE_CHECKING:
     from vkshmem.core.transport import AmoOp
 
     from .cudacopy import CudaCopier
-    from .cudaview import CudaView
+    from .memory import GpuMemory
 
-__all__ = ["CudaLink", "LinkHub", "address_of"]
+__all__ = ["CudaLink"]
 
 log = logging.getLogger("vkshmem")
 
-_DISABLE_TIMING = 2  # CU_EVENT_DISABLE_TIMING
-
-
-def address_of(buf: Any) -> int:
-    """The address of a contiguous host buffer (read-only ones included)."""
-    return int(np.frombuffer(buf, np.uint8).__array_interface__["data"][0])
-
-
-class LinkHub:
-    """The links of one Vulkan domain: this GPU's side (the heap as CUDA sees it, a stream and
-    events of its own) and a :class:`RemoteGpu` per other GPU, made at first use."""
-
-    def __init__(self, view: CudaView, piece: int, spin_ns: int) -> None:
-        self.view = view
-        self.cu = view.cu
-        self.ordinal = view.ordinal
-        self.piece = piece
-        self.spin_ns = spin_ns
-        self._lib = _cuda.lib
-        if self._lib.vkc_load() != 0:
-            raise GpuError("a CUDA link: could not load "
-                           f"{_cuda.ffi.string(self._lib.vkc_missing()).decode()}")
-        self._lock = threading.Lock()
-        #: one device copy at a time (this side's stream and events are shared by the links)
-        self.copy_lock = threading.Lock()
-        self._remotes: dict[int, RemoteGpu] = {}
-        cu = self.cu
-        with self.on(view.context):
-            self.stream = self.check(
-                cu.cuStreamCreate(cu.CUstream_flags.CU_STREAM_NON_BLOCKING), "cuStreamCreate")
-            self.local_events = self.events(SLOTS)
-        self.stream_ptr = int(self.stream)
-        self.ctx_ptr = int(view.context)
-        self._folds: CudaFolds | None = None  # first fold
-
-    def fold(self, dsts: list[int], srcs: list[int], count: int, op: str,
-             dtype: np.dtype) -> bool:
-        """The reduce kernel of ``op`` on ``dtype`` from ``srcs`` into ``dsts`` (CUDA
-        addresses this GPU reaches) on this side's stream, complete on return; False where
-        there is no such kernel (nothing done)."""
-        with self.copy_lock, self.on(self.view.context):
-            if self._folds is None:
-                self._folds = CudaFolds(self.view, self.stream)
-            fn = self._folds.kernel(op, dtype)
-            if fn is None:
-                return False
-            self._folds.run(fn, dsts, srcs, count, dtype)
-        return True
-
-    def check(self, res: Any, what: str) -> Any:
-        return self.view.check(res, what, GpuError, "a CUDA link to another GPU")
-
-    @contextlib.contextmanager
-    def on(self, ctx: Any) -> Iterator[None]:
-        """Make ``ctx`` current for the block, then the caller's context again (the
-        application's CUDA libraries take the current context for their device)."""
-        cu = self.cu
-        prev = self.check(cu.cuCtxGetCurrent(), "cuCtxGetCurrent")
-        self.check(cu.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
-        try:
-            yield
-        finally:
-            cu.cuCtxSetCurrent(prev)
-
-    def events(self, n: int) -> tuple[Any, list[Any]]:
-        """``n`` events of the current context: (a C array of their handles, the handles)."""
-        evs = [self.check(self.cu.cuEventCreate(_DISABLE_TIMING), "cuEventCreate")
-               for _ in range(n)]
-        return _cuda.ffi.new("uintptr_t[]", [int(e) for e in evs]), evs
-
-    def ordinal_of(self, uuid_hex: str) -> int:
-        """The CUDA device whose UUID the peer's Vulkan device has (its export group)."""
-        found = device_by_uuid(self.cu, bytes.fromhex(uuid_hex), self.check)
-        if found is None:
-            raise GpuError(f"a CUDA link: no CUDA device has the peer's GPU UUID {uuid_hex}")
-        return found[0]
-
-    def remote(self, ordinal: int) -> RemoteGpu:
-        with self._lock:
-            got = self._remotes.get(ordinal)
-            if got is None:
-                got = self._remotes[ordinal] = RemoteGpu(self, ordinal)
-            return got
-
-    def done(self, res: int, what: str) -> None:
-        if res:
-            _e, name = self.cu.cuGetErrorName(self.cu.CUresult(res))
-            raise GpuError(f"{what} through a CUDA link failed: "
-                           f"{name.decode() if isinstance(name, bytes) else res} "
-                           "(VKSHMEM_GPU_CUDA_LINK=0 sends puts and gets between GPUs through "
-                           "the domain proxy)")
-
-    def close(self) -> None:
-        with self._lock:
-            remotes, self._remotes = list(self._remotes.values()), {}
-        for r in remotes:
-            r.close()
-        with self.on(self.view.context):
-            for ev in self.local_events[1]:
-                self.cu.cuEventDestroy(ev)
-            self.cu.cuStreamDestroy(self.stream)
+_bar = _cuda.lib.vkc_bar_copy  # CPU copies through BAR mappings (csrc/cudalink.c)
 
 
 class CudaLink(DomainLink):
@@ -181,6 +84,11 @@ class CudaLink(DomainLink):
         #: the peer's heap is mapped on this GPU: one copy per operation, no bounce
         self.direct = False
         self._copier: CudaCopier | None = None
+        #: the peer's heap mapped on the CPU (attach_map), its address (0: none), this PE's
+        #: own heap's mapping (0: none), and the largest CPU stores and loads through them
+        self._map_mem: GpuMemory | None = None
+        self._map = self._local = self._wmax = self._rmax = 0
+        self.mapped_calls = 0  #: operations done by the CPU through the mappings (tests)
         if vmm:
             try:
                 with self._lock:
@@ -193,6 +101,17 @@ class CudaLink(DomainLink):
                 self.close()  # the fd, or the mapping that took it
                 raise
             self.amos = self._copier is not None
+
+    def attach_map(self, mem: GpuMemory, local: int, write_max: int, read_max: int) -> None:
+        """Take ``mem``, the peer's heap mapped write-combined on the CPU (freed at
+        :meth:`close`): from now on puts of host bytes up to ``write_max`` bytes are CPU
+        stores into it, gets up to ``read_max`` CPU loads, and device puts and gets up to
+        ``read_max`` a CPU copy between it and this PE's own mapped heap at ``local`` (0:
+        not mapped, they stay CUDA's). Every such call has landed when it returns."""
+        with self._lock:
+            self._map_mem, self._local = mem, local
+            self._wmax, self._rmax = write_max, read_max
+            self._map = mem.host_address
 
     def _peer(self) -> tuple[RemoteGpu | None, int]:
         if self._ptr:
@@ -282,6 +201,10 @@ class CudaLink(DomainLink):
 
     def put(self, offset: int, src: memoryview) -> None:
         n = src.nbytes
+        if n <= self._wmax and 0 < n and 0 <= offset <= self.size - n and self._map:
+            _bar(self._map + offset, address_of(src), n, 1)  # CPU stores, read back
+            self.mapped_calls += 1
+            return
         if self.direct and 0 < n and 0 <= offset <= self.size - n:  # the hot path
             self._one(1, self._ptr + offset, address_of(src), n, "a put of host bytes")
         else:
@@ -289,6 +212,10 @@ class CudaLink(DomainLink):
 
     def get(self, offset: int, dst: memoryview) -> None:
         n = dst.nbytes
+        if n <= self._rmax and 0 < n and 0 <= offset <= self.size - n and self._map:
+            _bar(address_of(dst), self._map + offset, n, 0)  # CPU loads across PCIe
+            self.mapped_calls += 1
+            return
         if self.direct and 0 < n and 0 <= offset <= self.size - n:
             self._one(2, address_of(dst), self._ptr + offset, n, "a get into host bytes")
         else:
@@ -345,6 +272,11 @@ class CudaLink(DomainLink):
         return done
 
     def put_device(self, offset: int, src_off: int, nbytes: int) -> None:
+        if nbytes <= self._rmax and 0 < nbytes and 0 <= offset <= self.size - nbytes and \
+                0 <= src_off <= self.size - nbytes and self._local and self._map:
+            _bar(self._map + offset, self._local + src_off, nbytes, 1)
+            self.mapped_calls += 1
+            return
         if self.direct and 0 < nbytes and 0 <= offset <= self.size - nbytes and \
                 0 <= src_off <= self.size - nbytes:  # the hot path: checks inline
             self._one(0, self._ptr + offset, self.hub.view.pointer + src_off, nbytes,
@@ -353,6 +285,12 @@ class CudaLink(DomainLink):
             self._device(True, offset, src_off, nbytes)
 
     def get_device(self, offset: int, dst_off: int, nbytes: int) -> None:
+        if nbytes <= self._rmax and 0 < nbytes and 0 <= offset <= self.size - nbytes and \
+                0 <= dst_off <= self.size - nbytes and self._local and self._map:
+            # into this GPU's BAR: drained, and ordered before this PE's next GPU command
+            _bar(self._local + dst_off, self._map + offset, nbytes, 0)
+            self.mapped_calls += 1
+            return
         if self.direct and 0 < nbytes and 0 <= offset <= self.size - nbytes and \
                 0 <= dst_off <= self.size - nbytes:
             self._one(0, self.hub.view.pointer + dst_off, self._ptr + offset, nbytes,
@@ -374,7 +312,11 @@ class CudaLink(DomainLink):
     def close(self) -> None:
         with self._lock:
             self.direct = self.amos = False  # the fast paths end here
+            self._map = self._local = 0
             self._copier = None
+            if self._map_mem is not None:
+                self._map_mem.free()
+                self._map_mem = None
             if self._fd >= 0:
                 os.close(self._fd)
                 self._fd = -1

@@ -30,4 +30,6 @@ int vkc_link_copy(uintptr_t ctx1, uintptr_t s1, uintptr_t ctx2, uintptr_t s2, ui
                   const uintptr_t *ev1, const uintptr_t *ev2, int64_t spin_ns);
 int vkc_link_host(int kind, uintptr_t ctx, uintptr_t stream, uint64_t dst, uint64_t src,
                   size_t nbytes, int64_t spin_ns);
+/* cudalink.c: a CPU copy between BAR mappings, drained (and read back: landed) on return */
+void vkc_bar_copy(uint64_t dst, uint64_t src, size_t nbytes, int readback);
 #define VKC_NO_DRIVER 100

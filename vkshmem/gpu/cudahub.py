@@ -1,0 +1,127 @@
+"""This GPU's side of the Vulkan domain's CUDA links (:mod:`~vkshmem.gpu.cudalink`): the heap
+as CUDA sees it, a stream and events of its own, the reduce kernels of folds, and a
+:class:`~vkshmem.gpu.cudabounce.RemoteGpu` per other GPU that a bounce link reaches."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from . import _cuda
+from .cudabounce import SLOTS, RemoteGpu
+from .cudafold import CudaFolds
+from .cudaheap import device_by_uuid
+from .errors import GpuError
+
+if TYPE_CHECKING:
+    from .cudaview import CudaView
+
+__all__ = ["LinkHub", "address_of"]
+
+_DISABLE_TIMING = 2  # CU_EVENT_DISABLE_TIMING
+_ffi = _cuda.ffi
+
+
+def address_of(buf: Any) -> int:
+    """The address of a contiguous host buffer (read-only ones included): valid while the
+    caller holds ``buf`` (cffi's view of it costs a sixth of numpy's)."""
+    return int(_ffi.cast("uintptr_t", _ffi.from_buffer(buf)))
+
+
+class LinkHub:
+    """The links of one Vulkan domain: this GPU's side (the heap as CUDA sees it, a stream and
+    events of its own) and a :class:`RemoteGpu` per other GPU, made at first use."""
+
+    def __init__(self, view: CudaView, piece: int, spin_ns: int) -> None:
+        self.view = view
+        self.cu = view.cu
+        self.ordinal = view.ordinal
+        self.piece = piece
+        self.spin_ns = spin_ns
+        self._lib = _cuda.lib
+        if self._lib.vkc_load() != 0:
+            raise GpuError("a CUDA link: could not load "
+                           f"{_cuda.ffi.string(self._lib.vkc_missing()).decode()}")
+        self._lock = threading.Lock()
+        #: one device copy at a time (this side's stream and events are shared by the links)
+        self.copy_lock = threading.Lock()
+        self._remotes: dict[int, RemoteGpu] = {}
+        cu = self.cu
+        with self.on(view.context):
+            self.stream = self.check(
+                cu.cuStreamCreate(cu.CUstream_flags.CU_STREAM_NON_BLOCKING), "cuStreamCreate")
+            self.local_events = self.events(SLOTS)
+        self.stream_ptr = int(self.stream)
+        self.ctx_ptr = int(view.context)
+        self._folds: CudaFolds | None = None  # first fold
+
+    def fold(self, dsts: list[int], srcs: list[int], count: int, op: str,
+             dtype: np.dtype) -> bool:
+        """The reduce kernel of ``op`` on ``dtype`` from ``srcs`` into ``dsts`` (CUDA
+        addresses this GPU reaches) on this side's stream, complete on return; False where
+        there is no such kernel (nothing done)."""
+        with self.copy_lock, self.on(self.view.context):
+            if self._folds is None:
+                self._folds = CudaFolds(self.view, self.stream)
+            fn = self._folds.kernel(op, dtype)
+            if fn is None:
+                return False
+            self._folds.run(fn, dsts, srcs, count, dtype)
+        return True
+
+    def check(self, res: Any, what: str) -> Any:
+        return self.view.check(res, what, GpuError, "a CUDA link to another GPU")
+
+    @contextlib.contextmanager
+    def on(self, ctx: Any) -> Iterator[None]:
+        """Make ``ctx`` current for the block, then the caller's context again (the
+        application's CUDA libraries take the current context for their device)."""
+        cu = self.cu
+        prev = self.check(cu.cuCtxGetCurrent(), "cuCtxGetCurrent")
+        self.check(cu.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+        try:
+            yield
+        finally:
+            cu.cuCtxSetCurrent(prev)
+
+    def events(self, n: int) -> tuple[Any, list[Any]]:
+        """``n`` events of the current context: (a C array of their handles, the handles)."""
+        evs = [self.check(self.cu.cuEventCreate(_DISABLE_TIMING), "cuEventCreate")
+               for _ in range(n)]
+        return _cuda.ffi.new("uintptr_t[]", [int(e) for e in evs]), evs
+
+    def ordinal_of(self, uuid_hex: str) -> int:
+        """The CUDA device whose UUID the peer's Vulkan device has (its export group)."""
+        found = device_by_uuid(self.cu, bytes.fromhex(uuid_hex), self.check)
+        if found is None:
+            raise GpuError(f"a CUDA link: no CUDA device has the peer's GPU UUID {uuid_hex}")
+        return found[0]
+
+    def remote(self, ordinal: int) -> RemoteGpu:
+        with self._lock:
+            got = self._remotes.get(ordinal)
+            if got is None:
+                got = self._remotes[ordinal] = RemoteGpu(self, ordinal)
+            return got
+
+    def done(self, res: int, what: str) -> None:
+        if res:
+            _e, name = self.cu.cuGetErrorName(self.cu.CUresult(res))
+            raise GpuError(f"{what} through a CUDA link failed: "
+                           f"{name.decode() if isinstance(name, bytes) else res} "
+                           "(VKSHMEM_GPU_CUDA_LINK=0 sends puts and gets between GPUs through "
+                           "the domain proxy)")
+
+    def close(self) -> None:
+        with self._lock:
+            remotes, self._remotes = list(self._remotes.values()), {}
+        for r in remotes:
+            r.close()
+        with self.on(self.view.context):
+            for ev in self.local_events[1]:
+                self.cu.cuEventDestroy(ev)
+            self.cu.cuStreamDestroy(self.stream)

@@ -1,0 +1,84 @@
+"""CPU mappings of same-node peers' heaps on other GPUs (the Vulkan domain on NVIDIA).
+
+A CUDA link (:mod:`~vkshmem.gpu.cudalink`) copies with one CUDA call per operation, which
+costs ~8-10 µs however few the bytes. Where the peer's heap sits in the CPU-mapped BAR type
+(:mod:`~vkshmem.gpu.segment`), this PE can map it too: a Vulkan device of its own on the
+peer's GPU (opened at the first such link, one per GPU, matched by UUID) imports the peer's
+fd into that type and maps it. Then a small put is CPU stores across PCIe and a small get CPU
+loads (``VKSHMEM_GPU_BAR_WRITE_MAX`` / ``VKSHMEM_GPU_BAR_READ_MAX``, as on one GPU), with no
+GPU command at all; ``VKSHMEM_GPU_LINK_MAP=0`` leaves every copy to CUDA. The extra device
+costs some memory on the other GPU (measured in ``tests/gpu/peer_map_probe.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+
+from .errors import GpuError
+from .instance import list_devices
+from .logical import LogicalDevice
+from .memory import ExportInfo, GpuMemory
+
+__all__ = ["PeerMaps"]
+
+log = logging.getLogger("vkshmem")
+
+
+class PeerMaps:
+    """The Vulkan devices this PE opens on other GPUs to map peers' heaps there (one per GPU,
+    at first use; None where it could not be opened, logged once). They only import and map
+    memory (no commands), so they run without the validation layer."""
+
+    def __init__(self, pe: int, timeout: float) -> None:
+        self.pe = pe
+        self._timeout = timeout
+        self._lock = threading.Lock()
+        self._devices: dict[bytes, LogicalDevice | None] = {}
+
+    def _device(self, uuid: bytes) -> LogicalDevice | None:
+        with self._lock:
+            if uuid in self._devices:
+                return self._devices[uuid]
+            dev = None
+            try:
+                index = next((d.index for d in list_devices() if d.device_uuid == uuid), None)
+                if index is None:
+                    raise GpuError(f"Vulkan lists no device with UUID {uuid.hex()}")
+                dev = LogicalDevice(index, timeout=self._timeout)  # no commands: no validation
+            except Exception as exc:  # GpuError, FeatureNotAvailableError, a driver's refusal
+                log.info("PE %d: peers' heaps on GPU %s are not CPU-mapped (%s); their small "
+                         "copies go through CUDA", self.pe, uuid.hex(), exc)
+            self._devices[uuid] = dev
+            return dev
+
+    def map(self, fd: int, info: ExportInfo) -> GpuMemory | None:
+        """The peer's heap (``fd``, owned here; ``info`` its export) imported by this PE's
+        device on that GPU, mapped write-combined; None (logged) where it cannot be: no such
+        device, a heap outside the BAR type, a refused import."""
+        dev = self._device(info.device_uuid)
+        if dev is None:
+            os.close(fd)
+            return None
+        try:
+            mem = dev.import_fd(fd, info.size, memory_type_index=info.memory_type_index,
+                                dedicated=info.dedicated, take_ownership=True)
+        except Exception as exc:  # GpuError, InvalidArgumentError (fd closed by the import)
+            log.info("PE %d: a peer's heap on GPU %s is not CPU-mapped (%s)", self.pe,
+                     info.device_uuid.hex(), exc)
+            return None
+        if not mem.host_visible or mem.host_cached:
+            log.info("PE %d: a peer's heap on GPU %s is not in the CPU-mapped BAR type (%s)",
+                     self.pe, info.device_uuid.hex(), mem.map_reason or "cached memory")
+            mem.free()
+            return None
+        return mem
+
+    def close(self) -> None:
+        """Close the devices (after the links freed their mappings)."""
+        with self._lock:
+            devices, self._devices = list(self._devices.values()), {}
+        for dev in devices:
+            if dev is not None:
+                dev.close()
