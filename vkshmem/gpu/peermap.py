@@ -16,10 +16,10 @@ import logging
 import os
 import threading
 
-from .errors import GpuError
 from .instance import list_devices
 from .logical import LogicalDevice
 from .memory import ExportInfo, GpuMemory
+from .physical import MEM_HOST_VISIBLE, DeviceInfo
 
 __all__ = ["PeerMaps"]
 
@@ -36,17 +36,26 @@ class PeerMaps:
         self._timeout = timeout
         self._lock = threading.Lock()
         self._devices: dict[bytes, LogicalDevice | None] = {}
+        self._infos: list[DeviceInfo] | None = None  # Vulkan's devices (first use)
 
-    def _device(self, uuid: bytes) -> LogicalDevice | None:
+    def _info(self, uuid: bytes) -> DeviceInfo | None:
+        with self._lock:
+            if self._infos is None:
+                try:
+                    self._infos = list_devices()
+                except Exception as exc:  # a loader or driver failure: no mappings then
+                    log.info("PE %d: Vulkan's devices could not be listed (%s)", self.pe, exc)
+                    self._infos = []
+            return next((d for d in self._infos if d.device_uuid == uuid), None)
+
+    def _device(self, info: DeviceInfo) -> LogicalDevice | None:
+        uuid = info.device_uuid
         with self._lock:
             if uuid in self._devices:
                 return self._devices[uuid]
             dev = None
             try:
-                index = next((d.index for d in list_devices() if d.device_uuid == uuid), None)
-                if index is None:
-                    raise GpuError(f"Vulkan lists no device with UUID {uuid.hex()}")
-                dev = LogicalDevice(index, timeout=self._timeout)  # no commands: no validation
+                dev = LogicalDevice(info.index, timeout=self._timeout)  # no commands: no validation
             except Exception as exc:  # GpuError, FeatureNotAvailableError, a driver's refusal
                 log.info("PE %d: peers' heaps on GPU %s are not CPU-mapped (%s); their small "
                          "copies go through CUDA", self.pe, uuid.hex(), exc)
@@ -57,7 +66,16 @@ class PeerMaps:
         """The peer's heap (``fd``, owned here; ``info`` its export) imported by this PE's
         device on that GPU, mapped write-combined; None (logged) where it cannot be: no such
         device, a heap outside the BAR type, a refused import."""
-        dev = self._device(info.device_uuid)
+        gpu = self._info(info.device_uuid)
+        kind = info.memory_type_index
+        if gpu is None or kind >= len(gpu.memory_types) or \
+                not gpu.memory_types[kind][0] & MEM_HOST_VISIBLE:  # no device opened for it
+            log.info("PE %d: a peer's heap on GPU %s is not CPU-mapped (%s)", self.pe,
+                     info.device_uuid.hex(), "Vulkan lists no such device" if gpu is None
+                     else f"memory type {kind} is not host-visible")
+            os.close(fd)
+            return None
+        dev = self._device(gpu)
         if dev is None:
             os.close(fd)
             return None
