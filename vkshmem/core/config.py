@@ -244,9 +244,10 @@ _var("VKSHMEM_GPU_CUDA_LINK", "bool", "1",
 _var("VKSHMEM_GPU_LINK_MAP", "bool", "1",
      "On NVIDIA, a PE with a CUDA link to a peer whose heap is in the CPU-mapped BAR type "
      "(VKSHMEM_GPU_BAR) maps that heap too, through a Vulkan device of its own on the peer's "
-     "GPU (one per other GPU, some memory there): puts of up to VKSHMEM_GPU_BAR_WRITE_MAX "
-     "bytes and gets of up to VKSHMEM_GPU_BAR_READ_MAX bytes across GPUs are then CPU stores "
-     "and loads instead of a CUDA copy each; 0 leaves them to CUDA.", _parse_bool)
+     "GPU (one per other GPU, some memory there): puts from host memory of up to "
+     "VKSHMEM_GPU_BAR_WRITE_MAX bytes, and gets and GPU-to-GPU copies of up to "
+     "VKSHMEM_GPU_BAR_READ_MAX bytes, across GPUs are then CPU stores and loads instead of a "
+     "CUDA copy each (with VKSHMEM_GPU_MAPPED=1); 0 leaves them to CUDA.", _parse_bool)
 _var("VKSHMEM_GPU_LINK_PIECE", "size", "0",
      "Piece size of a device copy through a CUDA link's bounce buffer (4 pieces in flight, the "
      "bounce buffer on the peer's GPU holds 4 of the largest); 0: a quarter of the copy, "

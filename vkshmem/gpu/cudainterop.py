@@ -132,9 +132,14 @@ class CudaInterop:
         if not isinstance(self._hub, LinkHub):
             os.close(fd)
             return None
-        # a duplicate for the CPU mapping (peermap)
-        cpu = os.dup(fd) if cfg.gpu_link_map and cfg.gpu_mapped else -1
-        try:
+        cpu = -1  # a duplicate for the CPU mapping (peermap)
+        if cfg.gpu_link_map and cfg.gpu_mapped:
+            try:
+                cpu = os.dup(fd)
+            except OSError:
+                os.close(fd)
+                raise
+        try:  # the link owns fd from here (closed on failure), not cpu
             link = CudaLink(self._hub, fd, info.size, info.dedicated, uuid_hex,
                             self.check_range, info.vmm, self._cuda_amo)
         except BaseException:
@@ -142,7 +147,11 @@ class CudaInterop:
                 os.close(cpu)
             raise
         if cpu >= 0:
-            self._map_peer(link, cpu, info)
+            try:
+                self._map_peer(link, cpu, info)
+            except BaseException:
+                link.close()
+                raise
         return link
 
     def _map_peer(self, link: CudaLink, fd: int, info: ExportInfo) -> None:
@@ -154,7 +163,7 @@ class CudaInterop:
         mem = self._maps.map(fd, info)
         if mem is not None:
             local = self.memory.host_address if self.memory.host_visible else 0
-            link.attach_map(mem, local, cfg.gpu_bar_write_max,
+            link.attach_map(mem, local, self.memory.size, cfg.gpu_bar_write_max,
                             cfg.gpu_bar_read_max)
 
     def _cuda_copier(self, nbytes: int) -> CudaCopier | None:

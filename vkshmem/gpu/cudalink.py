@@ -21,9 +21,10 @@ through a bounce buffer instead (:mod:`~vkshmem.gpu.cudabounce`, route ``link+pr
 stay with the domain proxy). Every call is complete when it returns. Measured on 2 x H100
 through the API (``benchmarks/multi_gpu.py``, the ``vulkan`` job): 308 / 369 / 381 GB/s put at
 16 / 64 / 256 MiB with the direct link (CUDA's own peer copy 312 / 372 / 388), against 221 /
-316 / 357 through the bounce and 38 through the domain proxy. An 8-byte put between the GPUs:
-5.2 µs with the peer's heap CPU-mapped, 11.6 without (``tests/gpu/link_latency_probe.py``,
-2026-11-27; CUDA's own peer copy from CuPy 10.2).
+316 / 357 through the bounce and 38 through the domain proxy. An 8-byte put between the GPUs
+through ``shmem.put``: 4.5 µs with the peer's heap CPU-mapped, 11.6 without
+(``tests/gpu/link_latency_probe.py``, 2026-11-27); 5.2 µs in ``benchmarks/multi_gpu.py``,
+where CUDA's own peer copy from CuPy takes 10.2.
 """
 
 from __future__ import annotations
@@ -84,10 +85,12 @@ class CudaLink(DomainLink):
         #: the peer's heap is mapped on this GPU: one copy per operation, no bounce
         self.direct = False
         self._copier: CudaCopier | None = None
+        #: this PE's own heap's size as CUDA maps it (the bound of its offsets here)
+        self._own = hub.view.size
         #: the peer's heap mapped on the CPU (attach_map), its address (0: none), this PE's
-        #: own heap's mapping (0: none), and the largest CPU stores and loads through them
+        #: own heap's mapping (0: none) and its size, the largest CPU stores and loads
         self._map_mem: GpuMemory | None = None
-        self._map = self._local = self._wmax = self._rmax = 0
+        self._map = self._local = self._local_size = self._wmax = self._rmax = 0
         self.mapped_calls = 0  #: operations done by the CPU through the mappings (tests)
         if vmm:
             try:
@@ -102,16 +105,34 @@ class CudaLink(DomainLink):
                 raise
             self.amos = self._copier is not None
 
-    def attach_map(self, mem: GpuMemory, local: int, write_max: int, read_max: int) -> None:
+    def attach_map(self, mem: GpuMemory, local: int, local_size: int, write_max: int,
+                   read_max: int) -> None:
         """Take ``mem``, the peer's heap mapped write-combined on the CPU (freed at
         :meth:`close`): from now on puts of host bytes up to ``write_max`` bytes are CPU
         stores into it, gets up to ``read_max`` CPU loads, and device puts and gets up to
-        ``read_max`` a CPU copy between it and this PE's own mapped heap at ``local`` (0:
-        not mapped, they stay CUDA's). Every such call has landed when it returns."""
+        ``read_max`` a CPU copy between it and this PE's own mapped heap, ``local_size``
+        bytes at ``local`` (0: not mapped, they stay CUDA's). Every such call has landed
+        when it returns (written bytes read back)."""
         with self._lock:
-            self._map_mem, self._local = mem, local
+            self._map_mem, self._local, self._local_size = mem, local, local_size
             self._wmax, self._rmax = write_max, read_max
             self._map = mem.host_address
+
+    def _cpu(self, to_peer: bool, offset: int, other: int, nbytes: int, readback: int) -> bool:
+        """One CPU copy between the peer's mapped heap at ``offset`` and address ``other``
+        (``to_peer``: into the peer's), the written bytes read back where ``readback`` (a
+        GPU's BAR); under the lock, so that :meth:`close` waits for it. False (nothing done)
+        once the mapping is gone."""
+        with self._lock:
+            peer = self._map
+            if not peer:
+                return False
+            if to_peer:
+                _bar(peer + offset, other, nbytes, readback)
+            else:
+                _bar(other, peer + offset, nbytes, readback)
+            self.mapped_calls += 1
+        return True
 
     def _peer(self) -> tuple[RemoteGpu | None, int]:
         if self._ptr:
@@ -201,9 +222,8 @@ class CudaLink(DomainLink):
 
     def put(self, offset: int, src: memoryview) -> None:
         n = src.nbytes
-        if n <= self._wmax and 0 < n and 0 <= offset <= self.size - n and self._map:
-            _bar(self._map + offset, address_of(src), n, 1)  # CPU stores, read back
-            self.mapped_calls += 1
+        if n <= self._wmax and 0 < n and 0 <= offset <= self.size - n and self._map and \
+                self._cpu(True, offset, address_of(src), n, 1):  # CPU stores, read back
             return
         if self.direct and 0 < n and 0 <= offset <= self.size - n:  # the hot path
             self._one(1, self._ptr + offset, address_of(src), n, "a put of host bytes")
@@ -212,9 +232,8 @@ class CudaLink(DomainLink):
 
     def get(self, offset: int, dst: memoryview) -> None:
         n = dst.nbytes
-        if n <= self._rmax and 0 < n and 0 <= offset <= self.size - n and self._map:
-            _bar(address_of(dst), self._map + offset, n, 0)  # CPU loads across PCIe
-            self.mapped_calls += 1
+        if n <= self._rmax and 0 < n and 0 <= offset <= self.size - n and self._map and \
+                self._cpu(False, offset, address_of(dst), n, 0):  # CPU loads across PCIe
             return
         if self.direct and 0 < n and 0 <= offset <= self.size - n:
             self._one(2, address_of(dst), self._ptr + offset, n, "a get into host bytes")
@@ -273,12 +292,11 @@ class CudaLink(DomainLink):
 
     def put_device(self, offset: int, src_off: int, nbytes: int) -> None:
         if nbytes <= self._rmax and 0 < nbytes and 0 <= offset <= self.size - nbytes and \
-                0 <= src_off <= self.size - nbytes and self._local and self._map:
-            _bar(self._map + offset, self._local + src_off, nbytes, 1)
-            self.mapped_calls += 1
+                0 <= src_off <= self._local_size - nbytes and self._local and \
+                self._cpu(True, offset, self._local + src_off, nbytes, 1):
             return
         if self.direct and 0 < nbytes and 0 <= offset <= self.size - nbytes and \
-                0 <= src_off <= self.size - nbytes:  # the hot path: checks inline
+                0 <= src_off <= self._own - nbytes:  # the hot path: checks inline
             self._one(0, self._ptr + offset, self.hub.view.pointer + src_off, nbytes,
                       "a put between GPUs")
         else:
@@ -286,13 +304,11 @@ class CudaLink(DomainLink):
 
     def get_device(self, offset: int, dst_off: int, nbytes: int) -> None:
         if nbytes <= self._rmax and 0 < nbytes and 0 <= offset <= self.size - nbytes and \
-                0 <= dst_off <= self.size - nbytes and self._local and self._map:
-            # into this GPU's BAR: drained, and ordered before this PE's next GPU command
-            _bar(self._local + dst_off, self._map + offset, nbytes, 0)
-            self.mapped_calls += 1
+                0 <= dst_off <= self._local_size - nbytes and self._local and \
+                self._cpu(False, offset, self._local + dst_off, nbytes, 1):  # landed here too
             return
         if self.direct and 0 < nbytes and 0 <= offset <= self.size - nbytes and \
-                0 <= dst_off <= self.size - nbytes:
+                0 <= dst_off <= self._own - nbytes:
             self._one(0, self.hub.view.pointer + dst_off, self._ptr + offset, nbytes,
                       "a get between GPUs")
         else:

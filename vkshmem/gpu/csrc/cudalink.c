@@ -74,14 +74,23 @@ int vkc_link_host(int kind, uintptr_t ctx, uintptr_t stream, uint64_t dst, uint6
    process also maps (vkshmem/gpu/peermap.py). The stores are drained (a full fence empties
    the write-combining buffers); with `readback`, a load of the last byte written follows:
    PCIe lets no read pass an earlier posted write to the same device, so when it returns the
-   bytes have landed in that GPU's memory, not just left this CPU. */
+   bytes have landed in that GPU's memory, not just left this CPU. (x86: the full fence is an
+   mfence, which drains write combining; arm64 needs a dsb for device memory.) */
+static inline void bar_fence(void) {
+#if defined(__aarch64__)
+    __asm__ volatile("dsb sy" ::: "memory");
+#else
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+#endif
+}
+
 void vkc_bar_copy(uint64_t dst, uint64_t src, size_t nbytes, int readback) {
     if (nbytes == 0) return;
     memcpy((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, nbytes);
-    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    bar_fence();
     if (readback) {
         volatile const uint8_t *last = (volatile const uint8_t *)(uintptr_t)(dst + nbytes - 1);
         (void)*last;
-        __atomic_thread_fence(__ATOMIC_SEQ_CST);
+        bar_fence();
     }
 }
