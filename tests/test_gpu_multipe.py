@@ -104,6 +104,26 @@ def test_gpu_cuda_copy(npes: int) -> None:
     assert r.stdout.count("gpu_cuda_copy ok") == npes, r.stdout
 
 
+@pytest.mark.parametrize("box", ["host", "gpu"])
+@pytest.mark.parametrize("npes", [1, 2, 4])
+def test_gpu_amo_service(npes: int, box: str) -> None:
+    """tests/pe/gpu_amo_service.py: the Vulkan domain's AMOs through the CUDA service kernel
+    (forced on, never idle-exiting during the run), parked by Vulkan submissions; NVIDIA
+    only. ``box``: requests in pinned host memory (the validation layer on: the heap is not
+    CPU-mapped) or in the CPU-mapped heap (validation off)."""
+    if _cuda_gpus() == 0:
+        pytest.skip("the CUDA service kernel needs an NVIDIA GPU (tests/gpu/device_run.sh)")
+    if os.environ.get("VKSHMEM_GPU_PROVIDER", "auto") not in ("auto", "vulkan"):
+        pytest.skip("the Vulkan domain's service (VKSHMEM_GPU_PROVIDER picks another domain)")
+    env = {**GPU_ENV, "VKSHMEM_GPU_CUDA_SERVICE": "on",
+           "VKSHMEM_GPU_CUDA_SERVICE_IDLE_US": "600e6"}
+    if box == "gpu":
+        env.update(VKSHMEM_GPU_VALIDATION="0", VKSHMEM_TEST_GPU_BOX="1")
+    r = launch("gpu_amo_service", npes, env, timeout=300)
+    assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout}\n{r.stderr}"
+    assert r.stdout.count("gpu_amo_service ok") == npes, r.stdout
+
+
 def _cuda_gpus() -> int:
     """How many NVIDIA GPUs this machine has (nvidia-smi), 0 without the driver."""
     smi = shutil.which("nvidia-smi")

@@ -183,11 +183,18 @@ _var("VKSHMEM_GPU_DEVICE", "int", "",
      "Vulkan device of this PE, by number in 'vkshmem info' order (GPUs first, CPU drivers "
      "such as lavapipe last); empty: the PE's local rank modulo the number of GPUs.",
      _parse_device)
-def _parse_positive_seconds(text: str) -> float:
-    value = float(text)
-    if value <= 0:
-        raise ValueError("must be > 0 (GPU waits always have a limit)")
-    return value
+def _parse_positive(why: str) -> Callable[[str], float]:
+    """A parser of numbers > 0 whose error says ``why``."""
+    def parse(text: str) -> float:
+        value = float(text)
+        if value <= 0:
+            raise ValueError(f"must be > 0 ({why})")
+        return value
+
+    return parse
+
+
+_parse_positive_seconds = _parse_positive("GPU waits always have a limit")
 
 
 _var("VKSHMEM_GPU_TIMEOUT", "seconds", "30",
@@ -228,6 +235,17 @@ _var("VKSHMEM_GPU_CUDA_AMO", "bool", "1",
      "On NVIDIA, with cuda-bindings and NVRTC installed, AMOs on the Vulkan heap are a one-thread "
      "CUDA kernel on the same memory (a launch costs less than a Vulkan submission); 0 keeps "
      "them in Vulkan shaders. Atomic with the shaders' atomics either way.", _parse_bool)
+_var("VKSHMEM_GPU_CUDA_SERVICE", "str", "auto",
+     "With VKSHMEM_GPU_CUDA_AMO's kernel, AMOs on the Vulkan heap and across CUDA links are "
+     "served by a one-block CUDA kernel that stays resident while they keep coming (no launch "
+     "per AMO; it ends after 1 ms without one and at the PE's next Vulkan submission, and is "
+     "not used while Vulkan work is in flight: the GPU time-slices the two). auto: where the "
+     "PE is alone on its GPU; on: always; off: a launch per AMO.",
+     _parse_choice("auto", "on", "off"))
+_var("VKSHMEM_GPU_CUDA_SERVICE_IDLE_US", "float", "1000",
+     "Microseconds without an AMO after which VKSHMEM_GPU_CUDA_SERVICE's kernel ends (a "
+     "synchronize of the whole CUDA context, e.g. torch.cuda.synchronize(), waits that long "
+     "at most).", _parse_positive("microseconds"))
 _var("VKSHMEM_GPU_CUDA_HEAP", "bool", "1",
      "On NVIDIA, with cuda-bindings installed, the GPU heap is a CUDA VMM allocation imported "
      "into Vulkan (the same bytes for shaders, Vulkan and CUDA), so same-node peers on other "
@@ -360,6 +378,8 @@ class Config:
     gpu_native: bool
     gpu_cuda_copy: int
     gpu_cuda_amo: bool
+    gpu_cuda_service: str
+    gpu_cuda_service_idle_us: float
     gpu_cuda_heap: bool
     gpu_cuda_link: bool
     gpu_link_map: bool

@@ -28,10 +28,14 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+
+from vkshmem.core.errors import FeatureNotAvailableError
 
 from . import _cuda
 from .cudanative import NativeDomain
+from .cudaservice import CudaService
 from .env import DEFAULT_SPIN_US, ENV_SPIN, env_float
 from .errors import GpuError
 
@@ -74,6 +78,14 @@ class CudaCopier:
         self._amo_host = 0
         self._amo_dev = 0
         self._amo_out = self._ffi.new("uint64_t *")
+        #: the service kernel for AMOs (see :meth:`use_service`; None: not decided yet,
+        #: False: not used) and whether the caller's Vulkan device has work in flight
+        self._svc: CudaService | bool | None = False
+        self._svc_mode = "off"
+        self._svc_timeout = 0.0
+        self._svc_idle_ns = 0
+        self._svc_box: tuple[int, int] | None = None
+        self._vulkan_busy: Callable[[], bool] = bool
         #: the domain proxy's native rounds, made on request
         self._native: NativeDomain | None = None
         #: host ranges registered for DMA, (address, size): the host heap first
@@ -225,8 +237,6 @@ class CudaCopier:
         return self._amo_fn is not False
 
     def _make_amo(self) -> int | bool:
-        from vkshmem.core.errors import FeatureNotAvailableError
-
         from .cudakernels import AMO_NAME, AMO_SOURCE, compile_kernel
 
         cu = self._cu
@@ -257,9 +267,62 @@ class CudaCopier:
             mem.check_range(offset, width, "GPU AMO")
         return self.amo_at(ptr + offset, op, width, operand, compare)
 
+    def use_service(self, mode: str, idle_us: float, timeout: float,
+                    vulkan_busy: Callable[[], bool],
+                    request_box: tuple[int, int] | None = None) -> None:
+        """AMOs through the service kernel (:mod:`~vkshmem.gpu.cudaservice`; it ends after
+        ``idle_us`` without one) where ``mode`` (``VKSHMEM_GPU_CUDA_SERVICE``) is ``on``, or
+        ``auto`` and this PE has no peer on its GPU (made at the first AMO), and only while
+        ``vulkan_busy()`` says the caller's Vulkan device has no work in flight: the GPU
+        time-slices this CUDA context against the Vulkan device, so a resident kernel would
+        hold that work up (a Vulkan kernel waiting for its own AMO included). The caller parks
+        the kernel (:meth:`park`) at each Vulkan submission. ``request_box``: see
+        :class:`~vkshmem.gpu.cudaservice.CudaService`."""
+        self._svc_mode, self._svc_timeout, self._vulkan_busy = mode, timeout, vulkan_busy
+        self._svc_box = request_box
+        self._svc_idle_ns = int(idle_us * 1000)
+        self._svc = None if mode != "off" else False
+
+    def _service(self) -> CudaService | bool:
+        """Make the service kernel at the first AMO that may use it (False: it is not used)."""
+        with self._lock:  # the proxy thread runs AMOs too
+            if self._svc is not None:
+                return self._svc
+            alone = not (self._pending or self._peers)
+            svc: CudaService | bool = False
+            if self._svc_mode == "on" or alone:
+                try:
+                    svc = CudaService(self._cu, self.view.device, self.view.context,
+                                      self._spin_ns, self._svc_timeout, self._svc_idle_ns,
+                                      GpuError, "VKSHMEM_GPU_CUDA_SERVICE=off avoids the service",
+                                      self._svc_box)
+                except (FeatureNotAvailableError, GpuError) as exc:
+                    log.info("GPU AMOs are CUDA launches: %s", exc)
+            self._svc = svc
+            return svc
+
+    @property
+    def service(self) -> CudaService | None:
+        """The service kernel AMOs use when the Vulkan device is idle (None: launches)."""
+        return self._svc if isinstance(self._svc, CudaService) else None
+
+    def park(self) -> None:
+        """End the service kernel where it is resident (the caller submitted Vulkan work)."""
+        svc = self._svc
+        if isinstance(svc, CudaService):
+            svc.park()
+
     def amo_at(self, addr: int, op: int, width: int, operand: int, compare: int) -> int:
         """:meth:`amo` on the word at CUDA address ``addr`` (this GPU's memory, or a peer
         GPU's mapped here: a CUDA link's); the old value."""
+        svc = self._svc
+        if svc is not False and not self._vulkan_busy():
+            if svc is None:
+                svc = self._service()
+            if isinstance(svc, CudaService) and not svc.broken:
+                old = svc.amo(addr, op, width, operand, compare)
+                self.amos += 1
+                return old
         with self._amo_lock:  # the result words: the proxy thread also calls
             self._amo_seq += 1
             self._done(self._lib.vkc_amo(self._ctx_ptr, self._stream_ptr, int(self._amo_fn),
@@ -283,7 +346,11 @@ class CudaCopier:
         self._native.fill(address, size, mapped, write_max, read_max)
 
     def close(self) -> None:
-        """Release the peers' imports, the host registration and the stream (idempotent)."""
+        """Release the service kernel, the peers' imports, the host registration and the
+        stream (idempotent)."""
+        if isinstance(self._svc, CudaService):
+            self._svc.close()
+        self._svc = False
         for mem in list(self._pending) + list(self._peers):
             self.drop_peer(mem)
         cu = self._cu

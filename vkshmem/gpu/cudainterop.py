@@ -17,6 +17,7 @@ from vkshmem.core.dlpack import KDL_CUDA
 from .cudacopy import CudaCopier
 from .cudahub import LinkHub, address_of
 from .cudalink import CudaLink
+from .cudaservice import BOX_BYTES
 from .cudaview import CudaView
 from .errors import GpuError
 from .memory import ExportInfo
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from vkshmem.core.domain import DomainContext
 
     from .cudaheap import VmmHeap
+    from .cudaservice import CudaService
     from .device import VulkanDevice
     from .memory import GpuMemory
 
@@ -75,6 +77,12 @@ class CudaInterop:
     def cuda_amos(self) -> int:
         """How many AMOs went through CUDA so far."""
         return self._copier.amos if isinstance(self._copier, CudaCopier) else 0
+
+    @property
+    def cuda_service(self) -> CudaService | None:
+        """The service kernel serving AMOs through CUDA (VKSHMEM_GPU_CUDA_SERVICE), None
+        where there is none (not used, or no AMO yet)."""
+        return self._copier.service if isinstance(self._copier, CudaCopier) else None
 
     # -- peers' fds, for CUDA's import of their heaps ------------------------------------------
 
@@ -207,10 +215,28 @@ class CudaInterop:
             view = self.cuda_view()
             host = self.ctx.host_heap
             heap = [(host.address, host.size)] if host else []
-            return CudaCopier(view, heap + self._host_ranges)
+            copier = CudaCopier(view, heap + self._host_ranges)
         except (BufferError, GpuError) as exc:
             log.info("PE %d: GPU copies stay on Vulkan (%s)", self.my_pe, exc)
             return False
+        cfg = self.ctx.config
+        if self.cuda_amo and cfg.gpu_cuda_service != "off":
+            flights = self.device.in_flight  # changed in place, per queue
+            copier.use_service(cfg.gpu_cuda_service, cfg.gpu_cuda_service_idle_us,
+                               cfg.gpu_timeout, lambda: bool(flights[0] or flights[1]),
+                               self._request_box(view))
+            self.device.on_submit = copier.park
+        return copier
+
+    def _request_box(self, view: CudaView) -> tuple[int, int] | None:
+        """Where the service kernel's requests go: the CUDA heap's control bytes past the
+        symmetric ones (``CONTROL_BYTES``) where the CPU maps the heap (then the kernel polls
+        GPU memory, not host memory across PCIe), else None (pinned host memory)."""
+        mem = self.memory
+        if self.vmm is None or not mem.host_visible or not mem.host_address or \
+                mem.size - self.size < BOX_BYTES:
+            return None
+        return mem.host_address + self.size, view.pointer + self.size
 
     def _pin_for_cuda(self, address: int, size: int) -> None:
         """Register a host range for CUDA's DMA too (now, or when the copier is made)."""
@@ -258,6 +284,7 @@ class CudaInterop:
         if self._maps is not None:
             self._maps.close()
             self._maps = None
+        self.device.on_submit = None
         if isinstance(self._copier, CudaCopier):
             self._copier.close()
         self._copier = False

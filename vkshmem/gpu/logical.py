@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from vkshmem.core.errors import ConfigError, FeatureNotAvailableError, InvalidArgumentError
@@ -79,6 +80,9 @@ class LogicalDevice:
         #: has none skips the leading barrier (see :meth:`Slot.begin
         #: <vkshmem.gpu.submit.Slot.begin>`).
         self.in_flight = [0, 0]
+        #: called after each submission (under ``lock``): the Vulkan domain parks its CUDA
+        #: service kernel there, which the GPU would otherwise time-slice this work against
+        self.on_submit: Callable[[], None] | None = None
         self.has_memory_host = False
         self.host_alignment = 0
         #: exportable memory may take the CPU-mapped device memory type (see bar_type)

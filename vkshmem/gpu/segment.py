@@ -8,7 +8,8 @@ is not host-visible) and ``buffer`` the mapped bytes (empty when not host-visibl
 segment is reached through :meth:`VulkanDevice.write`/``read``/``copy`` or shaders).
 With a :class:`~vkshmem.gpu.cudaheap.VmmHeap` (NVIDIA) the memory is CUDA's, imported into
 Vulkan, and ``fd`` is CUDA's export of it (an opaque fd to Vulkan); such a segment exports no
-dma-buf (NVIDIA's Vulkan driver has none either).
+dma-buf (NVIDIA's Vulkan driver has none either), and holds :data:`CONTROL_BYTES` past the
+symmetric bytes for the PE's own use (the CUDA service kernel's request box).
 """
 
 from __future__ import annotations
@@ -29,9 +30,13 @@ if TYPE_CHECKING:
     from .device import VulkanDevice
     from .memory import ExportInfo, GpuMemory
 
-__all__ = ["GpuSegment", "open_segment"]
+__all__ = ["CONTROL_BYTES", "GpuSegment", "open_segment"]
 
 log = logging.getLogger("vkshmem")
+
+#: bytes a CUDA heap holds past its symmetric ones (CUDA rounds the allocation up to its
+#: granularity, 2 MiB, anyway): :mod:`~vkshmem.gpu.cudaservice`'s request box
+CONTROL_BYTES = 8192
 
 
 class GpuSegment:
@@ -97,7 +102,7 @@ def open_segment(device: VulkanDevice, seg_id: int, size: int, cuda_heap: bool,
     if cuda_heap and device.info.vendor == "NVIDIA" and \
             importlib.util.find_spec("cuda.bindings") is not None:
         try:
-            vmm = VmmHeap(device.info.device_uuid, size)
+            vmm = VmmHeap(device.info.device_uuid, size + CONTROL_BYTES)
         except Exception as exc:  # GpuError, or cuda-bindings without libcuda
             log.info("PE %d: the GPU heap is Vulkan's: %s", pe, exc)
     refused = False

@@ -137,7 +137,10 @@ class Slot:
 
     def _submitted(self) -> None:
         self.pending = True
-        self.device.in_flight[self.qi] += 1
+        dev = self.device
+        dev.in_flight[self.qi] += 1
+        if dev.on_submit is not None:
+            dev.on_submit()
 
     def _done(self) -> None:
         self.pending = False

@@ -32,12 +32,11 @@ def _core_csrc() -> Path:
 
 #: the CUDA calls the core's Vulkan domain uses too (vkshmem/gpu/csrc/cudacalls.[ch]): the
 #: driver table, copies, stream waits and the AMO launch; this helper's own functions follow
+#: (the service kernel's host side, cudasvc.c, is the core's module's only: see
+#: vkshmem.gpu.cudaservice)
 CUDA_CDEF = (_core_csrc() / "cudacalls.h").read_text()
-CUDA_SOURCE = (_core_csrc() / "cudacalls.c").read_text() + \
-    (_core_csrc() / "cudalink.c").read_text()
-
-#: the service kernel's host side (see ``csrc/svc.c``), appended to SOURCE
-SERVICE_C = (Path(__file__).resolve().parent / "csrc" / "svc.c").read_text()
+CUDA_SOURCE = "".join((_core_csrc() / name).read_text()
+                      for name in ("cudacalls.c", "cudalink.c"))
 #: the two-GPU all-reduce's issue and wait (see ``csrc/pair.c``), appended to SOURCE
 PAIR_C = (Path(__file__).resolve().parent / "csrc" / "pair.c").read_text()
 
@@ -49,17 +48,6 @@ int vkc_memset(uintptr_t ctx, uintptr_t stream, uint64_t dst, size_t nbytes, int
 int vkc_reduce(uintptr_t ctx, uintptr_t stream, uintptr_t fn, const uint64_t *dsts,
                int ndst, const uint64_t *srcs, int nsrc, uint64_t count, unsigned grid,
                unsigned block, int64_t spin_ns);
-typedef struct vkc_svc vkc_svc;
-vkc_svc *vkc_svc_new(uintptr_t ctx, uintptr_t stream, uintptr_t fn, uintptr_t box,
-                     uint64_t box_dev, unsigned threads, uint64_t idle_ns, int64_t spin_ns);
-int vkc_svc_call(vkc_svc *s, int op, int width, uint64_t dst, uint64_t src, uint64_t nbytes,
-                 uint64_t operand, uint64_t compare, uintptr_t host_in, uintptr_t host_out,
-                 uint64_t *result, int64_t timeout_ns);
-int vkc_svc_stop(vkc_svc *s, int64_t timeout_ns);
-uint64_t vkc_svc_launches(vkc_svc *s);
-void vkc_svc_free(vkc_svc *s);
-#define VKC_SVC_TIMEOUT 1100
-#define VKC_SVC_BROKEN 1101
 int vkc_pair_round(uintptr_t ctx, uintptr_t stream, uintptr_t fn, uint64_t push_dst,
                    uint64_t push_src, size_t push_bytes, uint64_t mine, uint64_t peer,
                    uint32_t seq, const uint64_t *dsts, const uint64_t *srcs, uint64_t count,
@@ -117,7 +105,7 @@ int vkc_reduce(uintptr_t ctx, uintptr_t stream, uintptr_t fn, const uint64_t *ds
     if (r || spin_ns < 0) return r;  /* spin_ns < 0: issued only (the caller waits) */
     return finish((CUstream)stream, spin_ns);
 }
-""" + SERVICE_C + PAIR_C
+""" + PAIR_C
 
 ffibuilder = FFI()
 ffibuilder.cdef(CDEF)

@@ -1,120 +1,24 @@
-"""The CUDA domain's kernels, compiled by NVRTC at first use: the one-thread AMO (vkshmem's
-own, :mod:`vkshmem.gpu.cudakernels`, which the Vulkan domain also launches on NVIDIA), the
-service kernel, and the element-wise reduction of up to :data:`MAX_SOURCES` arrays (a PE's own
+"""The CUDA domain's kernels, compiled by NVRTC at first use: the one-thread AMO and the
+service kernel (vkshmem's own, :mod:`vkshmem.gpu.cudakernels`, which the Vulkan domain also
+launches on NVIDIA), and the element-wise reduction of up to :data:`MAX_SOURCES` arrays (a PE's own
 and its peers', as mapped on its GPU) into one, per (op, dtype) (vkshmem's own too, which the
 Vulkan domain launches for its links' folds)."""
 
 from __future__ import annotations
 
 from vkshmem.gpu.cudakernels import (
-    AMO_APPLY,
     AMO_NAME,
     AMO_SOURCE,
     MAX_SOURCES,
     REDUCE_NAME,
+    SERVICE_MAX,
+    SERVICE_NAME,
+    SERVICE_SOURCE,
+    SERVICE_THREADS,
     compile_kernel,
     reduce_source,
 )
 
-__all__ = ["AMO_NAME", "AMO_SOURCE", "MAX_SOURCES", "REDUCE_NAME", "SERVICE_NAME",
-           "SERVICE_SOURCE", "compile_kernel", "reduce_source"]
+__all__ = ["AMO_NAME", "AMO_SOURCE", "MAX_SOURCES", "REDUCE_NAME", "SERVICE_MAX", "SERVICE_NAME",
+           "SERVICE_SOURCE", "SERVICE_THREADS", "compile_kernel", "reduce_source"]
 
-SERVICE_NAME = b"vkshmem_service"
-
-#: bytes one service request carries inline (host data of a put, or what a get returns)
-SERVICE_MAX = 4096
-#: threads of the service kernel's one block (they share a request's copy)
-SERVICE_THREADS = 128
-
-SERVICE_SOURCE = AMO_APPLY + r"""
-/* The service kernel: one block that stays resident while requests keep coming and serves the
-   mailbox ``b`` (mapped pinned host memory, layout in _ops_build.py's SERVICE_C): the host
-   stores a request and then its sequence number; the block copies (device addresses: this
-   GPU's heap, peers' heaps mapped here, or the mailbox's payload for host data) or runs the
-   AMO, fences system-wide and stores the sequence number into ``done``. No request for
-   ``idle_ns`` (the GPU's global timer): it stores ``alive = 0`` and ends, so that a
-   device-wide synchronize of the application's (cudaDeviceSynchronize) is held up at most
-   that long; the host launches it again for its next request. ``last``: the request served
-   before this launch. Loads are volatile (the L1 would keep an earlier request's bytes). */
-struct box {
-    u64 seq; unsigned op, width; u64 dst, src, nbytes, operand, compare, alive;
-    u64 done, value, pad[6];
-};
-enum { OP_STOP = 0, OP_COPY = 1, OP_AMO = 2, INLINE_WORDS = 16 };
-
-__device__ __forceinline__ u64 ld_acquire(const u64 *p) {
-    u64 v;
-    asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-    return v;
-}
-__device__ __forceinline__ u64 gtime(void) {
-    u64 t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
-
-extern "C" __global__ void vkshmem_service(struct box *b, u64 last, u64 idle_ns) {
-    /* the request header as warp 0 read it: seq, op | width << 32, dst, src, nbytes,
-       operand, compare */
-    __shared__ u64 h[8];
-    /* the first INLINE_WORDS words of the payload, read with the header (host data of a
-       small put then costs no second dependent read over PCIe) */
-    __shared__ u64 inl[INLINE_WORDS];
-    for (;;) {
-        if (threadIdx.x < 32) {
-            u64 seq = last;
-            if (threadIdx.x == 0) {
-                const u64 since = gtime();
-                while ((seq = ld_acquire(&b->seq)) == last && gtime() - since <= idle_ns) {
-                }
-            }
-            seq = __shfl_sync(0xffffffffu, seq, 0);
-            __syncwarp();
-            /* one coalesced read of the header (seven dependent loads over PCIe cost ~1 us
-               each); ordered after lane 0's acquire by the warp barrier */
-            if (seq != last && threadIdx.x > 0 && threadIdx.x < 7)
-                h[threadIdx.x] = ((const volatile u64 *)b)[threadIdx.x];
-            if (seq != last && threadIdx.x >= 32 - INLINE_WORDS)
-                inl[threadIdx.x - (32 - INLINE_WORDS)] =
-                    ((const volatile u64 *)(b + 1))[threadIdx.x - (32 - INLINE_WORDS)];
-            if (threadIdx.x == 0) h[0] = seq;
-            if (seq == last && threadIdx.x == 0) h[1] = OP_STOP;
-        }
-        __syncthreads();
-        const u64 seq = h[0];
-        const unsigned op = (unsigned)h[1];
-        if (op == OP_STOP) {
-            if (threadIdx.x == 0) {
-                ((volatile struct box *)b)->alive = 0;
-                __threadfence_system();
-                if (seq != last) ((volatile struct box *)b)->done = seq;
-            }
-            return;
-        }
-        if (op == OP_COPY) {
-            const u64 src = h[3], dst = h[2], n = h[4];
-            if (src == (u64)(b + 1) && n <= 8 * INLINE_WORDS) {
-                /* host data already read with the header */
-                if (((dst | n) & 7) == 0) {
-                    if (threadIdx.x < n / 8) ((u64 *)dst)[threadIdx.x] = inl[threadIdx.x];
-                } else if (threadIdx.x < n) {
-                    ((unsigned char *)dst)[threadIdx.x] = ((const unsigned char *)inl)[threadIdx.x];
-                }
-            } else if (((src | dst | n) & 7) == 0) {
-                for (u64 i = threadIdx.x; i < n / 8; i += blockDim.x)
-                    ((u64 *)dst)[i] = ((const volatile u64 *)src)[i];
-            } else {
-                for (u64 i = threadIdx.x; i < n; i += blockDim.x)
-                    ((unsigned char *)dst)[i] = ((const volatile unsigned char *)src)[i];
-            }
-        } else if (op == OP_AMO && threadIdx.x == 0) {
-            /* AMO requests: dst the word, src the AmoOp number */
-            b->value = amo_apply(h[2], (int)h[3], (int)(h[1] >> 32), h[5], h[6]);
-        }
-        __threadfence_system();
-        __syncthreads();  /* also: h is read by every thread before warp 0 overwrites it */
-        if (threadIdx.x == 0) ((volatile struct box *)b)->done = seq;
-        last = seq;
-    }
-}
-"""
