@@ -3,8 +3,8 @@
     python benchmarks/multi_gpu.py --json benchmarks/results/nvidia-h200x2.json
 
 runs ``vkshmem run -n 2 benchmarks/multi_gpu_pe.py`` once per GPU domain (``--domains``,
-default ``cuda,vulkan``, plus a ``cuda`` job of the per-call rows and the all-reduce with the
-service kernel off;
+default ``cuda,vulkan``, each followed by a job of the per-call rows and the all-reduce with
+its service kernel off;
 the first job also measures NVSHMEM through nvshmem4py, the ``cudaMemcpyPeer`` ceiling
 through CuPy and NCCL's all-reduce through torch.distributed, when they import), one PE per
 GPU, then prints one table and writes the rows ``{"op", "bytes", "domain", "vkshmem",
@@ -70,6 +70,10 @@ def _job(domain: str, extra: list[str], quick: bool, timeout: float,
         return job
 
 
+#: the variable that turns each domain's service kernel off
+_SERVICE_VARS = {"cuda": "VKSHMEM_CUDA_SERVICE", "vulkan": "VKSHMEM_GPU_CUDA_SERVICE"}
+
+
 def _ratio(row: dict[str, Any], other: str) -> str:
     v, o = row["vkshmem"], row[other]
     if not v or not o:
@@ -84,8 +88,9 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=280, help="seconds per job")
     ap.add_argument("--json", help="write the merged table here")
     ap.add_argument("--no-service-job", action="store_true",
-                    help="skip the cuda job with VKSHMEM_CUDA_SERVICE=off (per-call rows and "
-                         "the all-reduce)")
+                    help="skip each domain's job with its service kernel off "
+                         "(VKSHMEM_CUDA_SERVICE=off, VKSHMEM_GPU_CUDA_SERVICE=off: per-call rows "
+                         "and the all-reduce)")
     args = ap.parse_args()
     extra = [x for x, ok in (("--nvshmem", _have("nvshmem.core")), ("--ceiling", _have("cupy")),
                              ("--nccl", _have("torch.distributed")))
@@ -93,10 +98,9 @@ def main() -> int:
     jobs = []
     for i, domain in enumerate(d for d in args.domains.split(",") if d):
         jobs.append(_job(domain, extra if i == 0 else [], args.quick, args.timeout))
-        if domain == "cuda" and not args.no_service_job:  # without the service kernel
+        if domain in _SERVICE_VARS and not args.no_service_job:  # without the service kernel
             jobs.append(_job(domain, ["--latency-only"], args.quick, args.timeout,
-                             {"VKSHMEM_CUDA_SERVICE": "off"},
-                             "cuda, service off"))
+                             {_SERVICE_VARS[domain]: "off"}, f"{domain}, service off"))
     rows = [dict(r, domain=j["domain"]) for j in jobs for r in j["rows"]]
     print(f"\n{'op':<20} {'bytes':>10} {'domain':<17} {'vkshmem':>9} {'nvshmem':>9} "
           f"{'ceiling':>9} {'unit':>5} {'/ceil':>6} {'/nvshm':>6}")

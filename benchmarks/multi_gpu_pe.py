@@ -72,9 +72,11 @@ def timed(fn: Callable[[], object], everyone: bool = False, max_iters: int = 500
     """Seconds per call of ``fn`` on PE 0 (on every PE if ``everyone``): best of 3 rounds of a
     length near ``ROUND``; the other PE waits in barriers."""
     runs = everyone or me == 0
+    if runs:
+        fn()  # warm-up: what the first call makes once (kernels compiled, a service started)
     t0 = time.perf_counter()
     if runs:
-        fn()  # warm-up, and the estimate of one call
+        fn()  # the estimate of one call
     once = time.perf_counter() - t0
     iters = agree(max(1, min(max_iters, int(ROUND / max(once, 1e-7)))))
     best = float("inf")
@@ -368,7 +370,8 @@ counts[3] = sum(getattr(link, "mapped_calls", 0) for link in heap.links if link 
 shmem.sum_reduce(counts, counts)
 if me == 0:
     with open(args.json, "w") as f:
-        svc = getattr(g_dst.domain, "service", None)
+        dom = g_dst.domain  # the cuda domain's service, or the Vulkan domain's (AMOs)
+        svc = getattr(dom, "service", None) or getattr(dom, "cuda_service", None)
         json.dump({"domain": g_dst.domain.spec.name, "device": device_name, "route": route,
                    "service": None if svc is None else f"{svc.launches} launches",
                    "proxy": None if not route.endswith("proxy") else
