@@ -72,6 +72,8 @@ def test_gpu_ring_reduce(npes: int, run: str) -> None:
     assert r.stdout.count("gpu_ring_reduce ok") == npes, r.stdout
     if run == "linked":  # every PE's right neighbour is on the other GPU: its folds pushed
         assert r.stdout.count("folds pushed through a link: 0") == 0, r.stdout
+        if npes == 2:  # and two PEs took the pair's round (vkshmem/gpu/cudapair.py)
+            assert r.stdout.count("pair rounds: 0") == 0, r.stdout
     rings = 0 if npes == 1 else 11 if run == "noimport-small" else 7
     team = npes - 1 if npes >= 3 else 0  # PEs 1 .. npes-1 reduce once more, as a team
     assert r.stdout.count(f"ring taken {rings} times") == npes - team, r.stdout

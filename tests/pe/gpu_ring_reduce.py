@@ -3,7 +3,8 @@ exact results for sums (float32, int64), max and prod, a dtype the device cannot
 (longdouble: the numpy folds), counts below the threshold and uneven ones above it, the same
 bytes on every PE, sources left unchanged, and in-place calls (the gather path). Whether the
 ring ran is read from the module's private counters (and, over the Vulkan domain's direct CUDA
-links between GPUs, that the last folds pushed their results in the same pass). Run where PEs
+links between GPUs, that the last folds pushed their results in the same pass, and that two
+PEs took the pair's round, vkshmem/gpu/cudapair.py, wherever a GPU kernel folds). Run where PEs
 do not map each other's GPU heaps (VKSHMEM_DOMAIN_IMPORT=0: the GPU proxy; VKSHMEM_SHM=0: a
 transport) under ``vkshmem run`` (see tests/test_gpu_multipe.py); a small
 VKSHMEM_GPU_RING_REDUCE puts the small counts (shares left empty) on the ring too."""
@@ -61,11 +62,14 @@ def all_reduce(dt: np.dtype, op: str, cnt: int, in_place: bool = False) -> None:
     ring = n >= 2 and bool(least) and cnt * dt.itemsize >= least and not in_place
     check(device_ring._taken - before == int(ring), f"{what}: ring taken "
           f"{device_ring._taken - before} times, expected {int(ring)}")
+    global device_rings
+    device_rings += ring and dt != np.longdouble  # the ones a GPU kernel folds
     if dst is not src:
         shmem.free(dst)
     shmem.free(src)
 
 
+device_rings = 0
 SMALL = 1000  # below the default threshold (4000 bytes of float32)
 for count in (5, 300, SMALL, BIG):
     all_reduce(np.dtype(np.float32), "sum", count)
@@ -82,6 +86,7 @@ noisy = shmem.array(np.random.default_rng(100 + me).standard_normal(BIG).astype(
                     domain="gpu")
 out = shmem.zeros(BIG, np.float32, domain="gpu")
 shmem.sum_reduce(out, noisy)
+device_rings += n >= 2 and bool(least)
 mine = out.to_numpy()
 digest = shmem.array(np.frombuffer(hashlib.sha256(mine.tobytes()).digest()[:8], np.int64))
 hi = shmem.zeros(1, np.int64)
@@ -112,8 +117,13 @@ if n >= 3:
 
 shmem.barrier_all()
 right_link = heap.links[(me + 1) % n] if n > 1 else None
+pushed = device_ring._fused + device_ring._paired  # a pair's round pushes its folds too
 if right_link is not None and getattr(right_link, "direct", False):  # a CUDA link, mapped
-    check(device_ring._fused > 0, "no fold was pushed through the direct link")
-print(f"PE {me} folds pushed through a link: {device_ring._fused}", flush=True)
+    check(pushed > 0, "no fold was pushed through the direct link")
+    if n == 2:  # two members over a direct link: the pair's round wherever a kernel folds
+        check(device_ring._paired == device_rings, f"{device_ring._paired} pair rounds, "
+              f"expected {device_rings}")
+print(f"PE {me} folds pushed through a link: {pushed}", flush=True)
+print(f"PE {me} pair rounds: {device_ring._paired}", flush=True)
 print(f"PE {me} gpu_ring_reduce ok (ring taken {device_ring._taken} times, "
       f"threshold {least})", flush=True)

@@ -29,13 +29,17 @@ Where the right member is reached through a domain link that can fold and push i
 (``DomainLink.fold_put``: the Vulkan domain's CUDA link, a kernel that writes the result into
 both targets), the last fold of the reduce-scatter also does the first all-gather step's push:
 its target slot is the right member's own share, which that member reads only after the next
-barrier. Where the domain cannot reduce ``op`` on ``dtype`` (``reduce`` returns False), the
-folds run with numpy on host copies; the data movement is the same. ``VKSHMEM_GPU_RING_REDUCE``
-sets the smallest all-reduce (bytes) that takes this path, 0 turns it off. Its default, 128
-KiB, is where the ring stops losing to one scratch chunk on lavapipe through the proxy (float32
-sums, best of 20-30): 2 PEs tie at 64-128 KiB (0.31-0.46 ms either way) and the ring wins from
-256 KiB (0.57 against 0.65-1.0 ms); 4 PEs tie at 64 KiB (2.1-3.3 against 2.4-3.0 ms), the ring
-wins at 128 KiB (2.6-3.3 against 5.2-5.5 ms) and loses at 16 KiB (1.7-2.5 against 1.6-1.8 ms).
+barrier. Two members joined by a link that has a round of its own for the whole all-reduce
+(``DomainLink.pairs``/``pair_reduce``: the Vulkan domain's direct CUDA link,
+:mod:`vkshmem.gpu.cudapair`: push, a flag on the GPU, one fold into both targets) take it
+between two team barriers instead of the steps above. Where the domain cannot reduce ``op`` on
+``dtype`` (``reduce`` returns False), the folds run with numpy on host copies; the data movement
+is the same. ``VKSHMEM_GPU_RING_REDUCE`` sets the smallest all-reduce (bytes) that takes this
+path, 0 turns it off. Its default, 128 KiB, is where the ring stops losing to one scratch chunk
+on lavapipe through the proxy (float32 sums, best of 20-30): 2 PEs tie at 64-128 KiB (0.31-0.46
+ms either way) and the ring wins from 256 KiB (0.57 against 0.65-1.0 ms); 4 PEs tie at 64 KiB
+(2.1-3.3 against 2.4-3.0 ms), the ring wins at 128 KiB (2.6-3.3 against 5.2-5.5 ms) and loses at
+16 KiB (1.7-2.5 against 1.6-1.8 ms).
 """
 
 from __future__ import annotations
@@ -57,6 +61,8 @@ _HOST_FOLD = 1 << 20
 #: pushed in one pass (``DomainLink.fold_put``; read by tests/pe/gpu_ring_reduce.py)
 _taken = 0
 _fused = 0
+#: and how many of them were a two-member pair's round (``DomainLink.pair_reduce``)
+_paired = 0
 
 
 def _shares(cnt: int, n: int) -> list[tuple[int, int]]:
@@ -105,7 +111,7 @@ def ring_reduce(ct: CollTeam, heap: DomainHeap, target: DomainArray, source: obj
     domain not overlapping it, two members or more, at least ``VKSHMEM_GPU_RING_REDUCE``
     bytes. The decision depends only on arguments every member shares. False when not taken
     (nothing done; the caller's path runs)."""
-    global _taken, _fused
+    global _taken, _fused, _paired
     dt = np.dtype(target.dtype)
     isz = dt.itemsize
     nbytes = cnt * isz
@@ -120,9 +126,15 @@ def ring_reduce(ct: CollTeam, heap: DomainHeap, target: DomainArray, source: obj
     n, me = ct.n, ct.me
     right = ct.pes[(me + 1) % n]
     shares = _shares(cnt, n)
+    link = heap.links[right]
+    if n == 2 and link is not None and link.pairs((ct.pes[0], ct.pes[1]), op, dt):
+        _paired += 1
+        ct.ts.sync()  # both targets are free to be written
+        link.pair_reduce(me, (ct.pes[0], ct.pes[1]), shares, t0, s0, op, dt)
+        ct.ts.sync()  # nobody returns while its peer still writes its target
+        return True
     folder = _Folder(heap, op, ufunc, dt)
     ct.ts.sync()  # every member's target is free to be written
-    link = heap.links[right]
     pushed = False  # the last fold also wrote its result into the right member's target
     for s in range(n - 1):  # reduce-scatter
         lo, m = shares[(me - s) % n]

@@ -176,6 +176,21 @@ class DomainLink(ABC):
         push that follows it, in one pass. False (nothing done) where the link cannot."""
         return False
 
+    def pairs(self, pes: tuple[int, int], op: str, dtype: Any) -> bool:
+        """Whether the all-reduce of the two members ``pes`` (this PE and the peer, in the
+        team's order) with ``op`` on numpy ``dtype`` takes :meth:`pair_reduce`. The peer's
+        link must answer the same for the same call (the decision may depend only on what
+        both sides see alike)."""
+        return False
+
+    def pair_reduce(self, index: int, pes: tuple[int, int], shares: list[tuple[int, int]],
+                    dst_off: int, src_off: int, op: str, dtype: Any) -> None:
+        """Collective over the pair, between two barriers (only where :meth:`pairs`): the
+        all-reduce of ``op`` over both members' sources at byte offset ``src_off`` into both
+        targets at ``dst_off``; ``index`` is this PE's place in ``pes`` and ``shares`` the
+        (first element, count) each place owns (what it folds)."""
+        raise NotImplementedError(f"{type(self).__name__} has no pair all-reduce")
+
     def close(self) -> None:  # noqa: B027 - optional
         """Release what the link holds (at close, before the domain's own close)."""
 

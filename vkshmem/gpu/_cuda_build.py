@@ -15,7 +15,8 @@ from cffi import FFI
 _HERE = Path(__file__).resolve().parent / "csrc"
 #: the declarations (cffi cdef) and the C source of the CUDA calls
 CDEF = (_HERE / "cudacalls.h").read_text() + (_HERE / "cudasvc.h").read_text()
-SOURCE = "".join((_HERE / name).read_text() for name in ("cudacalls.c", "cudalink.c", "cudasvc.c"))
+SOURCE = "".join((_HERE / name).read_text()
+                 for name in ("cudacalls.c", "cudalink.c", "cudapair.c", "cudasvc.c"))
 
 ffibuilder = FFI()
 ffibuilder.cdef(CDEF)

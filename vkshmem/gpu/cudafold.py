@@ -71,6 +71,15 @@ class CudaFolds:
             self._fns[key] = fn
         return self._fns[key]
 
+    #: threads per block of the reduce kernel's launches
+    block = _BLOCK
+
+    def grid(self, count: int, dtype: np.dtype) -> int:
+        """Blocks for ``count`` elements: one 16-byte pack per thread, at most ``_PER_SM``
+        blocks per SM (the kernel loops)."""
+        packs = -(-count * np.dtype(dtype).itemsize // 16)
+        return max(1, min(self.sms * _PER_SM, -(-packs // _BLOCK)))
+
     def run(self, fn: Any, dsts: list[int], srcs: list[int], count: int,
             dtype: np.dtype) -> None:
         """``d[i] = srcs[0][i] op srcs[1][i] ...`` for every ``d`` in ``dsts`` (CUDA addresses
@@ -84,8 +93,7 @@ class CudaFolds:
         args = (dst, ctypes.c_int(len(dsts)), src, ctypes.c_int(len(srcs)),
                 ctypes.c_uint64(count))
         params = (ctypes.c_void_p * len(args))(*[ctypes.addressof(a) for a in args])
-        grid = max(1, min(self.sms * _PER_SM,
-                          -(-count * np.dtype(dtype).itemsize // (16 * _BLOCK))))
+        grid = self.grid(count, dtype)
         self._check(cu.cuLaunchKernel(fn, grid, 1, 1, _BLOCK, 1, 1, 0, self.stream,
                                       ctypes.addressof(params), 0), "cuLaunchKernel (fold)")
         self._check(cu.cuStreamSynchronize(self.stream), "cuStreamSynchronize (fold)")

@@ -125,6 +125,18 @@ class VmmHeap:
         finally:
             cu.cuCtxSetCurrent(prev)
 
+    def zero(self, offset: int, nbytes: int) -> None:
+        """Zero ``nbytes`` at ``offset`` (CUDA does not promise a new allocation is zero),
+        complete on return."""
+        cu, check = self.cu, self._check
+        prev = check(cu.cuCtxGetCurrent(), "cuCtxGetCurrent")
+        check(cu.cuCtxSetCurrent(self.ctx), "cuCtxSetCurrent")
+        try:
+            check(cu.cuMemsetD8(self.va + offset, 0, nbytes), "cuMemsetD8")
+            check(cu.cuCtxSynchronize(), "cuCtxSynchronize")
+        finally:
+            cu.cuCtxSetCurrent(prev)
+
     def export_fd(self) -> int:
         """A new POSIX fd of the allocation (the caller owns it): Vulkan imports it as an
         opaque fd, CUDA in any process with ``cuMemImportFromShareableHandle``."""

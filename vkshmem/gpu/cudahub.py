@@ -58,6 +58,29 @@ class LinkHub:
         self.stream_ptr = int(self.stream)
         self.ctx_ptr = int(view.context)
         self._folds: CudaFolds | None = None  # first fold
+        #: bound of a wait for a peer (VKSHMEM_GPU_TIMEOUT, set by the domain)
+        self.timeout = 30.0
+        #: where this PE's heap keeps its control bytes (segment.CONTROL_BYTES; the symmetric
+        #: size), 0 where it has none (a heap of Vulkan's)
+        self.control_off = 0
+
+    def _kernels(self) -> CudaFolds:
+        if self._folds is None:
+            with self.on(self.view.context):
+                self._folds = CudaFolds(self.view, self.stream)
+        return self._folds
+
+    def fold_kernel(self, op: str, dtype: np.dtype) -> Any:
+        """The reduce kernel of ``op`` on ``dtype`` (compiled at first use), None where there
+        is none."""
+        with self.copy_lock, self.on(self.view.context):
+            return self._kernels().kernel(op, dtype)
+
+    def fold_launch(self, op: str, dtype: np.dtype, count: int) -> tuple[Any, int, int]:
+        """(kernel, grid, block) of a fold of ``count`` elements (:meth:`fold_kernel` not
+        None)."""
+        folds = self._kernels()
+        return self.fold_kernel(op, dtype), folds.grid(count, dtype), folds.block
 
     def fold(self, dsts: list[int], srcs: list[int], count: int, op: str,
              dtype: np.dtype) -> bool:
@@ -65,12 +88,11 @@ class LinkHub:
         addresses this GPU reaches) on this side's stream, complete on return; False where
         there is no such kernel (nothing done)."""
         with self.copy_lock, self.on(self.view.context):
-            if self._folds is None:
-                self._folds = CudaFolds(self.view, self.stream)
-            fn = self._folds.kernel(op, dtype)
+            folds = self._kernels()
+            fn = folds.kernel(op, dtype)
             if fn is None:
                 return False
-            self._folds.run(fn, dsts, srcs, count, dtype)
+            folds.run(fn, dsts, srcs, count, dtype)
         return True
 
     def check(self, res: Any, what: str) -> Any:

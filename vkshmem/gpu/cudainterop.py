@@ -22,6 +22,7 @@ from .cudaview import CudaView
 from .errors import GpuError
 from .memory import ExportInfo
 from .peermap import PeerMaps
+from .segment import CONTROL_BYTES, CONTROL_WORDS
 
 if TYPE_CHECKING:
     from vkshmem.core.domain import DomainContext
@@ -133,6 +134,9 @@ class CudaInterop:
             try:
                 self._hub = LinkHub(self.cuda_view(), cfg.gpu_link_piece,
                                     int(cfg.gpu_spin_us * 1000))
+                self._hub.timeout = cfg.gpu_timeout
+                if self.vmm is not None and self.memory.size - self.size >= CONTROL_BYTES:
+                    self._hub.control_off = self.size  # the two-GPU all-reduce's words
             except (BufferError, GpuError) as exc:
                 log.info("PE %d: peers on other GPUs go through the domain proxy (%s)",
                          self.my_pe, exc)
@@ -234,7 +238,7 @@ class CudaInterop:
         GPU memory, not host memory across PCIe), else None (pinned host memory)."""
         mem = self.memory
         if self.vmm is None or not mem.host_visible or not mem.host_address or \
-                mem.size - self.size < BOX_BYTES:
+                mem.size - self.size < CONTROL_BYTES or BOX_BYTES > CONTROL_WORDS:
             return None
         return mem.host_address + self.size, view.pointer + self.size
 

@@ -42,6 +42,7 @@ from vkshmem.core.domain import DomainLink
 from . import _cuda
 from .cudabounce import SLOTS, RemoteGpu, piece_size
 from .cudahub import LinkHub, address_of
+from .cudapair import can_pair, pair_round
 from .errors import GpuError
 
 if TYPE_CHECKING:
@@ -92,6 +93,7 @@ class CudaLink(DomainLink):
         self._map_mem: GpuMemory | None = None
         self._map = self._local = self._local_size = self._wmax = self._rmax = 0
         self.mapped_calls = 0  #: operations done by the CPU through the mappings (tests)
+        self._pair_seq = 0  # two-GPU all-reduces with this peer (it counts alike)
         if vmm:
             try:
                 with self._lock:
@@ -289,6 +291,21 @@ class CudaLink(DomainLink):
                              [local + dst_off, local + src_off], count, op, dtype)
         self.calls += done
         return done
+
+    def pairs(self, pes: tuple[int, int], op: str, dtype: Any) -> bool:
+        return can_pair(self.hub, self.direct, self.size, pes, op, np.dtype(dtype))
+
+    def pair_reduce(self, index: int, pes: tuple[int, int], shares: list[tuple[int, int]],
+                    dst_off: int, src_off: int, op: str, dtype: Any) -> None:
+        """The two-GPU all-reduce's round (:mod:`~vkshmem.gpu.cudapair`)."""
+        dtype = np.dtype(dtype)
+        nbytes = (shares[-1][0] + shares[-1][1]) * dtype.itemsize
+        for off in (dst_off, src_off):  # a kernel's store out of range would fault the GPU
+            self._check_range(off, nbytes, "an all-reduce through a CUDA link")
+        self._pair_seq = (self._pair_seq + 1) & 0xFFFFFFFF or 1
+        pair_round(self.hub, self._ptr, index, pes, shares, dst_off, src_off, op, dtype,
+                   self._pair_seq, self.hub.timeout)
+        self.calls += 1
 
     def put_device(self, offset: int, src_off: int, nbytes: int) -> None:
         if nbytes <= self._rmax and 0 < nbytes and 0 <= offset <= self.size - nbytes and \

@@ -30,13 +30,17 @@ if TYPE_CHECKING:
     from .device import VulkanDevice
     from .memory import ExportInfo, GpuMemory
 
-__all__ = ["CONTROL_BYTES", "GpuSegment", "open_segment"]
+__all__ = ["CONTROL_BYTES", "CONTROL_SLOT", "CONTROL_WORDS", "GpuSegment", "open_segment"]
 
 log = logging.getLogger("vkshmem")
 
 #: bytes a CUDA heap holds past its symmetric ones (CUDA rounds the allocation up to its
-#: granularity, 2 MiB, anyway): :mod:`~vkshmem.gpu.cudaservice`'s request box
+#: granularity, 2 MiB, anyway), zeroed when it is made: :mod:`~vkshmem.gpu.cudaservice`'s
+#: request box from 0, and from :data:`CONTROL_WORDS` the words the two-GPU all-reduce's
+#: partners write (:mod:`~vkshmem.gpu.cudapair`), ``CONTROL_SLOT`` bytes per writing PE
 CONTROL_BYTES = 8192
+CONTROL_WORDS = 4608
+CONTROL_SLOT = 16
 
 
 class GpuSegment:
@@ -103,6 +107,7 @@ def open_segment(device: VulkanDevice, seg_id: int, size: int, cuda_heap: bool,
             importlib.util.find_spec("cuda.bindings") is not None:
         try:
             vmm = VmmHeap(device.info.device_uuid, size + CONTROL_BYTES)
+            vmm.zero(size, CONTROL_BYTES)  # before any peer can write its words there
         except Exception as exc:  # GpuError, or cuda-bindings without libcuda
             log.info("PE %d: the GPU heap is Vulkan's: %s", pe, exc)
     refused = False

@@ -36,9 +36,7 @@ def _core_csrc() -> Path:
 #: vkshmem.gpu.cudaservice)
 CUDA_CDEF = (_core_csrc() / "cudacalls.h").read_text()
 CUDA_SOURCE = "".join((_core_csrc() / name).read_text()
-                      for name in ("cudacalls.c", "cudalink.c"))
-#: the two-GPU all-reduce's issue and wait (see ``csrc/pair.c``), appended to SOURCE
-PAIR_C = (Path(__file__).resolve().parent / "csrc" / "pair.c").read_text()
+                      for name in ("cudacalls.c", "cudalink.c", "cudapair.c"))
 
 CDEF = CUDA_CDEF + """
 int vkc_copy_staged(int to_device, uintptr_t ctx, uintptr_t stream, uint64_t dst,
@@ -48,10 +46,6 @@ int vkc_memset(uintptr_t ctx, uintptr_t stream, uint64_t dst, size_t nbytes, int
 int vkc_reduce(uintptr_t ctx, uintptr_t stream, uintptr_t fn, const uint64_t *dsts,
                int ndst, const uint64_t *srcs, int nsrc, uint64_t count, unsigned grid,
                unsigned block, int64_t spin_ns);
-int vkc_pair_round(uintptr_t ctx, uintptr_t stream, uintptr_t fn, uint64_t push_dst,
-                   uint64_t push_src, size_t push_bytes, uint64_t mine, uint64_t peer,
-                   uint32_t seq, const uint64_t *dsts, const uint64_t *srcs, uint64_t count,
-                   unsigned grid, unsigned block, int64_t spin_ns, int64_t timeout_ns);
 """
 
 SOURCE = CUDA_SOURCE + r"""
@@ -105,7 +99,7 @@ int vkc_reduce(uintptr_t ctx, uintptr_t stream, uintptr_t fn, const uint64_t *ds
     if (r || spin_ns < 0) return r;  /* spin_ns < 0: issued only (the caller waits) */
     return finish((CUstream)stream, spin_ns);
 }
-""" + PAIR_C
+"""
 
 ffibuilder = FFI()
 ffibuilder.cdef(CDEF)

@@ -12,10 +12,10 @@ a copy engine moves a 16 MiB copy at 0.8 of its 256 MiB rate), and so did pushin
 source in chunks, each folded locally as it lands (no second phase on the link: 822-866 us in
 every chunking tried, against 740; the folds slow the copies more than they hide).
 
-Each round is issued and waited for by one C call (``vkc_pair_round``, ``csrc/pair.c``) on this
-PE's own stream, GIL released, its arguments worked out once per call shape (a :class:`Plan`,
-which the domain keeps): the push, then a write of the peer's PUSHED word
-(``cuStreamWriteValue32``, ordered after the copy), a wait for this PE's own
+Each round is issued and waited for by one C call (``vkc_pair_round``, vkshmem's
+``gpu/csrc/cudapair.c``) on this PE's own stream, GIL released, its arguments worked out
+once per call shape (a :class:`Plan`, which the domain keeps): the push, then a write of the
+peer's PUSHED word (``cuStreamWriteValue32``, ordered after the copy), a wait for this PE's own
 (``cuStreamWaitValue32``: no host round trip between the phases), then the kernel (two 16-byte
 loads per source in flight per thread, two blocks per SM: it reads local memory only; measured
 735 against 745 us with the NVLink-reading kernel's four and four); the core's barriers come
@@ -49,7 +49,7 @@ SLOT = 16
 _BLOCK = 512
 _UNROLL = 2  # packs in flight per thread per source (kernels.reduce_source)
 _PER_SM = 2  # blocks per SM
-_SPIN_NS = 2_000_000  # spin on the stream this long, then nap (see csrc/pair.c)
+_SPIN_NS = 2_000_000  # spin on the stream this long, then nap (vkshmem/gpu/csrc/cudapair.c)
 _NOT_READY = 600  # CUDA_ERROR_NOT_READY: the wait ran out
 
 

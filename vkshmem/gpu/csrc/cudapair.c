@@ -1,7 +1,9 @@
-/* The two-GPU all-reduce (vkshmem_cuda/pairreduce.py): a round issued and waited for by one
-   C call, GIL released (the core's barriers come before and after it).
+/* The two-GPU all-reduce (the cuda domain's vkshmem_cuda/pairreduce.py, the Vulkan domain's
+   vkshmem/gpu/cudapair.py): a round issued and waited for by one C call, GIL released (the
+   core's barriers come before and after it). Compiled after cudacalls.c (its `cu`, current,
+   now_ns).
 
-   Each PE's heap has, in its control granule which both GPUs map, a word that each partner
+   Each PE's heap has, in its control bytes which both GPUs map, a word that each partner
    writes (PUSHED). A round numbered seq, on this PE's stream:
      copy  my source's part of the peer's share into the peer's target (the copy engine)
      write the peer's PUSHED word = seq (ordered after the copy: the driver's default memory
@@ -14,6 +16,9 @@
    host barriers) cost 8 us more per call than the core's barriers. */
 
 #define VKC_WAIT_GEQ 0
+#ifndef VKC_MAX_SOURCES
+#define VKC_MAX_SOURCES 8  /* the reduce kernel's struct of pointers (cudakernels.py) */
+#endif
 
 static CUresult (*pair_write)(CUstream, CUdeviceptr, uint32_t, unsigned);
 static CUresult (*pair_wait)(CUstream, CUdeviceptr, uint32_t, unsigned);

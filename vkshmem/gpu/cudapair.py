@@ -1,0 +1,94 @@
+"""The Vulkan domain's all-reduce of two PEs on two GPUs joined by a direct CUDA link: push,
+then reduce locally, in one C call (``csrc/cudapair.c``, the same round as the cuda domain's,
+``vkshmem_cuda.pairreduce``).
+
+Each member owns one share of the elements (the ring's shares,
+:mod:`vkshmem._api.device_ring`). Between the core's two barriers, each PE on its link's
+stream: the copy engine pushes its source's part of the peer's share into the peer's target
+across NVLink, a ``cuStreamWriteValue32`` then writes the round number into the peer's word
+for this PE (in the peer's control bytes, which the link maps), the stream waits for this PE's
+own word (``cuStreamWaitValue32``: the peer's push landed, no host round trip), and one pass
+of the reduce kernel folds this PE's share from local memory into both targets. Against the
+ring's two steps (a push, a barrier through the host, the fused fold) it saves the middle
+barrier and the host's wait between the phases.
+
+Both members take this path for the same calls or neither does (a collective that took two
+paths would wait for a push that never comes): :func:`can_pair` depends only on what both
+sides see alike, both heaps having the control bytes (CUDA's heaps), the link being direct
+(the peer's heap mapped here, which it is where that heap is CUDA's), both PE numbers having a
+word, and the kernel for the operation. Each partner PE has its own word and round count, so a
+PE may pair with different peers in different teams. The wait is bounded by
+``VKSHMEM_GPU_TIMEOUT``: a peer that never pushes gets this PE's stream released (its own word
+written) and :class:`~vkshmem.core.errors.WaitTimeoutError`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from vkshmem.core.errors import WaitTimeoutError
+
+from . import _cuda
+from .segment import CONTROL_BYTES, CONTROL_SLOT, CONTROL_WORDS
+
+if TYPE_CHECKING:
+    from .cudahub import LinkHub
+
+__all__ = ["MAX_PE", "can_pair", "pair_round"]
+
+#: PE numbers up to this one have a word in every heap's control bytes
+MAX_PE = (CONTROL_BYTES - CONTROL_WORDS) // CONTROL_SLOT - 1
+_SPIN_NS = 2_000_000  # spin on the stream this long, then nap (csrc/cudapair.c)
+_NOT_READY = 600  # CUDA_ERROR_NOT_READY: the wait ran out
+
+
+def can_pair(hub: LinkHub, direct: bool, peer_size: int, pes: tuple[int, int], op: str,
+             dtype: np.dtype) -> bool:
+    """Whether a link of ``hub`` (``direct``: the peer's heap of ``peer_size`` bytes mapped
+    here) takes the pair round for members ``pes`` (see the module docstring)."""
+    ctl = hub.control_off
+    return (direct and ctl > 0 and peer_size >= ctl + CONTROL_BYTES and max(pes) <= MAX_PE
+            and hub.fold_kernel(op, dtype) is not None)
+
+
+def pair_round(hub: LinkHub, peer_ptr: int, index: int, pes: tuple[int, int],
+               shares: list[tuple[int, int]], dst_off: int, src_off: int, op: str,
+               dtype: np.dtype, seq: int, timeout: float) -> None:
+    """One round (collective over the pair, between the core's barriers): ``index`` this
+    PE's place in ``pes`` (the members' order), ``shares`` the (first element, count) each
+    place owns, ``dst_off``/``src_off`` the target's and source's byte offsets (the same in
+    both heaps, checked by the caller), ``peer_ptr`` the peer's heap as mapped here, ``seq``
+    the round number with this peer (both count alike, never 0)."""
+    isz = np.dtype(dtype).itemsize
+    local, ctl = hub.view.pointer, hub.control_off + CONTROL_WORDS
+    (lo, n), (plo, pn) = shares[index], shares[1 - index]
+    mine = local + ctl + CONTROL_SLOT * pes[1 - index]  # the peer writes it
+    theirs = peer_ptr + ctl + CONTROL_SLOT * pes[index]
+    own_src, pushed = local + src_off + lo * isz, local + dst_off + lo * isz
+    ffi = _cuda.ffi
+    dsts = ffi.new("uint64_t[2]", [local + dst_off + lo * isz, peer_ptr + dst_off + lo * isz])
+    # the peer's part is in this PE's target by then: fold it with this PE's, members' order
+    srcs = ffi.new("uint64_t[2]", [own_src, pushed] if index == 0 else [pushed, own_src])
+    fn, grid, block = hub.fold_launch(op, dtype, n)
+    with hub.copy_lock, hub.on(hub.view.context):
+        res = hub._lib.vkc_pair_round(hub.ctx_ptr, hub.stream_ptr, int(fn),
+                                      peer_ptr + dst_off + plo * isz, local + src_off + plo * isz,
+                                      pn * isz, mine, theirs, seq, dsts, srcs, n, grid, block,
+                                      _SPIN_NS, int(timeout * 1e9))
+        if res == _NOT_READY:
+            _release(hub, mine, seq, timeout)
+    hub.done(res, "the two-GPU all-reduce")
+
+
+def _release(hub: LinkHub, mine: int, seq: int, timeout: float) -> Any:
+    """The peer never pushed: release the stream by writing this PE's own word, let it
+    drain (its kernel folds whatever this PE's target holds: the target is undefined after
+    this error), and say so."""
+    cu = hub.cu
+    hub.check(cu.cuMemsetD32(mine, seq, 1), "cuMemsetD32 (releasing the stream)")
+    cu.cuStreamSynchronize(hub.stream)
+    raise WaitTimeoutError(
+        f"the two-GPU all-reduce waited {timeout:g} s for the peer's push (it failed or took "
+        "another path); VKSHMEM_GPU_TIMEOUT sets the limit")
