@@ -55,6 +55,10 @@ class CudaFolds:
     def _check(self, res: Any, what: str) -> Any:
         return self.view.check(res, what, GpuError, "a fold through a CUDA link")
 
+    def known(self, op: str, dtype: np.dtype) -> bool:
+        """Whether :meth:`kernel` has answered for ``op`` on ``dtype`` before (a lookup)."""
+        return (op, np.dtype(dtype).name) in self._fns
+
     def kernel(self, op: str, dtype: np.dtype) -> Any:
         """The kernel for ``op`` on ``dtype``, or None where there is none (a pair the kernel
         does not do, or no NVRTC: logged once)."""

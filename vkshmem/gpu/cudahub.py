@@ -73,6 +73,9 @@ class LinkHub:
     def fold_kernel(self, op: str, dtype: np.dtype) -> Any:
         """The reduce kernel of ``op`` on ``dtype`` (compiled at first use), None where there
         is none."""
+        folds = self._folds
+        if folds is not None and folds.known(op, dtype):  # no lock, no context switch
+            return folds.kernel(op, dtype)
         with self.copy_lock, self.on(self.view.context):
             return self._kernels().kernel(op, dtype)
 
