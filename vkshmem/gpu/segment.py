@@ -9,7 +9,8 @@ segment is reached through :meth:`VulkanDevice.write`/``read``/``copy`` or shade
 With a :class:`~vkshmem.gpu.cudaheap.VmmHeap` (NVIDIA) the memory is CUDA's, imported into
 Vulkan, and ``fd`` is CUDA's export of it (an opaque fd to Vulkan); such a segment exports no
 dma-buf (NVIDIA's Vulkan driver has none either), and holds :data:`CONTROL_BYTES` past the
-symmetric bytes for the PE's own use (the CUDA service kernel's request box).
+symmetric bytes for the PE's own use (the CUDA service kernel's request box, the two-GPU
+all-reduce's flag words).
 """
 
 from __future__ import annotations
@@ -34,8 +35,9 @@ __all__ = ["CONTROL_BYTES", "CONTROL_SLOT", "CONTROL_WORDS", "GpuSegment", "open
 
 log = logging.getLogger("vkshmem")
 
-#: bytes a CUDA heap holds past its symmetric ones (CUDA rounds the allocation up to its
-#: granularity, 2 MiB, anyway), zeroed when it is made: :mod:`~vkshmem.gpu.cudaservice`'s
+#: bytes a CUDA heap holds past its symmetric ones (within CUDA's rounding of the allocation
+#: to its 2 MiB granularity, or one granule more for a size that is a multiple of it), zeroed
+#: when it is made: :mod:`~vkshmem.gpu.cudaservice`'s
 #: request box from 0, and from :data:`CONTROL_WORDS` the words the two-GPU all-reduce's
 #: partners write (:mod:`~vkshmem.gpu.cudapair`), ``CONTROL_SLOT`` bytes per writing PE
 CONTROL_BYTES = 8192
@@ -110,6 +112,9 @@ def open_segment(device: VulkanDevice, seg_id: int, size: int, cuda_heap: bool,
             vmm.zero(size, CONTROL_BYTES)  # before any peer can write its words there
         except Exception as exc:  # GpuError, or cuda-bindings without libcuda
             log.info("PE %d: the GPU heap is Vulkan's: %s", pe, exc)
+            if vmm is not None:
+                vmm.close()
+                vmm = None
     refused = False
     try:
         try:
