@@ -80,12 +80,14 @@ def test_cuda_domain_multipe(cuda_installed: bool, npes: int, mode: str) -> None
 
 
 
+@pytest.mark.parametrize("cpu_map", ["on", "off"])
 @pytest.mark.parametrize("mode", ["shm", "hostproxy"])
 @pytest.mark.parametrize("npes", [1, 2, 4])
-def test_cuda_service_multipe(cuda_installed: bool, npes: int, mode: str) -> None:
+def test_cuda_service_multipe(cuda_installed: bool, npes: int, mode: str, cpu_map: str) -> None:
     if not cuda_installed:
         pytest.skip("no CUDA GPU here (tests/gpu/device_run.sh runs this on one)")
-    env = {**MODES[mode], "VKSHMEM_CUDA_SERVICE": "on", "VKSHMEM_CUDA_SERVICE_IDLE_US": "2000"}
+    env = {**MODES[mode], "VKSHMEM_CUDA_SERVICE": "on", "VKSHMEM_CUDA_SERVICE_IDLE_US": "2000",
+           "VKSHMEM_CUDA_CPU_MAP": cpu_map}
     check_run(launch("cuda_service", npes, env), "cuda_service", npes, mode)
 
 
@@ -146,3 +148,20 @@ def test_cuda_service_setting_is_checked(cuda_installed: bool) -> None:
             service_mode()
         mp.setenv("VKSHMEM_CUDA_SERVICE", " ON ")
         assert service_mode() == "on"
+
+
+def test_cuda_cpu_map_setting_is_checked(cuda_installed: bool) -> None:
+    """VKSHMEM_CUDA_CPU_MAP takes auto/on/off (any case) and names itself when wrong; off
+    opens no Vulkan device (CpuMaps.open gives None without importing Vulkan)."""
+    from vkshmem_cuda.cpumap import CpuMaps, map_mode
+
+    from vkshmem.core.errors import ConfigError
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("VKSHMEM_CUDA_CPU_MAP", "yes")
+        with pytest.raises(ConfigError, match="VKSHMEM_CUDA_CPU_MAP"):
+            map_mode()
+        mp.setenv("VKSHMEM_CUDA_CPU_MAP", " Off ")
+        assert map_mode() == "off" and CpuMaps.open(0, 1.0) is None
+        mp.delenv("VKSHMEM_CUDA_CPU_MAP")
+        assert map_mode() == "auto"

@@ -10,9 +10,9 @@ opens) costs in that GPU's memory."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 
 import numpy as np
+from probe_timing import median_call as med
 
 from vkshmem import shmem
 from vkshmem.core.transport import AmoOp
@@ -23,17 +23,6 @@ d8 = shmem.zeros(8, np.uint8, domain="gpu")
 word = shmem.zeros(1, np.uint64, domain="gpu")
 heap = shmem._state.rt.heaps[s8.domain.spec.name]
 h8 = np.ones(8, np.uint8)
-
-
-def med(fn: Callable[[], object], n: int = 3000) -> float:
-    for _ in range(200):
-        fn()
-    ts = []
-    for _ in range(n):
-        t = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t)
-    return float(np.median(ts)) * 1e6
 
 
 rows: list[tuple[str, float]] = []

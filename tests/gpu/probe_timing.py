@@ -33,3 +33,16 @@ def best_per_call(fn: Callable[[], object], n: int, rounds: int = 3, warm: int =
             fn()
         best = min(best, (time.perf_counter() - t0) / n)
     return best * 1e6
+
+
+def median_call(fn: Callable[[], object], n: int = 3000, warm: int = 200) -> float:
+    """Microseconds of one call of ``fn``: the median of ``n`` calls timed one by one, after
+    ``warm`` calls."""
+    for _ in range(warm):
+        fn()
+    ts = []
+    for _ in range(n):
+        t = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t)
+    return statistics.median(ts) * 1e6

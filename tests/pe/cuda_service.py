@@ -3,7 +3,8 @@ run with ``VKSHMEM_CUDA_SERVICE=on`` (and a short ``VKSHMEM_CUDA_SERVICE_IDLE_US
 and gets of every alignment between host and GPU memory and between GPUs, AMOs of both widths
 under contention, a relaunch after the kernel went idle, small service operations mixed with
 large stream copies on the same bytes, and a device-wide synchronize that returns while the
-service is in use."""
+service is in use. With ``VKSHMEM_CUDA_CPU_MAP=on`` the small copies are the CPU's through
+the heaps' mappings and the service's requests sit in GPU memory; ``off``: neither."""
 
 from __future__ import annotations
 
@@ -86,14 +87,16 @@ check(shmem.atomic_swap(c32, 9, right) in range(0, 50 * n + 1), "swap on a peer"
 
 # the kernel ends when idle and comes back for the next request
 idle_s = float(os.environ.get("VKSHMEM_CUDA_SERVICE_IDLE_US", "1000")) / 1e6
+word = shmem.zeros(1, np.int64, domain="cuda")
 shmem.barrier_all()
 before = svc.launches
 time.sleep(idle_s * 5 + 0.01)
-shmem.put(buf[:8], np.full(8, 200 + me, np.uint8), me)
-seen = buf.to_numpy()[:8]
-check(svc.launches > before and np.all(seen == 200 + me),
+shmem.atomic_add(word, 200 + me, me)  # an AMO: the service even where copies are the CPU's
+seen = int(word.to_numpy()[0])
+check(svc.launches > before and seen == 200 + me,
       f"relaunched after the idle exit ({before} -> {svc.launches} launches, {seen})")
-shmem.barrier_all()  # every PE has read its own bytes before its left neighbour's next put
+shmem.free(word)
+shmem.barrier_all()
 
 # small service operations and large stream copies on the same bytes, in program order
 big = np.full(1 << 16, me + 1, np.uint8)
@@ -120,6 +123,12 @@ if cp is not None:  # the application's device-wide synchronize is not held up f
 shmem.barrier_all()
 for x in (buf, stage, c64, c32):
     shmem.free(x)
-print(f"PE {me}: service kernel launched {svc.launches} times")
+# VKSHMEM_CUDA_CPU_MAP: on maps every heap (small copies by the CPU, requests in GPU memory)
+cpu_map = os.environ.get("VKSHMEM_CUDA_CPU_MAP", "auto")
+if cpu_map != "auto":
+    on = cpu_map == "on"
+    check((dom.mapped_calls > 0) == on and svc.requests_on_gpu == on,
+          f"{cpu_map}: {dom.mapped_calls} CPU copies, requests on the GPU: {svc.requests_on_gpu}")
+print(f"PE {me}: service kernel launched {svc.launches} times, {dom.mapped_calls} CPU copies")
 print(f"routes: {sorted({r.name for r in rt.routes})}")
 print("cuda_service ok", flush=True)

@@ -75,20 +75,40 @@ class PeerMaps:
                      else f"memory type {kind} is not host-visible")
             os.close(fd)
             return None
+        return self._import(gpu, fd, info.size, info.memory_type_index, info.dedicated)
+
+    def map_vmm(self, fd: int, size: int, device_uuid: bytes) -> GpuMemory | None:
+        """A CUDA VMM allocation (its POSIX fd, owned here; ``size`` bytes, the whole
+        allocation) on the GPU with ``device_uuid``, imported into that device's CPU-mapped
+        BAR type and mapped write-combined; None (logged) where it cannot be (see :meth:`map`).
+        The cuda domain maps its heaps so (``vkshmem_cuda.cpumap``)."""
+        gpu = self._info(device_uuid)
+        if gpu is None:
+            log.info("PE %d: a heap on GPU %s is not CPU-mapped (Vulkan lists no such device)",
+                     self.pe, device_uuid.hex())
+            os.close(fd)
+            return None
+        return self._import(gpu, fd, size, None, False)
+
+    def _import(self, gpu: DeviceInfo, fd: int, size: int, kind: int | None,
+                dedicated: bool) -> GpuMemory | None:
+        """``fd`` (owned here) imported by this PE's device on ``gpu`` as memory type ``kind``
+        (None: the BAR type where the device takes it), or None (logged)."""
         dev = self._device(gpu)
         if dev is None:
             os.close(fd)
             return None
+        uuid = gpu.device_uuid.hex()
         try:
-            mem = dev.import_fd(fd, info.size, memory_type_index=info.memory_type_index,
-                                dedicated=info.dedicated, take_ownership=True)
+            mem = dev.import_fd(fd, size, memory_type_index=kind, dedicated=dedicated,
+                                take_ownership=True)
         except Exception as exc:  # GpuError, InvalidArgumentError (fd closed by the import)
-            log.info("PE %d: a peer's heap on GPU %s is not CPU-mapped (%s)", self.pe,
-                     info.device_uuid.hex(), exc)
+            log.info("PE %d: a peer's heap on GPU %s is not CPU-mapped (%s)", self.pe, uuid,
+                     exc)
             return None
         if not mem.host_visible or mem.host_cached:
             log.info("PE %d: a peer's heap on GPU %s is not in the CPU-mapped BAR type (%s)",
-                     self.pe, info.device_uuid.hex(), mem.map_reason or "cached memory")
+                     self.pe, uuid, mem.map_reason or "cached memory")
             mem.free()
             return None
         return mem

@@ -7,11 +7,12 @@ GPUs), exported as a POSIX fd. Every PE of the node imports it (``group`` is the
 allocation maps onto any GPU that can reach the owner's, over NVLink or PCIe peer access); an
 import the driver refuses (no peer access) makes the core route that pair through the domain
 proxy. Copies are ``cuMemcpy*Async`` plus a wait, one native call each; AMOs a one-thread kernel;
+small copies and AMOs go to the service kernel (:mod:`.service`) where it runs, and small
+copies are CPU stores and loads where Vulkan maps the heaps on the CPU (:mod:`.cpumap`);
 reductions of mapped peers one kernel reading every member's source where it lives
-(``reduce_from``; two members on two GPUs push, then reduce locally: :mod:`.pairreduce`;
-otherwise the core gathers and reduces on the host); there is no CPU
-mapping. Where the driver exports one, the heap's dma-buf fd is offered to transports
-(``SegmentInfo.dmabuf_fd``) for RDMA NICs.
+(:mod:`.reductions`; otherwise the core gathers and reduces on the host). Where the driver
+exports one, the heap's dma-buf fd is offered to transports (``SegmentInfo.dmabuf_fd``) for
+RDMA NICs.
 """
 
 from __future__ import annotations
@@ -27,12 +28,14 @@ from vkshmem.core.dlpack import KDL_CUDA
 from vkshmem.core.domain import DomainContext, DomainExport, DomainSpec, MemoryDomain
 from vkshmem.core.errors import ConfigError, InvalidArgumentError
 from vkshmem.core.transport import AmoOp, SegmentInfo
+from vkshmem.gpu.cudaservice import BOX_BYTES
 
 from .array import CudaArray, PeerView
+from .cpumap import CpuMaps
 from .driver import CudaError, Device, Mapping, device_count, host_address
-from .kernels import MAX_SOURCES, reduce_source
-from .pairreduce import SLOT, PairReduce, Plan, pair_members
+from .pairreduce import PairReduce, Plan
 from .reducer import Reducer
+from .reductions import Reductions
 from .service import Service, service_mode
 
 __all__ = ["CudaDomain"]
@@ -42,9 +45,6 @@ log = logging.getLogger("vkshmem")
 ENV_DEVICE = "VKSHMEM_CUDA_DEVICE"
 ENV_SIZE = "VKSHMEM_CUDA_SYMMETRIC_SIZE"
 _META = struct.Struct("<Q16s")  # allocation size (segment + control granule), owner's GPU UUID
-_SHARE_ALIGN = 256  # elements: each member's share of a reduction starts 16-byte aligned
-_PAIR_MIN = 1 << 20  # bytes: smaller two-GPU all-reduces take the share kernel (one launch)
-_PAIR_PLANS = 64  # the distinct pair all-reduce call shapes whose rounds are kept
 
 
 def _env_int(name: str) -> int | None:
@@ -59,7 +59,7 @@ def _env_int(name: str) -> int | None:
         raise ConfigError(name, f"bad value {text!r}") from None
 
 
-class CudaDomain(MemoryDomain):
+class CudaDomain(Reductions, MemoryDomain):
     """This PE's CUDA VMM segment (see the module docstring)."""
 
     error_type = CudaError
@@ -96,6 +96,21 @@ class CudaDomain(MemoryDomain):
         except BaseException:
             self.device.close()
             raise
+        #: the service's request box at the end of the control granule (its CPU mapping's)
+        self._box = (self.local.size - BOX_BYTES) // 128 * 128
+        #: the heaps' CPU mappings through Vulkan (see .cpumap), or None; the largest CPU
+        #: store and load through them, and how many operations they carried (tests)
+        self._maps = CpuMaps.open(self.my_pe, self._timeout)
+        self._wmax = self._rmax = self.mapped_calls = 0
+        self._bar: Any = None
+        if self._maps is not None:
+            if self._maps.map_own(self.device, self.local, os.dup(self.fd), self._box):
+                self._bar = self._maps.bar_copy
+                self._wmax = ctx.config.gpu_bar_write_max
+                self._rmax = ctx.config.gpu_bar_read_max
+            else:
+                self._maps.close()
+                self._maps = None
         #: the two-GPU all-reduce (made on first use)
         self._pair: PairReduce | None = None
         self._pair_plans: dict[tuple[Any, ...], Plan] = {}  # see reduce_from
@@ -142,9 +157,17 @@ class CudaDomain(MemoryDomain):
 
     def import_peer(self, pe: int, fds: list[int], meta: bytes) -> Mapping:
         size, uuid = _META.unpack(meta)  # the allocation's size: the segment, control words
-        mapping = self.device.import_fd(fds[0], size)
+        dup = os.dup(fds[0]) if self._maps is not None else -1
+        try:
+            mapping = self.device.import_fd(fds[0], size)
+        except BaseException:
+            if dup >= 0:
+                os.close(dup)
+            raise
         mapping.remote_gpu = uuid != self.device.uuid
         mapping.pe = pe
+        if self._maps is not None:
+            self._maps.map(mapping, dup, uuid)  # takes dup
         self._gpu_peers += 1
         self._gpu_shared |= not mapping.remote_gpu
         return mapping
@@ -161,13 +184,16 @@ class CudaDomain(MemoryDomain):
         if svc is None:
             alone = (self._node_pes > 0 and self._gpu_peers == self._node_pes - 1
                      and not self._gpu_shared)
-            svc = self._svc = (Service(self.device, self._timeout)
+            box = self.local.cpu and (self.local.cpu + self._box, self.local.va + self._box)
+            svc = self._svc = (Service(self.device, self._timeout, box or None)
                                if service_mode() == "on" or alone else False)
         if svc is False or svc.broken:
             return None
         return svc
 
     def release_peer(self, handle: Any) -> None:
+        if self._maps is not None:
+            self._maps.unmap(handle)
         self.device.release(handle)
 
     def describe(self) -> SegmentInfo:
@@ -186,6 +212,10 @@ class CudaDomain(MemoryDomain):
         self.check_range(offset, n, "CUDA write")
         if not n:
             return
+        if n <= self._wmax and mem.cpu:  # CPU stores, read back
+            self._bar(mem.cpu + offset, host_address(src), n, 1)
+            self.mapped_calls += 1
+            return
         svc = self._service() if n <= Service.max_bytes else None
         if svc is not None:
             svc.write(mem.va + offset, host_address(src), n)
@@ -197,6 +227,10 @@ class CudaDomain(MemoryDomain):
         self.check_range(offset, n, "CUDA read")
         if not n:
             return
+        if n <= self._rmax and mem.cpu:  # CPU loads across PCIe
+            self._bar(host_address(dst), mem.cpu + offset, n, 0)
+            self.mapped_calls += 1
+            return
         svc = self._service() if n <= Service.max_bytes else None
         if svc is not None:
             svc.read(host_address(dst), mem.va + offset, n)
@@ -207,6 +241,10 @@ class CudaDomain(MemoryDomain):
              nbytes: int) -> None:
         self.check_range(dst_offset, nbytes, "CUDA copy")
         self.check_range(src_offset, nbytes, "CUDA copy")
+        if 0 < nbytes <= self._rmax and dst.cpu and src.cpu:  # a CPU copy, read back
+            self._bar(dst.cpu + dst_offset, src.cpu + src_offset, nbytes, 1)
+            self.mapped_calls += 1
+            return
         svc = self._service() if 0 < nbytes <= Service.max_bytes else None
         if svc is not None:
             svc.copy(dst.va + dst_offset, src.va + src_offset, nbytes)
@@ -249,75 +287,6 @@ class CudaDomain(MemoryDomain):
         if nbytes:
             self.device.zero(self.local.va + offset, nbytes)
 
-    def can_reduce_from(self, op: str, dtype: np.dtype) -> bool:
-        return reduce_source(op, dtype) is not None
-
-    def reduce_from(self, dst_offset: int, sources: list[tuple[Any, int]], count: int, op: str,
-                    dtype: np.dtype) -> None:
-        """A share of the result per member: this PE reduces its slice of the elements, reading
-        every member's source where it lives, and writes it into every member's target (the
-        same offset in each member's heap, mapped here): each byte crosses NVLink once each way
-        instead of every member reading every other's whole source. Two members on two GPUs
-        push, then reduce (:mod:`.pairreduce`). More members than one launch takes: this PE
-        reduces everything into its own target. Every member calls this between the same two
-        barriers (the core's contract). A pair's round is kept per call shape (its
-        :class:`~.pairreduce.Plan`): a repeated call goes straight to it."""
-        key = None
-        if len(sources) == 2:
-            (first, first_off), (second, second_off) = sources
-            key = (dst_offset, id(first), first_off, id(second), second_off, count, op, dtype)
-            plan = self._pair_plans.get(key)
-            if plan is not None:
-                self._pair.round(plan)  # type: ignore[union-attr]  # it made the plan
-                return
-        isz = np.dtype(dtype).itemsize
-        self.check_range(dst_offset, count * isz, "CUDA reduce")
-        for _mem, off in sources:
-            self.check_range(off, count * isz, "CUDA reduce")
-        members = [mem for mem, _off in sources]
-        pair = pair_members(sources, self.local)
-        if pair >= 0 and count * isz >= _PAIR_MIN:
-            self._pair_reduce(pair, dst_offset, sources, count, op, dtype, key)
-            return
-        me = next((i for i, mem in enumerate(members) if mem is self.local), -1)
-        if me < 0 or len(members) > MAX_SOURCES:
-            self.reducer.run([self.local.va + dst_offset],
-                             [mem.va + off for mem, off in sources], count, op, dtype)
-            return
-        share = -(-count // len(members) // _SHARE_ALIGN) * _SHARE_ALIGN
-        lo, hi = me * share, min(count, (me + 1) * share)
-        if lo < hi:
-            self.reducer.run([mem.va + dst_offset + lo * isz for mem in members],
-                             [mem.va + off + lo * isz for mem, off in sources], hi - lo, op,
-                             dtype)
-
-    def _pair_reduce(self, me: int, dst_offset: int, sources: list[tuple[Any, int]],
-                     count: int, op: str, dtype: np.dtype,
-                     key: tuple[Any, ...] | None = None) -> None:
-        """Two members on two GPUs: push, then reduce locally (see :mod:`.pairreduce`); the
-        round's plan is kept under ``key``."""
-        if self._pair is None:
-            self._pair = PairReduce(self.reducer, self._timeout)
-        peer, peer_off = sources[1 - me]
-        share = -(-count // 2 // _SHARE_ALIGN) * _SHARE_ALIGN
-        plan = self._pair.plan(me, peer.pe, (self.local.va + dst_offset, peer.va + dst_offset),
-                               (self.local.va + sources[me][1], peer.va + peer_off),
-                               (self._control(self.local, peer.pe),
-                                self._control(peer, self.my_pe)), count, share, op, dtype)
-        self._pair.round(plan)
-        if key is not None:
-            if len(self._pair_plans) >= _PAIR_PLANS:
-                self._pair_plans.clear()
-            self._pair_plans[key] = plan
-
-    def _control(self, mem: Mapping, writer: int) -> int:
-        """The device address of the pair all-reduce's words in ``mem`` that PE ``writer``
-        writes (each partner its own: :data:`~.pairreduce.SLOT` bytes at ``writer``'s index
-        in the allocation's last granule, past the segment)."""
-        if (writer + 1) * SLOT > self.device.granularity:
-            raise InvalidArgumentError(f"PE {writer}: more PEs than the CUDA heap's control "
-                                       "granule has pair all-reduce slots")
-        return mem.va + mem.size - self.device.granularity + writer * SLOT
 
     def device_view(self, mem: Mapping, offset: int, shape: tuple[int, ...],
                     dtype: np.dtype) -> PeerView:
@@ -372,6 +341,8 @@ class CudaDomain(MemoryDomain):
                 self._pair.close()
             for address, _size in list(self.device.pinned):  # the host heap, peers' mailboxes
                 self.device.unregister_host(address)
+            if self._maps is not None:  # the Vulkan imports before CUDA's allocation
+                self._maps.close()
             self.device.release(self.local)
         finally:
             os.close(self.fd)

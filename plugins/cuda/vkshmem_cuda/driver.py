@@ -85,6 +85,7 @@ class Mapping:
     own: bool
     remote_gpu: bool = False  #: a peer's, on another GPU (set by the domain's import)
     pe: int = -1  #: the PE whose heap it is (set by the domain)
+    cpu: int = 0  #: the CPU address it is mapped at (:mod:`.cpumap`), or 0
 
 
 class Device:
@@ -353,3 +354,12 @@ def _spin_us() -> float:
 
 def _FD(cu: Any) -> Any:
     return cu.CUmemAllocationHandleType.CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
+
+
+def env_choice(name: str) -> str:
+    """The value of variable ``name``: ``auto`` (default, also when empty), ``on`` or ``off``,
+    in any case; ConfigError naming it otherwise."""
+    text = os.environ.get(name, "").strip().lower() or "auto"
+    if text not in ("auto", "on", "off"):
+        raise ConfigError(name, f"bad value {text!r}: auto, on or off")
+    return text

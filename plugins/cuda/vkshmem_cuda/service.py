@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from vkshmem.core.errors import ConfigError
 from vkshmem.gpu.cudaservice import CudaService
 
-from .driver import CudaError
+from .driver import CudaError, env_choice
 
 if TYPE_CHECKING:
     from .driver import Device
@@ -37,10 +37,7 @@ ENV_IDLE = "VKSHMEM_CUDA_SERVICE_IDLE_US"
 
 def service_mode() -> str:
     """``VKSHMEM_CUDA_SERVICE``: auto (default), on or off."""
-    text = os.environ.get(ENV_SERVICE, "").strip().lower() or "auto"
-    if text not in ("auto", "on", "off"):
-        raise ConfigError(ENV_SERVICE, f"bad value {text!r}: auto, on or off")
-    return text
+    return env_choice(ENV_SERVICE)
 
 
 def _idle_ns() -> int:
@@ -56,9 +53,12 @@ def _idle_ns() -> int:
 
 class Service(CudaService):
     """The service kernel of one :class:`~.driver.Device`; its calls raise
-    :class:`~.driver.CudaError` (see :class:`~vkshmem.gpu.cudaservice.CudaService`)."""
+    :class:`~.driver.CudaError` (see :class:`~vkshmem.gpu.cudaservice.CudaService`).
+    ``request_box``: (CPU address, device address) of ``BOX_BYTES`` in this PE's heap mapped
+    on the CPU (:mod:`.cpumap`), where the kernel then polls for requests."""
 
-    def __init__(self, device: Device, timeout: float) -> None:
+    def __init__(self, device: Device, timeout: float,
+                 request_box: tuple[int, int] | None = None) -> None:
         super().__init__(device.cu, device.dev, device.ctx, device.spin_ns, timeout, _idle_ns(),
-                         CudaError, f"{ENV_SERVICE}=off avoids the service")
+                         CudaError, f"{ENV_SERVICE}=off avoids the service", request_box)
         self.device = device
