@@ -65,10 +65,14 @@ def put(target: np.ndarray, source: np.ndarray, pe: int, size: int | None = None
     ``target`` on ``pe``. Returns when ``source`` may be reused; ``quiet`` completes it."""
     rt = state.rt
     tt = type(target)
-    if tt is not ND and tt is type(source) and ctx is None and size is None and \
-            isinstance(target, DomainArray) and target.domain is source.domain:
-        _put_within(target, source, pe)  # two arrays of one domain: its own copy
-        return
+    if tt is not ND and ctx is None and size is None and isinstance(target, DomainArray):
+        st = type(source)
+        if st is tt and target.domain is source.domain:
+            _within(target, source, pe, True)  # two arrays of one domain: its own copy
+            return
+        if st is ND and source.flags.c_contiguous:
+            _host_side(target, source, pe, True)  # host bytes: the domain heap's put
+            return
     dt = same_dtype(target, source)
     n = count_of(target, source, size)
     nbytes = n * dt.itemsize
@@ -108,6 +112,15 @@ def get(target: np.ndarray, source: np.ndarray, pe: int, size: int | None = None
         ctx: Any = None) -> None:
     """Copy ``size`` elements of symmetric ``source`` on ``pe`` into local ``target``."""
     rt = state.rt
+    st = type(source)
+    if st is not ND and ctx is None and size is None and isinstance(source, DomainArray):
+        tt = type(target)
+        if tt is st and target.domain is source.domain:
+            _within(source, target, pe, False)
+            return
+        if tt is ND and target.flags.c_contiguous and target.flags.writeable:
+            _host_side(source, target, pe, False)
+            return
     dt = same_dtype(target, source)
     n = count_of(target, source, size)
     nbytes = n * dt.itemsize
@@ -240,24 +253,48 @@ iput = entry("iput", iput)
 iget = entry("iget", iget)
 
 
-def _put_within(target: Any, source: Any, pe: int) -> None:
-    """put between two arrays of one domain (the default context, the shorter length): the
-    checks of the general path, inline, then the domain's device copy."""
-    dt = target.dtype
-    if source.dtype != dt:
-        same_dtype(target, source)  # raises
-    n = target.size if target.size < source.size else source.size
+# The default context's put/get between a domain's array and a local array (the shorter
+# length): the general path's checks, inline, then one call of the domain heap.
+
+def _checked(remote: Any, local: Any, pe: int, is_put: bool) -> tuple[Any, int, int]:
+    """``(heap, world PE, bytes)`` of a put (``is_put``) into or a get from ``remote``."""
+    dt = remote.dtype
+    if local.dtype != dt:
+        same_dtype(remote, local) if is_put else same_dtype(local, remote)  # raises
+    n = remote.size if remote.size < local.size else local.size
     pe = check_pe(pe)
     rt = state.rt
     if rt.liveness.any:
         rt.liveness.check(pe, f"operation on PE {pe}")
-    heap = rt.domain_heaps.get(target.domain)
+    heap = rt.domain_heaps.get(remote.domain)
     nbytes = n * dt.itemsize
-    toff, soff = target.offset, source.offset
-    if heap is None or toff + nbytes > heap.size or soff + nbytes > heap.size:
-        place(target, nbytes, "put target")  # raises
-        place(source, nbytes, "put source")
-    heap.put_device(pe, toff, soff, nbytes)
+    if heap is None or remote.offset + nbytes > heap.size:
+        place(remote, nbytes, "put target" if is_put else "get source")  # raises
+    return heap, pe, nbytes
+
+
+def _within(remote: Any, local: Any, pe: int, is_put: bool) -> None:
+    """Between two arrays of one domain: the domain's device copy."""
+    heap, pe, nbytes = _checked(remote, local, pe, is_put)
+    loff = local.offset
+    if loff + nbytes > heap.size:
+        place(local, nbytes, "put source" if is_put else "get target")  # raises
+    if is_put:
+        heap.put_device(pe, remote.offset, loff, nbytes)
+    else:
+        heap.get_device(pe, remote.offset, loff, nbytes)
+
+
+def _host_side(remote: Any, local: np.ndarray, pe: int, is_put: bool) -> None:
+    """Between a domain's array and a C-contiguous numpy array (writable for a get)."""
+    heap, pe, nbytes = _checked(remote, local, pe, is_put)
+    mv = memoryview(local).cast("B")
+    if mv.nbytes != nbytes:
+        mv = mv[:nbytes]
+    if is_put:
+        heap.put(pe, heap.seg_id, remote.offset, mv)
+    else:
+        heap.get(pe, heap.seg_id, remote.offset, mv)
 
 
 def _put_device(target: Any, source: Any, pe: int, t: Any, n: int, nbytes: int) -> None:
