@@ -80,10 +80,10 @@ class CpuMaps:
         return True
 
     def map_own(self, device: Device, mapping: Mapping, fd: int, offset: int) -> bool:
-        """Map this PE's heap ``mapping`` (its fd, owned here) and check it at ``offset``
-        (:meth:`works`); False (logged; nothing raised) where either fails."""
+        """Map this PE's heap ``mapping`` (its fd, which stays the caller's) and check it at
+        ``offset`` (:meth:`works`); False (logged; nothing raised) where either fails."""
         try:
-            if not self.map(mapping, fd, device.uuid):
+            if not self.map(mapping, os.dup(fd), device.uuid):
                 return False
             if self.works(device, mapping, offset):
                 return True

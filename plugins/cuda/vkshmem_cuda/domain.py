@@ -88,6 +88,9 @@ class CudaDomain(Reductions, MemoryDomain):
         size = _env_int(ENV_SIZE) or ctx.config.gpu_symmetric_size
         self.size = self.device.round_up(size)
         try:
+            #: the heaps' CPU mappings through Vulkan (see .cpumap), or None (a bad
+            #: VKSHMEM_CUDA_CPU_MAP raises here, before anything is allocated)
+            self._maps = CpuMaps.open(self.my_pe, self._timeout)
             # one more granule past the segment: the control words (the pair all-reduce's
             # flag word per partner PE), mapped by the peers with the rest, never in the heap
             self.local, self.fd = self.device.create(self.size + self.device.granularity)
@@ -98,13 +101,12 @@ class CudaDomain(Reductions, MemoryDomain):
             raise
         #: the service's request box at the end of the control granule (its CPU mapping's)
         self._box = (self.local.size - BOX_BYTES) // 128 * 128
-        #: the heaps' CPU mappings through Vulkan (see .cpumap), or None; the largest CPU
-        #: store and load through them, and how many operations they carried (tests)
-        self._maps = CpuMaps.open(self.my_pe, self._timeout)
+        #: the largest CPU store and load through the mappings, how many operations they
+        #: carried (tests), and their copy function
         self._wmax = self._rmax = self.mapped_calls = 0
         self._bar: Any = None
         if self._maps is not None:
-            if self._maps.map_own(self.device, self.local, os.dup(self.fd), self._box):
+            if self._maps.map_own(self.device, self.local, self.fd, self._box):
                 self._bar = self._maps.bar_copy
                 self._wmax = ctx.config.gpu_bar_write_max
                 self._rmax = ctx.config.gpu_bar_read_max
