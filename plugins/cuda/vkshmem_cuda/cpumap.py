@@ -84,10 +84,11 @@ class CpuMaps:
         ``offset`` (:meth:`works`); False (logged; nothing raised) where either fails."""
         try:
             if not self.map(mapping, os.dup(fd), device.uuid):
-                return False
-            if self.works(device, mapping, offset):
+                why = "Vulkan did not import it into a CPU-mapped type (logged above)"
+            elif self.works(device, mapping, offset):
                 return True
-            why = "CPU and GPU do not see each other's writes through it"
+            else:
+                why = "CPU and GPU do not see each other's writes through it"
         except Exception as exc:  # a driver's refusal, a failed CUDA copy
             why = str(exc)
         self.unmap(mapping)
