@@ -97,6 +97,13 @@ check(hi[0] == lo[0], "float32 sums differ in their bits between PEs")
 exact = np.sum([np.random.default_rng(100 + pe).standard_normal(BIG).astype(np.float32)
                 for pe in range(n)], axis=0, dtype=np.float64)
 check(np.allclose(mine, exact, rtol=1e-5, atol=1e-5), "float32 sum of random data")
+# the same call again on new data (a kept round, where the domain keeps one per call shape):
+# doubling every input doubles every partial sum exactly
+noisy.copy_from(2 * noisy.to_numpy())
+shmem.barrier_all()
+shmem.sum_reduce(out, noisy)
+device_rings += n >= 2 and bool(least)
+check(np.array_equal(out.to_numpy(), 2 * mine), "a repeated float32 sum on doubled data")
 # a team of PEs 1 .. n-1 (its ranks are not the world's): the ring runs over its members only
 if n >= 3:
     team = shmem.TEAM_WORLD.split_strided(1, 1, n - 1)

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -183,7 +183,7 @@ class DomainLink(ABC):
         both sides see alike)."""
         return False
 
-    def pair_reduce(self, index: int, pes: tuple[int, int], shares: list[tuple[int, int]],
+    def pair_reduce(self, index: int, pes: tuple[int, int], shares: Sequence[tuple[int, int]],
                     dst_off: int, src_off: int, op: str, dtype: Any) -> None:
         """Collective over the pair, between two barriers (only where :meth:`pairs`): the
         all-reduce of ``op`` over both members' sources at byte offset ``src_off`` into both

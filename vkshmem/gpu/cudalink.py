@@ -32,7 +32,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -42,7 +42,7 @@ from vkshmem.core.domain import DomainLink
 from . import _cuda
 from .cudabounce import SLOTS, RemoteGpu, piece_size
 from .cudahub import LinkHub, address_of
-from .cudapair import can_pair, pair_round
+from .cudapair import PairPlan, can_pair, pair_plan, pair_round
 from .errors import GpuError
 
 if TYPE_CHECKING:
@@ -56,6 +56,7 @@ __all__ = ["CudaLink"]
 log = logging.getLogger("vkshmem")
 
 _bar = _cuda.lib.vkc_bar_copy  # CPU copies through BAR mappings (csrc/cudalink.c)
+_PAIR_PLANS = 64  # the distinct all-reduce call shapes whose pair rounds are kept
 
 
 class CudaLink(DomainLink):
@@ -94,6 +95,8 @@ class CudaLink(DomainLink):
         self._map = self._local = self._local_size = self._wmax = self._rmax = 0
         self.mapped_calls = 0  #: operations done by the CPU through the mappings (tests)
         self._pair_seq = 0  # two-GPU all-reduces with this peer (it counts alike)
+        self._pair_plans: dict[tuple[Any, ...], PairPlan] = {}  # per call shape
+        self._pairs: dict[tuple[Any, ...], bool] = {}  # pairs() answers, per call shape
         if vmm:
             try:
                 with self._lock:
@@ -293,18 +296,31 @@ class CudaLink(DomainLink):
         return done
 
     def pairs(self, pes: tuple[int, int], op: str, dtype: Any) -> bool:
-        return can_pair(self.hub, self.direct, self.size, pes, op, np.dtype(dtype))
+        key = (pes, op, dtype)  # kept: the answer does not change while the link is direct
+        found = self._pairs.get(key)
+        if found is None:
+            found = can_pair(self.hub, self.direct, self.size, pes, op, np.dtype(dtype))
+            if found:
+                self._pairs[key] = found
+        return found
 
-    def pair_reduce(self, index: int, pes: tuple[int, int], shares: list[tuple[int, int]],
+    def pair_reduce(self, index: int, pes: tuple[int, int], shares: Sequence[tuple[int, int]],
                     dst_off: int, src_off: int, op: str, dtype: Any) -> None:
-        """The two-GPU all-reduce's round (:mod:`~vkshmem.gpu.cudapair`)."""
-        dtype = np.dtype(dtype)
-        nbytes = (shares[-1][0] + shares[-1][1]) * dtype.itemsize
-        for off in (dst_off, src_off):  # a kernel's store out of range would fault the GPU
-            self._check_range(off, nbytes, "an all-reduce through a CUDA link")
+        """The two-GPU all-reduce's round (:mod:`~vkshmem.gpu.cudapair`), its plan kept per
+        call shape: a repeated call goes from one lookup to the C call."""
+        key = (index, pes, *shares, dst_off, src_off, op, dtype)
+        plan = self._pair_plans.get(key)
+        if plan is None:
+            dtype = np.dtype(dtype)
+            nbytes = (shares[-1][0] + shares[-1][1]) * dtype.itemsize
+            for off in (dst_off, src_off):  # a kernel's store out of range would fault
+                self._check_range(off, nbytes, "an all-reduce through a CUDA link")
+            if len(self._pair_plans) >= _PAIR_PLANS:
+                self._pair_plans.clear()
+            plan = self._pair_plans[key] = pair_plan(self.hub, self._ptr, index, pes, shares,
+                                                     dst_off, src_off, op, dtype)
         self._pair_seq = (self._pair_seq + 1) & 0xFFFFFFFF or 1
-        pair_round(self.hub, self._ptr, index, pes, shares, dst_off, src_off, op, dtype,
-                   self._pair_seq, self.hub.timeout)
+        pair_round(self.hub, plan, self._pair_seq, self.hub.timeout)
         self.calls += 1
 
     def put_device(self, offset: int, src_off: int, nbytes: int) -> None:
@@ -345,6 +361,8 @@ class CudaLink(DomainLink):
     def close(self) -> None:
         with self._lock:
             self.direct = self.amos = False  # the fast paths end here
+            self._pairs.clear()
+            self._pair_plans.clear()
             self._map = self._local = 0
             self._copier = None
             if self._map_mem is not None:

@@ -24,7 +24,8 @@ written) and :class:`~vkshmem.core.errors.WaitTimeoutError`.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -36,7 +37,7 @@ from .segment import CONTROL_BYTES, CONTROL_SLOT, CONTROL_WORDS
 if TYPE_CHECKING:
     from .cudahub import LinkHub
 
-__all__ = ["MAX_PE", "can_pair", "pair_round"]
+__all__ = ["MAX_PE", "PairPlan", "can_pair", "pair_plan", "pair_round"]
 
 #: PE numbers up to this one have a word in every heap's control bytes
 MAX_PE = (CONTROL_BYTES - CONTROL_WORDS) // CONTROL_SLOT - 1
@@ -53,33 +54,61 @@ def can_pair(hub: LinkHub, direct: bool, peer_size: int, pes: tuple[int, int], o
             and hub.fold_kernel(op, dtype) is not None)
 
 
-def pair_round(hub: LinkHub, peer_ptr: int, index: int, pes: tuple[int, int],
-               shares: list[tuple[int, int]], dst_off: int, src_off: int, op: str,
-               dtype: np.dtype, seq: int, timeout: float) -> None:
-    """One round (collective over the pair, between the core's barriers): ``index`` this
-    PE's place in ``pes`` (the members' order), ``shares`` the (first element, count) each
-    place owns, ``dst_off``/``src_off`` the target's and source's byte offsets (the same in
-    both heaps, checked by the caller), ``peer_ptr`` the peer's heap as mapped here, ``seq``
-    the round number with this peer (both count alike, never 0)."""
+class PairPlan(NamedTuple):
+    """One call shape's round, worked out once (:func:`pair_plan`): the C call's arguments
+    but the round number."""
+
+    fn: int
+    grid: int
+    block: int
+    push_dst: int  #: the peer's share in the peer's target
+    push_src: int  #: the peer's share in this PE's source
+    push_bytes: int
+    mine: int  #: this PE's word (the peer writes it)
+    theirs: int  #: the peer's word for this PE
+    dsts: Any  # uint64_t[2]: this PE's share in both targets
+    srcs: Any  # uint64_t[2]: its source and what the peer pushed, in the members' order
+    count: int
+
+
+def pair_plan(hub: LinkHub, peer_ptr: int, index: int, pes: tuple[int, int],
+              shares: Sequence[tuple[int, int]], dst_off: int, src_off: int, op: str,
+              dtype: np.dtype) -> PairPlan:
+    """The round of a call shape (:func:`can_pair` true): ``index`` this PE's place in
+    ``pes`` (the members' order), ``shares`` the (first element, count) each place owns,
+    ``dst_off``/``src_off`` the target's and source's byte offsets (the same in both heaps,
+    checked by the caller), ``peer_ptr`` the peer's heap as mapped here."""
     isz = np.dtype(dtype).itemsize
     local, ctl = hub.view.pointer, hub.control_off + CONTROL_WORDS
     (lo, n), (plo, pn) = shares[index], shares[1 - index]
-    mine = local + ctl + CONTROL_SLOT * pes[1 - index]  # the peer writes it
-    theirs = peer_ptr + ctl + CONTROL_SLOT * pes[index]
     own_src, pushed = local + src_off + lo * isz, local + dst_off + lo * isz
     ffi = _cuda.ffi
-    dsts = ffi.new("uint64_t[2]", [local + dst_off + lo * isz, peer_ptr + dst_off + lo * isz])
-    # the peer's part is in this PE's target by then: fold it with this PE's, members' order
-    srcs = ffi.new("uint64_t[2]", [own_src, pushed] if index == 0 else [pushed, own_src])
     fn, grid, block = hub.fold_launch(op, dtype, n)
-    with hub.copy_lock, hub.on(hub.view.context):
-        res = hub._lib.vkc_pair_round(hub.ctx_ptr, hub.stream_ptr, int(fn),
-                                      peer_ptr + dst_off + plo * isz, local + src_off + plo * isz,
-                                      pn * isz, mine, theirs, seq, dsts, srcs, n, grid, block,
-                                      _SPIN_NS, int(timeout * 1e9))
+    # the peer's part is in this PE's target by then: fold it with this PE's, members' order
+    return PairPlan(int(fn), grid, block, peer_ptr + dst_off + plo * isz,
+                    local + src_off + plo * isz, pn * isz,
+                    local + ctl + CONTROL_SLOT * pes[1 - index],
+                    peer_ptr + ctl + CONTROL_SLOT * pes[index],
+                    ffi.new("uint64_t[2]", [local + dst_off + lo * isz,
+                                            peer_ptr + dst_off + lo * isz]),
+                    ffi.new("uint64_t[2]", [own_src, pushed] if index == 0
+                            else [pushed, own_src]), n)
+
+
+def pair_round(hub: LinkHub, plan: PairPlan, seq: int, timeout: float) -> None:
+    """One round of ``plan`` (collective over the pair, between the core's barriers):
+    ``seq`` the round number with this peer (both count alike, never 0). The C call makes
+    the link's context current (as the link's copies do)."""
+    with hub.copy_lock:
+        res = hub._lib.vkc_pair_round(hub.ctx_ptr, hub.stream_ptr, plan.fn, plan.push_dst,
+                                      plan.push_src, plan.push_bytes, plan.mine, plan.theirs,
+                                      seq, plan.dsts, plan.srcs, plan.count, plan.grid,
+                                      plan.block, _SPIN_NS, int(timeout * 1e9))
         if res == _NOT_READY:
-            _release(hub, mine, seq, timeout)
-    hub.done(res, "the two-GPU all-reduce")
+            with hub.on(hub.view.context):
+                _release(hub, plan.mine, seq, timeout)
+    if res:
+        hub.done(res, "the two-GPU all-reduce")
 
 
 def _release(hub: LinkHub, mine: int, seq: int, timeout: float) -> Any:
