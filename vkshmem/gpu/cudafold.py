@@ -47,7 +47,7 @@ class CudaFolds:
         self.view = view
         self.cu = view.cu
         self.stream = stream
-        self._fns: dict[tuple[str, str], Any] = {}
+        self._fns: dict[tuple[str, np.dtype], Any] = {}  # by the dtype (its .name is slow)
         self.sms = int(self._check(self.cu.cuDeviceGetAttribute(
             self.cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, view.device),
             "multiprocessor count"))
@@ -57,12 +57,12 @@ class CudaFolds:
 
     def known(self, op: str, dtype: np.dtype) -> bool:
         """Whether :meth:`kernel` has answered for ``op`` on ``dtype`` before (a lookup)."""
-        return (op, np.dtype(dtype).name) in self._fns
+        return (op, np.dtype(dtype)) in self._fns
 
     def kernel(self, op: str, dtype: np.dtype) -> Any:
         """The kernel for ``op`` on ``dtype``, or None where there is none (a pair the kernel
         does not do, or no NVRTC: logged once)."""
-        key = (op, np.dtype(dtype).name)
+        key = (op, np.dtype(dtype))
         if key not in self._fns:
             source = reduce_source(op, dtype, _UNROLL)
             fn = None

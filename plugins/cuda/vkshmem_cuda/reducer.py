@@ -18,12 +18,12 @@ class Reducer:
 
     def __init__(self, device: Device) -> None:
         self.device = device
-        self._fns: dict[tuple[str, str, int], int] = {}
+        self._fns: dict[tuple[str, np.dtype, int], int] = {}
 
     def fn(self, op: str, dtype: np.dtype, unroll: int = 4) -> int:
         """The kernel's function handle for ``op`` on ``dtype`` (``unroll``: see
         :func:`~.kernels.reduce_source`; compiled on first use; CudaError where it has none)."""
-        key = (op, np.dtype(dtype).name, unroll)
+        key = (op, np.dtype(dtype), unroll)  # the dtype itself: its .name is slow
         fn = self._fns.get(key)
         if fn is None:
             source = reduce_source(op, dtype, unroll)
