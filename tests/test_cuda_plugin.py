@@ -10,6 +10,8 @@ that UCX carries the heap's puts and gets as CUDA memory and the domain proxy it
 from __future__ import annotations
 
 import importlib
+import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -135,6 +137,24 @@ def test_carriage_of_cuda_memory_per_transport(cuda_installed: bool) -> None:
     if "ucx" in reg.transports:
         assert "ucx registers it (cuda_va): puts and gets; AMOs through the domain proxy" in text
     assert "hostproxy through the domain proxy" in text, text
+
+
+def test_every_cuda_variable_is_declared_for_info(cuda_installed: bool) -> None:
+    """Each VKSHMEM_CUDA_* variable the plugin's code names is in DomainSpec.variables (what
+    `vkshmem info` lists), with its meaning; `vkshmem info` prints them with their values."""
+    import vkshmem_cuda
+
+    source = Path(vkshmem_cuda.__file__).parent
+    named = {m for f in source.glob("*.py") if f.name != "__init__.py"
+             for m in re.findall(r"VKSHMEM_CUDA_[A-Z_]+", f.read_text())}
+    declared = {name: doc for name, _default, doc in vkshmem_cuda.SPEC.variables}
+    assert named and named <= set(declared), named - set(declared)
+    assert all(declared.values()), declared
+    r = subprocess.run([sys.executable, "-m", "vkshmem", "info", "-n", "1"], capture_output=True,
+                       text=True, timeout=200, env={**os.environ, "VKSHMEM_CUDA_SPIN_US": "7"})
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"\* VKSHMEM_CUDA_SPIN_US +=\s+7 +\[default 100\]", r.stdout), r.stdout
+    assert re.search(r" VKSHMEM_CUDA_CPU_MAP +=\s+\(unset\) +\[default auto\]", r.stdout)
 
 
 def test_cuda_service_setting_is_checked(cuda_installed: bool) -> None:

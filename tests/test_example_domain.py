@@ -7,8 +7,11 @@ carry it: hostproxy, UCX)."""
 from __future__ import annotations
 
 import importlib
+import os
+import re
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -91,9 +94,14 @@ def test_denied_domain_is_a_clear_error(domain_installed: None) -> None:
 
 def test_info_shows_the_domain_and_its_routes(domain_installed: None) -> None:
     r = subprocess.run([sys.executable, "-m", "vkshmem", "info", "-n", "2"], capture_output=True,
-                       text=True, timeout=200)
+                       text=True, timeout=200,
+                       env={**os.environ, "VKSHMEM_FILE_DOMAIN_DIR": tempfile.gettempdir()})
     assert r.returncode == 0, r.stderr
     assert "vkshmem-example-domain" in r.stdout and "family host" in r.stdout
+    # the plugin's own variables (DomainSpec.variables), with their values
+    assert re.search(rf"\* VKSHMEM_FILE_DOMAIN_DIR += {re.escape(tempfile.gettempdir())} +"
+                     r"\[default /dev/shm\]", r.stdout), r.stdout
+    assert re.search(r" VKSHMEM_FILE_DOMAIN_LINK += \(unset\) +\[default 0\]", r.stdout)
     assert "PE 0 -> PE 1: file direct" in r.stdout, r.stdout
     assert "PE 1 -> PE 0: vulkan direct" in r.stdout, r.stdout
     text = " ".join(r.stdout.split())  # the carriage statements are wrapped

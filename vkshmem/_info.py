@@ -58,6 +58,7 @@ def main(args: argparse.Namespace) -> int:
               f"family {spec.family}, priority {spec.priority}; {spec.description}")
         print(textwrap.fill(_carriage(spec, reg.transports.values()), 100,
                             initial_indent=" " * 16, subsequent_indent=" " * 16))
+        _plugin_variables(spec.variables)
     _gpu_devices()
     print(f"\nRoutes of a {args.npes}-PE job on this node (vkshmem run -n {args.npes}), per "
           "peer and domain (domains are opened here to show them):")
@@ -66,6 +67,18 @@ def main(args: argparse.Namespace) -> int:
     cmd = [sys.executable, "-m", "vkshmem", "run", "-n", str(args.npes), "--timeout", "120",
            str(script)]
     return subprocess.run(cmd, timeout=180).returncode
+
+
+def _plugin_variables(variables: Any) -> None:
+    """A domain plugin's own variables (``DomainSpec.variables``) with their current values,
+    as the core's are printed (* = set in the environment)."""
+    for name, default, doc in variables:
+        value = os.environ.get(name)
+        mark = "*" if value is not None else " "
+        print(f"             {mark} {name:30s} = {value or '(unset)':10s} [default "
+              f"{default or 'unset'}]")
+        for line in textwrap.wrap(doc, 72):
+            print(f"                   {line}")
 
 
 def _carriage(spec: Any, transports: Any) -> str:

@@ -78,7 +78,8 @@ class DomainSpec:
     accelerator for this domain (not an emulation such as a CPU Vulkan driver)?
     ``available(config)``: could the domain open here at all (its library and a device are
     present; None: always)? ``domain='gpu'`` takes the first gpu-family domain available on
-    every PE. ``size_variable``: the variable users raise when the heap is full.
+    every PE. ``size_variable``: the variable users raise when the heap is full; ``variables``:
+    every variable the plugin reads (for ``vkshmem info``).
     """
 
     name: str
@@ -95,6 +96,10 @@ class DomainSpec:
     #: register the heap: ``SegmentInfo.kind`` values (``host``, ``opaque_fd``, ``cuda_va``)
     #: and ``dmabuf`` where a dma-buf may come with them (empty: not declared)
     memory_kinds: frozenset[str] = frozenset()
+    #: the plugin's own environment variables, ``(name, default, meaning)`` each: ``vkshmem
+    #: info`` prints them under the domain with their current values (the plugin reads and
+    #: checks them itself)
+    variables: tuple[tuple[str, str, str], ...] = ()
 
 
 @dataclass

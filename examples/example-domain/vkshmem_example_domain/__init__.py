@@ -203,7 +203,15 @@ def _linked() -> bool:
 
 SPEC = DomainSpec(name=NAME, factory=FileDomain, family="host", priority=0,
                   description="a symmetric heap in a file (VKSHMEM_FILE_DOMAIN_DIR)",
-                  memory_kinds=frozenset({"host"}))  # what describe() reports
+                  size_variable=ENV_SIZE,
+                  memory_kinds=frozenset({"host"}),  # what describe() reports
+                  variables=(  # vkshmem info lists them with their values
+                      (ENV_DIR, "/dev/shm", "Directory of each PE's heap file (unlinked once "
+                       "mapped); a DAX or hugetlbfs mount works the same way."),
+                      (ENV_SIZE, str(DEFAULT_SIZE), "Bytes of each PE's file heap (a multiple "
+                       "of the page size)."),
+                      (ENV_LINK, "0", "1: same-node peers are linked (puts and gets through "
+                       "a FileLink, AMOs through the domain proxy); amo: AMOs too.")))
 
 
 @hookimpl

@@ -42,6 +42,20 @@ SPEC = DomainSpec(
     description="a CUDA VMM allocation (NVIDIA; peers on every GPU of the node map it)",
     size_variable="VKSHMEM_CUDA_SYMMETRIC_SIZE",
     memory_kinds=frozenset({"cuda_va", "dmabuf"}),
+    variables=(  # vkshmem info lists them with their values (README.md says more)
+        ("VKSHMEM_CUDA_DEVICE", "", "CUDA device of this PE (empty: the PE's local rank "
+         "modulo the node's GPUs)."),
+        ("VKSHMEM_CUDA_SYMMETRIC_SIZE", "", "Size of each PE's CUDA heap (units K, M, G; "
+         "empty: VKSHMEM_GPU_SYMMETRIC_SIZE), rounded up to the allocation granularity."),
+        ("VKSHMEM_CUDA_SPIN_US", "100", "Microseconds a blocking operation spins on its "
+         "stream before it blocks in the driver."),
+        ("VKSHMEM_CUDA_SERVICE", "auto", "Small copies and AMOs served by a resident kernel: "
+         "auto (where the PE is alone on its GPU), on, off (a launch or copy each)."),
+        ("VKSHMEM_CUDA_SERVICE_IDLE_US", "1000", "Microseconds without a request after which "
+         "the resident kernel ends (a device synchronize of yours waits that long at most)."),
+        ("VKSHMEM_CUDA_CPU_MAP", "auto", "Map the heaps of this PE and its same-node peers on "
+         "the CPU through Vulkan, so small copies are CPU stores and loads: auto, on (warns "
+         "where it cannot), off.")),
 )
 
 
