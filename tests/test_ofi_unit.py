@@ -9,6 +9,7 @@ providers Debian 12's libfabric 1.17 has that are known to work: ``tcp;ofi_rxm``
 
 from __future__ import annotations
 
+import re
 import struct
 import subprocess
 import sys
@@ -96,6 +97,19 @@ def test_the_provider_variable_chooses_the_provider(monkeypatch: pytest.MonkeyPa
 
 
 # -- RMA -----------------------------------------------------------------------------------
+
+
+def test_info_lists_the_provider_variable(monkeypatch: pytest.MonkeyPatch,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """`vkshmem info` prints the plugin's variable (TransportSpec.variables) with its value."""
+    from vkshmem_ofi import SPEC
+
+    from vkshmem._info import _plugin_variables
+
+    monkeypatch.setenv("VKSHMEM_OFI_PROVIDER", "shm")
+    _plugin_variables(SPEC.variables)
+    out = capsys.readouterr().out
+    assert re.search(r"\* VKSHMEM_OFI_PROVIDER +=\s+shm +\[default tcp;ofi_rxm\]", out), out
 
 
 def test_put_get_random(job: Job) -> None:

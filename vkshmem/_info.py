@@ -51,6 +51,7 @@ def main(args: argparse.Namespace) -> int:
                   if spec.available is not None and not spec.available() else "")
         print(f"   {spec.name:12s} priority {spec.priority:<5d} {reg.origin[spec.name]:10s} "
               f"reach {reach}, registers {kinds}; {spec.description}{absent}")
+        _plugin_variables(spec.variables)
     print("\nMemory domains (segment 0 host, 1 internal, then the plugins in name order):")
     print(f"   {'host':12s} segment 0     core       memfd host heap (VKSHMEM_SYMMETRIC_SIZE)")
     for seg, spec in enumerate(sorted(reg.domains.values(), key=lambda s: s.name), start=2):
@@ -70,8 +71,8 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _plugin_variables(variables: Any) -> None:
-    """A domain plugin's own variables (``DomainSpec.variables``) with their current values,
-    as the core's are printed (* = set in the environment)."""
+    """A plugin's own variables (``DomainSpec.variables``, ``TransportSpec.variables``) with
+    their current values, as the core's are printed (* = set in the environment)."""
     for name, default, doc in variables:
         value = os.environ.get(name)
         mark = "*" if value is not None else " "

@@ -182,6 +182,9 @@ class TransportSpec:
     put_signal: bool = False
     available: Callable[[], bool] | None = None
     description: str = ""
+    #: the plugin's own environment variables, ``(name, default, meaning)`` each, listed by
+    #: ``vkshmem info`` with their current values (as ``DomainSpec.variables``)
+    variables: tuple[tuple[str, str, str], ...] = ()
 
     def ops_on(self, kind: str, dmabuf: bool = False) -> frozenset[str]:
         """The operation classes this transport carries on a segment of memory ``kind`` (one

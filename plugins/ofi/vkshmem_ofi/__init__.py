@@ -69,6 +69,8 @@ SPEC = TransportSpec(
     put_signal=False,
     description="libfabric (OFI) RDM one-sided put/get/atomics (tcp;ofi_rxm by default, shm, "
                 "sockets, or a site provider such as verbs;ofi_rxm); native progress thread",
+    variables=((PROVIDER_VAR, "tcp;ofi_rxm", "libfabric provider of the ofi rails whose rail "
+                "option provider= is not given."),),
 )
 
 
