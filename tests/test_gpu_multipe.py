@@ -83,6 +83,32 @@ def test_gpu_ring_reduce(npes: int, run: str) -> None:
     assert r.stdout.count(f"ring taken {rings + 1} times") == team, r.stdout
 
 
+#: repeated all-reduces: same-device peers mapped, not mapped (the ring's steps), two GPUs
+#: (the pair's round over the Vulkan domain's CUDA link)
+AGAIN_RUNS = {"mapped": {}, "noimport": {"VKSHMEM_DOMAIN_IMPORT": "0"},
+              "linked": {"VKSHMEM_GPU_PROVIDER": "vulkan"}}
+
+
+@pytest.mark.parametrize(("npes", "run"), [(1, "mapped"), (2, "mapped"), (4, "mapped"),
+                                           (2, "noimport"), (2, "linked")])
+def test_gpu_reduce_again(npes: int, run: str) -> None:
+    """tests/pe/gpu_reduce_again.py: a repeated GPU all-reduce goes straight to the call the
+    first one took (kept where that was one domain call between two barriers); another op,
+    size or a destroyed team does not."""
+    if run == "linked" and _cuda_gpus() < 2:
+        pytest.skip("needs two NVIDIA GPUs (PEs on different GPUs are linked, not mapped)")
+    r = launch("gpu_reduce_again", npes, {**GPU_ENV, **AGAIN_RUNS[run]}, timeout=120)
+    assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout}\n{r.stderr}"
+    assert r.stdout.count("gpu_reduce_again ok") == npes, r.stdout
+    kept = r.stdout.count("kept True")
+    if run == "linked":  # the pair's round, counted each time
+        assert kept == npes and r.stdout.count("pair rounds 0") == 0, r.stdout
+    elif run == "noimport" or _cuda_gpus() == 0:  # the ring's steps, the scratch gather
+        assert kept == 0, r.stdout
+    elif "domain cuda" in r.stdout:  # the cuda domain reduces mapped peers in one call
+        assert kept == npes, r.stdout
+
+
 @pytest.mark.parametrize("npes", [1, 2, 4])
 def test_gpu_script_unmapped(npes: int) -> None:
     """VKSHMEM_GPU_MAPPED=0: the paths of a discrete GPU (staged copies, shader AMOs, polled

@@ -45,6 +45,7 @@ ms either way) and the ring wins from 256 KiB (0.57 against 0.65-1.0 ms); 4 PEs 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import numpy as np
 
@@ -53,7 +54,7 @@ from ..core.domain import DomainArray
 from ..core.domainheap import DomainHeap
 from . import state
 
-__all__ = ["ALIGN", "quiet_sync", "ring_reduce"]
+__all__ = ["ALIGN", "pair_call", "quiet_sync", "ring_reduce"]
 
 #: share boundaries fall on multiples of this many elements
 ALIGN = 256
@@ -108,35 +109,69 @@ class _Folder:
             heap.write_local(dst_off + lo * isz, memoryview(acc).cast("B"))
 
 
+def _applies(ct: CollTeam, heap: DomainHeap, target: DomainArray, source: object,
+             nbytes: int) -> bool:
+    """Whether the ring (or a pair's round) takes an all-reduce of ``nbytes`` (see
+    :func:`ring_reduce`)."""
+    least = state.rt.config.gpu_ring_reduce
+    if not (isinstance(source, DomainArray) and source.domain is heap.domain and ct.n >= 2
+            and least and nbytes >= least):
+        return False
+    t0, s0 = target.offset, source.offset
+    return not (t0 < s0 + nbytes and s0 < t0 + nbytes)  # in place: a member would overwrite
+    # a source it still reads
+
+
+def _pair_call(ct: CollTeam, heap: DomainHeap, target: DomainArray, source: DomainArray,
+               cnt: int, op: str, dt: np.dtype) -> Callable[[], None] | None:
+    """The round of two members joined by a link that has one (``DomainLink.pairs``), as a
+    call to run between two team barriers, or None (the ring's steps run)."""
+    if ct.n != 2:
+        return None
+    me = ct.me
+    pes = (ct.pes[0], ct.pes[1])
+    link = heap.links[pes[1 - me]]
+    if link is None or not link.pairs(pes, op, dt):
+        return None
+    shares, t0, s0 = _shares(cnt, 2), target.offset, source.offset
+
+    def call() -> None:
+        global _taken, _paired
+        _taken += 1
+        _paired += 1
+        link.pair_reduce(me, pes, shares, t0, s0, op, dt)
+    return call
+
+
+def pair_call(ct: CollTeam, heap: DomainHeap, target: DomainArray, source: object, cnt: int,
+              op: str, dt: np.dtype) -> Callable[[], None] | None:
+    """The two-member round :func:`ring_reduce` takes for these arguments, as a call to run
+    between two team barriers (it counts itself as taken), or None where it takes another
+    path or none. The same answer on every member."""
+    if not _applies(ct, heap, target, source, cnt * dt.itemsize):
+        return None
+    return _pair_call(ct, heap, target, source, cnt, op, dt)  # type: ignore[arg-type]
+
+
 def ring_reduce(ct: CollTeam, heap: DomainHeap, target: DomainArray, source: object, cnt: int,
                 op: str, ufunc: np.ufunc) -> bool:
     """Collective over the team of ``ct``: ``target[:cnt]`` = ``op`` over every member's
     ``source[:cnt]`` by the ring above, where it applies: ``source`` an array of the target's
     domain not overlapping it, two members or more, at least ``VKSHMEM_GPU_RING_REDUCE``
     bytes. The decision depends only on arguments every member shares. False when not taken
-    (nothing done; the caller's path runs)."""
-    global _taken, _fused, _paired
+    (nothing done; the caller's path runs). Two members whose link has a round of its own
+    take :func:`pair_call` instead (the caller asks it first)."""
+    global _taken, _fused
     dt = np.dtype(target.dtype)
     isz = dt.itemsize
-    nbytes = cnt * isz
-    least = state.rt.config.gpu_ring_reduce
-    if not (isinstance(source, DomainArray) and source.domain is heap.domain and ct.n >= 2
-            and least and nbytes >= least):
+    if not _applies(ct, heap, target, source, cnt * isz):
         return False
-    t0, s0 = target.offset, source.offset
-    if t0 < s0 + nbytes and s0 < t0 + nbytes:
-        return False  # in place: a member would overwrite a source it still reads
     _taken += 1
     n, me = ct.n, ct.me
     right = ct.pes[(me + 1) % n]
     shares = _shares(cnt, n)
     link = heap.links[right]
-    if n == 2 and link is not None and link.pairs((ct.pes[0], ct.pes[1]), op, dt):
-        _paired += 1
-        ct.ts.sync()  # both targets are free to be written
-        link.pair_reduce(me, (ct.pes[0], ct.pes[1]), shares, t0, s0, op, dt)
-        ct.ts.sync()  # nobody returns while its peer still writes its target
-        return True
+    t0, s0 = target.offset, source.offset  # type: ignore[attr-defined]
     folder = _Folder(heap, op, ufunc, dt)
     ct.ts.sync()  # every member's target is free to be written
     pushed = False  # the last fold also wrote its result into the right member's target

@@ -69,10 +69,13 @@ def reduce(target: np.ndarray, source: np.ndarray, op: OP | str = OP.SUM,
     ``source`` (``size`` elements; default: the shorter array), on every member. ``and``,
     ``or``, ``xor`` take integers; ``max``, ``min`` integers and floats; ``sum``, ``prod``
     every numeric dtype, complex included. ``source`` may be, or overlap, ``target``."""
-    if (type(target) is not ND or type(source) is not ND) and foreign(target, source):
-        _dev.reduce(team_of(team), target, source, _op(op, np.dtype(target.dtype)), size,
-                    lambda t, s: reduce(t, s, op, size, team))
-        return
+    if type(target) is not ND or type(source) is not ND:
+        if _dev.reduce_again(target, source, op, size, team):
+            return  # a repeat of a device all-reduce whose path was kept
+        if foreign(target, source):
+            _dev.reduce(team_of(team), target, source, _op(op, np.dtype(target.dtype)), size,
+                        lambda t, s: reduce(t, s, op, size, team), (op, size, team))
+            return
     ct = team_of(team)
     dt, tgt, src, seg, off = prep(ct, target, source, "reduce")
     entry = _OPS.get(op)

@@ -36,7 +36,7 @@ def _shape(shape: Any) -> tuple[int, ...]:
 class DomainArray:
     """A C-contiguous array in a memory domain's symmetric heap (see the module docstring)."""
 
-    __slots__ = ("_base", "_size", "domain", "dtype", "offset", "shape")
+    __slots__ = ("__weakref__", "_base", "_size", "domain", "dtype", "offset", "shape")
 
     def __init__(self, domain: MemoryDomain, offset: int, shape: Any, dtype: Any,
                  base: DomainArray | None = None) -> None:
