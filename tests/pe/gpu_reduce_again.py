@@ -54,6 +54,13 @@ check(np.array_equal(got[:N // 2], np.full(N // 2, 3 * total, f32)), "sum of hal
 check(np.array_equal(got[N // 2:N], np.full(N // 2, 3 * n, f32)), "sum of half: the rest")
 shmem.sum_reduce(dst, src, size=N // 2)  # the kept one again
 check(np.array_equal(dst.to_numpy(), got), "sum of half, repeated")
+src.copy_from(np.full(N, 4 * (me + 1), f32))
+shmem.barrier_all()
+shmem.sum_reduce(dst, src, size=np.int64(N // 4))  # a numpy integer: the full path
+got[:N // 4] = 4 * total
+check(np.array_equal(dst.to_numpy(), got), "sum of a quarter (numpy size)")
+src.copy_from(np.full(N, 3 * (me + 1), f32))
+shmem.barrier_all()
 
 # through a team handle that is then destroyed: the repeat is refused, not run
 if n >= 2:

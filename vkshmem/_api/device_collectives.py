@@ -233,8 +233,9 @@ def reduce_again(target: Any, source: Any, op: Any, size: Any, team: Any) -> boo
     path, which runs the same protocol."""
     kept = _KEPT.get((id(target), id(source)))
     if kept is None or kept.target() is not target or kept.source() is not source or \
-            kept.op is not op or kept.size != size or kept.team is not team or \
-            state.rt is not kept.rt or kept.ts.destroyed:
+            kept.op is not op or kept.team is not team or state.rt is not kept.rt or \
+            kept.ts.destroyed or (size is not kept.size and  # None, or an equal int
+                                  not (type(size) is int and size == kept.size)):
         return False
     sync = kept.sync
     sync()  # every member's source is ready, every target free to be written
@@ -260,8 +261,8 @@ def reduce(ct: CollTeam, target: Any, source: Any, entry: tuple[str, np.ufunc, s
         pair_call(ct, heap, target, source, cnt, op, dt)
     if call is not None:
         if key is not None:
-            if len(_KEPT) >= _KEPT_MAX:
-                _KEPT.clear()
+            if len(_KEPT) >= _KEPT_MAX or any(k.rt is not state.rt for k in _KEPT.values()):
+                _KEPT.clear()  # full, or holding an earlier runtime's (finalized) objects
             _KEPT[id(target), id(source)] = _Kept(target, source, key, ct, call)
         ct.ts.sync()
         call()
