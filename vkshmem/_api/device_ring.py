@@ -112,28 +112,29 @@ class _Folder:
 def _applies(ct: CollTeam, heap: DomainHeap, target: DomainArray, source: object,
              nbytes: int) -> bool:
     """Whether the ring (or a pair's round) takes an all-reduce of ``nbytes`` (see
-    :func:`ring_reduce`)."""
+    :func:`ring_reduce`); never in place (a member would overwrite a source it still reads)."""
     least = state.rt.config.gpu_ring_reduce
     if not (isinstance(source, DomainArray) and source.domain is heap.domain and ct.n >= 2
             and least and nbytes >= least):
         return False
     t0, s0 = target.offset, source.offset
-    return not (t0 < s0 + nbytes and s0 < t0 + nbytes)  # in place: a member would overwrite
-    # a source it still reads
+    return not (t0 < s0 + nbytes and s0 < t0 + nbytes)
 
 
-def _pair_call(ct: CollTeam, heap: DomainHeap, target: DomainArray, source: DomainArray,
-               cnt: int, op: str, dt: np.dtype) -> Callable[[], None] | None:
-    """The round of two members joined by a link that has one (``DomainLink.pairs``), as a
-    call to run between two team barriers, or None (the ring's steps run)."""
-    if ct.n != 2:
+def pair_call(ct: CollTeam, heap: DomainHeap, target: DomainArray, source: object, cnt: int,
+              op: str, dt: np.dtype) -> Callable[[], None] | None:
+    """Where two members are joined by a link that has a round of its own for the whole
+    all-reduce (``DomainLink.pairs``), that round as a call to run between two team barriers
+    (it counts itself as taken); None where the ring's steps or another path run. The same
+    answer on every member."""
+    if ct.n != 2 or not _applies(ct, heap, target, source, cnt * dt.itemsize):
         return None
     me = ct.me
     pes = (ct.pes[0], ct.pes[1])
     link = heap.links[pes[1 - me]]
     if link is None or not link.pairs(pes, op, dt):
         return None
-    shares, t0, s0 = _shares(cnt, 2), target.offset, source.offset
+    shares, t0, s0 = _shares(cnt, 2), target.offset, source.offset  # type: ignore[attr-defined]
 
     def call() -> None:
         global _taken, _paired
@@ -141,16 +142,6 @@ def _pair_call(ct: CollTeam, heap: DomainHeap, target: DomainArray, source: Doma
         _paired += 1
         link.pair_reduce(me, pes, shares, t0, s0, op, dt)
     return call
-
-
-def pair_call(ct: CollTeam, heap: DomainHeap, target: DomainArray, source: object, cnt: int,
-              op: str, dt: np.dtype) -> Callable[[], None] | None:
-    """The two-member round :func:`ring_reduce` takes for these arguments, as a call to run
-    between two team barriers (it counts itself as taken), or None where it takes another
-    path or none. The same answer on every member."""
-    if not _applies(ct, heap, target, source, cnt * dt.itemsize):
-        return None
-    return _pair_call(ct, heap, target, source, cnt, op, dt)  # type: ignore[arg-type]
 
 
 def ring_reduce(ct: CollTeam, heap: DomainHeap, target: DomainArray, source: object, cnt: int,
