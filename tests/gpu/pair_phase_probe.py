@@ -36,6 +36,7 @@ import timeit
 from typing import Any
 
 import numpy as np
+from pair_common import ok, pair_heaps
 from probe_timing import best_per_call
 
 from vkshmem import shmem
@@ -53,27 +54,8 @@ _shift = shmem.zeros(int(os.environ.get("PROBE_SHIFT", "0")) or 1, np.uint8, dom
 src = shmem.zeros(N, np.float32, domain="gpu")
 dst = shmem.zeros(N, np.float32, domain="gpu")
 src.copy_from(np.full(N, me + 1, np.float32))
-heap = shmem._state.rt.heaps[src.domain.spec.name]
-dom = heap.domain
-name = dom.spec.name
-
-link = heap.links[peer] if heap.links else None
-if link is not None:  # the Vulkan domain's CUDA link
-    hub = link.hub
-    cu, ctx, local, remote = hub.cu, hub.view.context, hub.view.pointer, link._ptr
-    fn, grid, block = hub.fold_launch("sum", np.dtype(np.float32), HALF)
-    sms = hub._kernels().sms
-else:  # the cuda domain: the peer's heap mapped (route direct)
-    dev = dom.device
-    cu, ctx, local, remote = dev.cu, dev.ctx, dom.local.va, heap.direct[peer].va
-    fn = cu.CUfunction(dom.reducer.fn("sum", np.dtype(np.float32), 2))
-    grid, block, sms = dom.reducer.grid(HALF, np.float32, 512, 2), 512, dev.sms
-
-
-def ok(res: Any) -> Any:
-    err, *rest = res if isinstance(res, tuple) else (res,)
-    assert int(err) == 0, err
-    return rest[0] if len(rest) == 1 else rest
+heap, dom, name, link, cu, ctx, device, local, remote, fn, grid, block, sms = \
+    pair_heaps(src, peer, HALF)
 
 
 ok(cu.cuCtxSetCurrent(ctx))
@@ -126,7 +108,6 @@ def sweep() -> None:
     """``pair_phase_probe.py sweep``: the fold's GPU time (both PEs at once, after a barrier)
     for each shape of the reduce kernel: 16-byte packs in flight per thread per source
     (UNROLL), blocks per SM, threads per block, plain or streaming (``__stcs``) stores."""
-    device = hub.view.device if link is not None else dev.dev
     rows = []
     for unroll, streaming in itertools.product((1, 2, 4), (False, True)):
         source = reduce_source("sum", np.dtype(np.float32), unroll)

@@ -6,6 +6,7 @@ interface and DLPack)."""
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import numpy as np
 from _common import check
@@ -87,6 +88,20 @@ two_gpus = n == 2 and any(m is not None and m.remote_gpu for m in heap.direct)
 pair = fdst.domain._pair
 check((pair is not None and pair.rounds == 5) if two_gpus else pair is None,
       f"pair all-reduce rounds: {pair and pair.rounds} (two GPUs: {two_gpus})")
+if two_gpus:  # 64 MiB and more: the round in two halves on two streams, an odd count
+    large = (64 << 20) // 4 + 4001
+    lsrc = shmem.zeros(large, np.float32, domain="cuda")
+    ldst = shmem.full(large + 3, 42, np.float32, domain="cuda")
+    for k, (fn, ref) in enumerate(((shmem.sum_reduce, np.add), (shmem.max_reduce, np.maximum),
+                                   (shmem.sum_reduce, np.add))):
+        lsrc.copy_from(np.arange(large, dtype=np.float32) % (7 + k) + (k + 1) * me)
+        fn(ldst, lsrc, large)
+        want = ref.reduce([np.arange(large, dtype=np.float32) % (7 + k) + (k + 1) * p
+                           for p in range(n)], axis=0).astype(np.float32)
+        got = ldst.to_numpy()
+        check(np.array_equal(got[:large], want) and np.all(got[large:] == 42),
+              f"all-reduce {k} of {large} float32 (the split round)")
+    check(pair.rounds == 8, f"pair all-reduce rounds: {pair.rounds}, not 8")
 # four PEs, two per GPU: PE 0 pairs with PE 1, then with PE 3 (both on the other GPU), in
 # teams of two: each partner writes its own word and counts its own rounds, so the rounds of
 # one pair do not hold up the other
@@ -119,17 +134,26 @@ if n == 4 and agree_all(int(other_gpu == ([1, 3] if me in (0, 2) else [0, 2]))):
     check(rounds == rounds0 + mine, f"pair rounds in teams of two: {rounds}, not "
           f"{rounds0 + mine}")
 shmem.barrier_all()
-if two_gpus and me == 0:  # a peer that never pushes: the wait ends, it does not hang
-    pair.timeout = 0.5
+
+
+def lone_round(dst: Any, src: Any, count: int, what: str) -> None:
+    """PE 0's pair all-reduce without its peer: the wait ends in WaitTimeoutError."""
     t0 = time.monotonic()
     try:
-        fdst.domain._pair_reduce(0, fdst.offset, [(heap.local, fsrc.offset),
-                                                  (heap.direct[1], fsrc.offset)],
-                                 big, "sum", np.dtype(np.float32))
-        check(False, "a lone pair all-reduce returned")
+        dst.domain._pair_reduce(0, dst.offset, [(heap.local, src.offset),
+                                                (heap.direct[1], src.offset)],
+                                count, "sum", np.dtype(np.float32))
+        check(False, f"a lone {what} returned")
     except WaitTimeoutError as exc:
         check("VKSHMEM_GPU_TIMEOUT" in str(exc) and time.monotonic() - t0 < 5,
-              f"lone pair all-reduce: {exc}")
+              f"lone {what}: {exc}")
+
+
+if two_gpus and me == 0:  # a peer that never pushes: the wait ends, it does not hang
+    pair.timeout = 0.5
+    lone_round(fdst, fsrc, big, "pair all-reduce")
+    # the split round's release: its own word frees both of stream B's waits
+    lone_round(ldst, lsrc, large, "split pair all-reduce")
 shmem.barrier_all()  # no pair all-reduce after this one (the pair's rounds now differ)
 fn_in_place = shmem.zeros(5, np.uint32, domain="cuda")
 fn_in_place.copy_from(np.full(5, 1 << me, np.uint32))

@@ -124,6 +124,11 @@ if n >= 3:
 
 shmem.barrier_all()
 right_link = heap.links[(me + 1) % n] if n > 1 else None
+if n == 2 and right_link is not None and getattr(right_link, "direct", False):
+    # 64 MiB and more: the pair's round in two halves on two streams (csrc/cudapair.c), an
+    # odd count (uneven shares and halves); a sum, a max, then the sum again on new data
+    for op in ("sum", "max", "sum"):
+        all_reduce(np.dtype(np.float32), op, (64 << 20) // 4 + 4001)
 pushed = device_ring._fused + device_ring._paired  # a pair's round pushes its folds too
 if right_link is not None and getattr(right_link, "direct", False):  # a CUDA link, mapped
     check(pushed > 0, "no fold was pushed through the direct link")

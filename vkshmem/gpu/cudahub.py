@@ -56,6 +56,7 @@ class LinkHub:
                 cu.cuStreamCreate(cu.CUstream_flags.CU_STREAM_NON_BLOCKING), "cuStreamCreate")
             self.local_events = self.events(SLOTS)
         self.stream_ptr = int(self.stream)
+        self._stream2: Any = None  # the pair round's second stream (pair_stream)
         self.ctx_ptr = int(view.context)
         self._folds: CudaFolds | None = None  # first fold
         #: bound of a wait for a peer (VKSHMEM_GPU_TIMEOUT, set by the domain)
@@ -97,6 +98,17 @@ class LinkHub:
                 return False
             folds.run(fn, dsts, srcs, count, dtype)
         return True
+
+    def pair_stream(self) -> int:
+        """The second stream of the two-GPU all-reduce's split round (:mod:`.cudapair`),
+        made at first use (the caller holds :attr:`copy_lock`)."""
+        if self._stream2 is None:
+            cu = self.cu
+            with self.on(self.view.context):
+                self._stream2 = self.check(
+                    cu.cuStreamCreate(cu.CUstream_flags.CU_STREAM_NON_BLOCKING),
+                    "cuStreamCreate")
+        return int(self._stream2)
 
     def check(self, res: Any, what: str) -> Any:
         return self.view.check(res, what, GpuError, "a CUDA link to another GPU")
@@ -150,3 +162,6 @@ class LinkHub:
             for ev in self.local_events[1]:
                 self.cu.cuEventDestroy(ev)
             self.cu.cuStreamDestroy(self.stream)
+            if self._stream2 is not None:
+                self.cu.cuStreamDestroy(self._stream2)
+                self._stream2 = None

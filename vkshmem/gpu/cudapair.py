@@ -10,7 +10,9 @@ for this PE (in the peer's control bytes, which the link maps), the stream waits
 own word (``cuStreamWaitValue32``: the peer's push landed, no host round trip), and one pass
 of the reduce kernel folds this PE's share from local memory into both targets. Against the
 ring's two steps (a push, a barrier through the host, the fused fold) it saves the middle
-barrier and the host's wait between the phases.
+barrier and the host's wait between the phases. Arrays of 64 MiB or more go in two halves on
+two streams, every byte across the link by the copy engine (the hub's :meth:`pair_stream`
+and two of its events; ``csrc/cudapair.c`` says how and what it measured).
 
 Both members take this path for the same calls or neither does (a collective that took two
 paths would wait for a push that never comes): :func:`can_pair` depends only on what both
@@ -69,6 +71,7 @@ class PairPlan(NamedTuple):
     dsts: Any  # uint64_t[2]: this PE's share in both targets
     srcs: Any  # uint64_t[2]: its source and what the peer pushed, in the members' order
     count: int
+    isz: int
 
 
 def pair_plan(hub: LinkHub, peer_ptr: int, index: int, pes: tuple[int, int],
@@ -92,18 +95,20 @@ def pair_plan(hub: LinkHub, peer_ptr: int, index: int, pes: tuple[int, int],
                     ffi.new("uint64_t[2]", [local + dst_off + lo * isz,
                                             peer_ptr + dst_off + lo * isz]),
                     ffi.new("uint64_t[2]", [own_src, pushed] if index == 0
-                            else [pushed, own_src]), n)
+                            else [pushed, own_src]), n, isz)
 
 
 def pair_round(hub: LinkHub, plan: PairPlan, seq: int, timeout: float) -> None:
     """One round of ``plan`` (collective over the pair, between the core's barriers):
-    ``seq`` the round number with this peer (both count alike, never 0). The C call makes
-    the link's context current (as the link's copies do)."""
+    ``seq`` the round's number with this peer (both count alike, two a round: it uses
+    ``seq - 1`` and ``seq``). The C call makes the link's context current (as the link's
+    copies do)."""
     with hub.copy_lock:
-        res = hub._lib.vkc_pair_round(hub.ctx_ptr, hub.stream_ptr, plan.fn, plan.push_dst,
+        res = hub._lib.vkc_pair_round(hub.ctx_ptr, hub.stream_ptr, hub.pair_stream(),
+                                      hub.local_events[0], plan.fn, plan.push_dst,
                                       plan.push_src, plan.push_bytes, plan.mine, plan.theirs,
-                                      seq, plan.dsts, plan.srcs, plan.count, plan.grid,
-                                      plan.block, _SPIN_NS, int(timeout * 1e9))
+                                      seq, plan.dsts, plan.srcs, plan.count, plan.isz,
+                                      plan.grid, plan.block, _SPIN_NS, int(timeout * 1e9))
         if res == _NOT_READY:
             with hub.on(hub.view.context):
                 _release(hub, plan.mine, seq, timeout)

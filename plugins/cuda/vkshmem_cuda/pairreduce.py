@@ -10,7 +10,11 @@ float32): 0.93 of one 256 MiB peer copy (0.94 of two at once, one each way), aga
 the share kernel; pipelining the phases in chunks only lost (0.91 in 4 chunks down to 0.68:
 a copy engine moves a 16 MiB copy at 0.8 of its 256 MiB rate), and so did pushing the whole
 source in chunks, each folded locally as it lands (no second phase on the link: 822-866 us in
-every chunking tried, against 740; the folds slow the copies more than they hide).
+every chunking tried, against 740; the folds slow the copies more than they hide). What did
+gain: arrays of 64 MiB or more go in two halves on two streams, the fold into the local
+target only (on half a block per SM) and the result pushed by the copy engine too, so the
+link carries copies back to back (GPU time at 256 MiB: 711-716 against 740 us on 2 x H200,
+719 against 744 on 2 x H100; ``cudapair.c`` has the schedule).
 
 Each round is issued and waited for by one C call (``vkc_pair_round``, vkshmem's
 ``gpu/csrc/cudapair.c``) on this PE's own stream, GIL released, its arguments worked out
@@ -68,6 +72,7 @@ class Plan(NamedTuple):
     srcs: Any  # uint64_t[2]: its source and what the peer pushed, in the members' order
     count: int
     grid: int
+    isz: int
 
 
 class PairReduce:
@@ -82,10 +87,17 @@ class PairReduce:
         self._seq: dict[int, int] = {}  # per partner PE: the rounds with it (alike on both)
         cu = device.cu
         device.current()
-        #: its own stream: a wait on the peer's words holds no other operation of the domain
+        #: its own streams (a wait on the peer's words holds no other operation of the
+        #: domain; the second and two events serve the split round of large arrays)
         self.stream = check(cu.cuStreamCreate(cu.CUstream_flags.CU_STREAM_NON_BLOCKING),
                             "cuStreamCreate")
         self._stream = int(self.stream)
+        self.stream2 = check(cu.cuStreamCreate(cu.CUstream_flags.CU_STREAM_NON_BLOCKING),
+                             "cuStreamCreate")
+        self._events = [check(cu.cuEventCreate(cu.CUevent_flags.CU_EVENT_DISABLE_TIMING),
+                              "cuEventCreate") for _ in range(2)]
+        self._stream2 = int(self.stream2)
+        self._event_ptrs = _ffi.new("uintptr_t[2]", [int(e) for e in self._events])
 
     def plan(self, me: int, peer: int, dst: tuple[int, int], src: tuple[int, int],
              words: tuple[int, int], count: int, share: int, op: str,
@@ -106,17 +118,19 @@ class PairReduce:
                     dst[1] + plo * isz, src[0] + plo * isz, max(0, phi - plo) * isz,
                     _ffi.new("uint64_t[2]", [dst[0] + lo * isz, dst[1] + lo * isz]),
                     _ffi.new("uint64_t[2]", [mine, pushed] if me == 0 else [pushed, mine]),
-                    n, red.grid(n, dtype, _BLOCK, _PER_SM))
+                    n, red.grid(n, dtype, _BLOCK, _PER_SM), isz)
 
     def round(self, plan: Plan) -> None:
         """Collective over the pair, between two barriers: one all-reduce of ``plan``'s
         shape."""
         self.rounds += 1
-        seq = self._seq[plan.peer] = (self._seq.get(plan.peer, 0) + 1) & 0xFFFFFFFF or 1
+        # two numbers a round (seq - 1, seq: the split round's halves)
+        seq = self._seq[plan.peer] = (self._seq.get(plan.peer, 0) + 2) & 0xFFFFFFFF or 2
         dev = self.device
-        res = _lib.vkc_pair_round(dev.ctx_ptr, self._stream, plan.fn, plan.push_dst,
-                                  plan.push_src, plan.push_bytes, plan.mine, plan.theirs, seq,
-                                  plan.dsts, plan.srcs, plan.count, plan.grid, _BLOCK,
+        res = _lib.vkc_pair_round(dev.ctx_ptr, self._stream, self._stream2,
+                                  self._event_ptrs, plan.fn, plan.push_dst, plan.push_src,
+                                  plan.push_bytes, plan.mine, plan.theirs, seq, plan.dsts,
+                                  plan.srcs, plan.count, plan.isz, plan.grid, _BLOCK,
                                   _SPIN_NS, int(self.timeout * 1e9))
         if res == _NOT_READY:
             self._release(self._stream, plan.mine, seq)
@@ -134,11 +148,15 @@ class PairReduce:
             "or took another path); VKSHMEM_GPU_TIMEOUT sets the limit")
 
     def close(self) -> None:
-        """Destroy the stream (the domain's close, before the heap goes)."""
+        """Destroy the streams and events (the domain's close, before the heap goes)."""
         if self.stream is not None:
             self.device.current()
-            self.device.cu.cuStreamDestroy(self.stream)
-            self.stream = None
+            cu = self.device.cu
+            cu.cuStreamDestroy(self.stream)
+            cu.cuStreamDestroy(self.stream2)
+            for ev in self._events:
+                cu.cuEventDestroy(ev)
+            self.stream = self.stream2 = None
 
 
 def pair_members(sources: list[tuple[Mapping, int]], local: Mapping) -> int:

@@ -32,9 +32,11 @@ int vkc_link_host(int kind, uintptr_t ctx, uintptr_t stream, uint64_t dst, uint6
                   size_t nbytes, int64_t spin_ns);
 /* cudalink.c: a CPU copy between BAR mappings, drained (and read back: landed) on return */
 void vkc_bar_copy(uint64_t dst, uint64_t src, size_t nbytes, int readback);
-/* cudapair.c: one round of the two-GPU all-reduce, issued and waited for */
-int vkc_pair_round(uintptr_t ctx, uintptr_t stream, uintptr_t fn, uint64_t push_dst,
-                   uint64_t push_src, size_t push_bytes, uint64_t mine, uint64_t peer,
-                   uint32_t seq, const uint64_t *dsts, const uint64_t *srcs, uint64_t count,
-                   unsigned grid, unsigned block, int64_t spin_ns, int64_t timeout_ns);
+/* cudapair.c: one round of the two-GPU all-reduce, issued and waited for (large arrays:
+   in two halves on two streams, events[0..1] ordering them) */
+int vkc_pair_round(uintptr_t ctx, uintptr_t stream, uintptr_t stream2, const uintptr_t *events,
+                   uintptr_t fn, uint64_t push_dst, uint64_t push_src, size_t push_bytes,
+                   uint64_t mine, uint64_t peer, uint32_t seq, const uint64_t *dsts,
+                   const uint64_t *srcs, uint64_t count, unsigned isz, unsigned grid,
+                   unsigned block, int64_t spin_ns, int64_t timeout_ns);
 #define VKC_NO_DRIVER 100
