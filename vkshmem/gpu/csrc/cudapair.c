@@ -101,8 +101,11 @@ int vkc_pair_round(uintptr_t ctx, uintptr_t stream, uintptr_t stream2, const uin
     CUresult r = current(ctx);
     if (r) return r;
     CUstream a = (CUstream)stream;
-    uint64_t count0 = count / 2;
-    size_t push0 = push_bytes / isz / 2 * isz;  /* what the peer folds first (its count0) */
+    /* the halves cut at a multiple of 256 elements, so the second half's fold starts 16-byte
+       aligned where the share does (the kernel's wide path); push0 is what the peer folds
+       first (its count0, from the same count) */
+    uint64_t count0 = count / 2 / 256 * 256;
+    size_t push0 = (size_t)(push_bytes / isz / 2 / 256 * 256 * isz);
     if (push_bytes + count * isz < VKC_PAIR_SPLIT || !push0 || !count0) {
         if (push_bytes && (r = cu.d2d(push_dst, push_src, push_bytes, a))) return r;
         if ((r = pair_write(a, peer, seq, 0))) return r;
