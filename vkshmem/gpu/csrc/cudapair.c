@@ -17,9 +17,9 @@
    the two shares), every byte across the link goes by the copy engine, in two halves that
    overlap the fold: stream A pushes the first half of the peer's part, writes seq - 1 into
    the peer's word, pushes the rest, writes seq; stream B waits for seq - 1, folds the first
-   half of my share into my target only (local memory,
-   fast), records event 0, waits for seq, folds the rest, records event 1; stream A then
-   copies each folded half into the peer's target after its event. The link carries copies
+   half of my share into my target only (local memory, fast), records event 0, waits for
+   seq, folds the rest, records event 1; stream A then copies each folded half into the
+   peer's target after its event (so stream A's end is stream B's too). The link carries copies
    back to back (the fold's own stores across NVLink move ~10 % slower than the copy engine);
    stream A's end is the round's end. Measured (tests/gpu/pair_pipe_probe.py ce, GPU time for
    256 MiB of float32): 711-716 us against 740-741 unsplit on 2 x H200, 719 against 744 on
