@@ -209,6 +209,91 @@ def test_truncated_requests_and_silent_connections_are_dropped_in_time(job: Job)
     job_still_works(job)
 
 
+def closed_by_server(s: socket.socket, wait: float) -> bool:
+    """Whether the server has closed ``s`` (FIN or reset), waiting at most ``wait`` s."""
+    s.settimeout(wait)
+    try:
+        return s.recv(1) == b""  # (a stranger's HELLO is answered only once it is complete)
+    except TimeoutError:
+        return False
+    except OSError:  # reset: the server closed with our bytes unread
+        return True
+
+
+def test_a_trickled_hello_does_not_buy_time(job: Job) -> None:
+    """Slowloris: bytes that keep arriving do not extend the deadline to authenticate, which
+    counts from accept (the rail's timeout here, 1 s): a valid-looking HELLO sent a byte every
+    0.2 s (48 bytes: 9.6 s) is cut off after about 1 s."""
+    target = job.t[0][1]
+    before = target.server_stats()
+    hello = REQ.pack(hp.HP_OP_HELLO, 0, 0, 0, hp.HP_MAGIC, hp.HP_VERSION, 0) + b"n" * 16
+    with socket.create_connection(target.listen_address, timeout=10) as s:
+        start = time.monotonic()
+        closed_at = None
+        for byte in hello:
+            try:
+                s.sendall(bytes([byte]))
+            except OSError:
+                closed_at = time.monotonic() - start
+                break
+            if closed_by_server(s, 0.2):
+                closed_at = time.monotonic() - start
+                break
+            if time.monotonic() - start > 4:
+                break
+    assert closed_at is not None, "the server kept a trickling stranger for over 4 s"
+    assert closed_at < 1 + 0.25 + 0.75  # the deadline, the sweep's period and a margin
+    stats = target.server_stats()
+    assert stats["refused"] == before["refused"] + 1
+    assert stats["errors"] == 0 and stats["last_error"] == ""
+    job_still_works(job)
+
+
+def test_strangers_that_leave_are_counted_not_recorded(job: Job) -> None:
+    """Connections that never authenticated and failed (closed mid-header, mid-HELLO, mid-AUTH,
+    reset, or said nothing) count as refused; they are not the job's errors, and last_error
+    stays empty (it describes the job's own peers)."""
+    target = job.t[0][1]
+    before = target.server_stats()
+    hello = REQ.pack(hp.HP_OP_HELLO, 0, 0, 0, hp.HP_MAGIC, hp.HP_VERSION, 0)
+    auth = REQ.pack(hp.HP_OP_AUTH, 0, 0, 0, 0, 0, 0)
+
+    def leave(data: bytes, challenge: bool = False, reset: bool = False) -> None:
+        with socket.create_connection(target.listen_address, timeout=10) as s:
+            s.sendall(hello + b"n" * 16 if challenge else b"")
+            if challenge:
+                assert REP.unpack(recv_exact(s, REP.size))[0] == 0
+                recv_exact(s, hp.HP_NONCE + hp.HP_MAC)
+            if data:
+                s.sendall(data)
+            time.sleep(0.05)  # let the server read it before the connection ends
+            if reset:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+
+    strangers = [
+        lambda: leave(b""),                                  # said nothing
+        lambda: leave(hello[:10]),                           # mid-header
+        lambda: leave(hello + b"n" * 5),                     # mid-nonce (claims PE 0)
+        lambda: leave(auth + b"m" * 7, challenge=True),      # mid-AUTH
+        lambda: leave(hello[:20], reset=True),               # reset mid-header
+        lambda: leave(hello + b"n" * 3, reset=True),         # reset mid-nonce
+        lambda: leave(auth[:5], challenge=True, reset=True),  # reset mid-AUTH
+    ]
+    for go in strangers:
+        go()
+    deadline = time.monotonic() + 5
+    while (target.server_stats()["refused"] < before["refused"] + len(strangers)
+           and time.monotonic() < deadline):
+        time.sleep(0.05)
+    stats = target.server_stats()
+    assert stats["errors"] == 0, stats["last_error"]
+    assert stats["last_error"] == ""
+    assert stats["refused"] == before["refused"] + len(strangers)
+    assert stats["open"] == 0
+    job_still_works(job)
+    assert target.server_stats()["errors"] == 0
+
+
 # -- a flood ---------------------------------------------------------------------------------
 
 

@@ -4,15 +4,16 @@
 
 /* recv() result handling shared by the reads below. 1: retry; 0: wait for more; -1: drop. */
 static int read_result(hp_server *s, hp_conn *c, ssize_t r) {
+    /* A stranger's failures (not authenticated) are counted when it is dropped, not recorded. */
+    int mid = c->auth == AU_OK && (c->state == ST_PAYLOAD || c->rx_len > c->rx_pos);
     if (r == 0) {
-        int mid = c->state == ST_PAYLOAD || c->rx_len > c->rx_pos;
         if (mid)
             hp_error(s, "PE %d closed its connection in the middle of a request", c->peer_pe);
         return -1;
     }
     if (errno == EINTR) return 1;
     if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
-    if (c->state == ST_PAYLOAD || c->rx_len > c->rx_pos) {
+    if (mid) {
         char eb[96];
         hp_error(s, "PE %d: connection failed in the middle of a request: %s", c->peer_pe,
                  errstr(errno, eb, sizeof eb));
@@ -133,7 +134,7 @@ static void server_accept(hp_server *s) {
         c->rx = rx;
         c->peer_pe = -1;
         c->auth = AU_NONE;
-        c->since = now_ns();
+        c->accepted = c->since = now_ns();
         c->state = ST_HDR;
         c->next = s->conns;
         if (s->conns) s->conns->prev = c;
@@ -144,20 +145,21 @@ static void server_accept(hp_server *s) {
     }
 }
 
-/* Drop connections that did not authenticate in time, or whose begun request (or pending
- * reply) made no progress within the request timeout. Called outside an event batch. */
+/* Drop connections that did not authenticate within auth_ns of being accepted (a hard
+ * deadline: bytes trickling in do not extend it), or whose begun request (or pending reply)
+ * made no progress within the request timeout. Called outside an event batch. */
 static void server_sweep(hp_server *s) {
     hp_conn *next;
     for (hp_conn *c = s->conns; c; c = next) {
         next = c->next;
-        uint64_t idle = s->now - c->since;
         if (c->auth != AU_OK) {
-            if (idle > s->auth_ns) {
+            if (s->now > c->accepted && s->now - c->accepted > s->auth_ns) {
                 COUNT(s->n_refused, 1);
                 conn_close(s, c);
             }
             continue;
         }
+        uint64_t idle = s->now > c->since ? s->now - c->since : 0;
         int busy = c->state != ST_HDR || c->rx_len > c->rx_pos;
         if (busy && idle > s->request_ns) {
             hp_error(s, "PE %d: a request made no progress for %llu ms; connection dropped",
@@ -202,7 +204,10 @@ static void *server_main(void *arg) {
             int rc = 0;
             if (c->state == ST_TX) rc = conn_flush_tx(s, c);
             if (rc == 0) rc = conn_service(s, c);
-            if (rc < 0) conn_close(s, c);
+            if (rc < 0) {
+                if (c->auth != AU_OK) COUNT(s->n_refused, 1); /* a stranger, failed or gone */
+                conn_close(s, c);
+            }
         }
         if (accept_now) server_accept(s);
     }

@@ -10,9 +10,11 @@
  * connection's later requests wait, which keeps the per-connection order strict.
  *
  * A connection is served only once it proved that it knows the job's key (challenge-response,
- * see hp_server.h); until then it has HP_AUTH_MS (at most) to do so and counts against HP_MAX_PENDING.
- * A sweep (every HP_SWEEP_MS) drops connections that outlive those limits or whose begun request
- * stopped making progress. Every access to a segment is bounds-checked against the registered
+ * see hp_server.h); until then it has HP_AUTH_MS (at most) from accept to do so, however many
+ * bytes it sends, and counts against HP_MAX_PENDING. A sweep (every HP_SWEEP_MS) drops
+ * connections that outlive those limits or whose begun request stopped making progress. The
+ * failures of a connection that never authenticated are only counted (n_refused), never
+ * recorded as errors: those describe the job's own peers. Every access to a segment is bounds-checked against the registered
  * size first; a bad request is answered with an error reply, recorded (hp_last_error) and the
  * connection dropped.
  * AMOs go through the core's vk_amo (passed in as a function pointer) so they are the same
@@ -72,7 +74,8 @@ typedef struct hp_conn {
     int state;
     int32_t peer_pe; /* -1 until HELLO */
     int auth;        /* AU_* */
-    uint64_t since;  /* accept time until authenticated, then the time of the last progress */
+    uint64_t accepted; /* accept time: the deadline to authenticate counts from it */
+    uint64_t since;    /* once authenticated: the time of the last progress */
     unsigned char nc[HP_NONCE];            /* the client's nonce */
     unsigned char chal[HP_NONCE + HP_MAC]; /* our nonce and MAC (sent after the HELLO reply) */
     unsigned char mac[HP_MAC];             /* the client's MAC */
@@ -182,7 +185,7 @@ static int conn_flush_tx(hp_server *s, hp_conn *c) {
                 }
                 return 1;
             }
-            if (c->peer_pe >= 0) {
+            if (c->auth == AU_OK) { /* a stranger's failure is counted (server_main) only */
                 char eb[96];
                 hp_error(s, "PE %d: sending a reply failed: %s", c->peer_pe,
                          errstr(errno, eb, sizeof eb));
@@ -229,8 +232,8 @@ static int conn_fail(hp_server *s, hp_conn *c, int32_t status, const unsigned ch
         hp_error(s, "rejected a request from PE %d: %s (op %u, seg %u, offset %llu, arg %llu)",
                  c->peer_pe, why, (unsigned)h[0], rd32(h + 4), (unsigned long long)rd64(h + 8),
                  (unsigned long long)rd64(h + 16));
-    else /* not a peer (yet): counted, not recorded, so a flood cannot bury real errors */
-        COUNT(s->n_refused, 1);
+    /* else not a peer (yet): counted as refused when dropped (server_main), not recorded, so
+     * a flood cannot bury real errors */
     unsigned char rep[HP_REP_SIZE];
     wr32(rep, (uint32_t)status);
     wr32(rep + 4, h[0]);

@@ -35,9 +35,10 @@
  *   server: compares it in constant time; reply HP_OK, or HP_EAUTH and the connection dropped
  *
  * A connection that has not authenticated within HP_AUTH_MS (or the request timeout, if
- * shorter) is dropped; at most
- * HP_MAX_PENDING connections may be authenticating at a time (the oldest is dropped for a new
- * one) and at most max_conns may be open (hp_create). An authenticated connection may idle
+ * shorter) of being accepted is dropped, however many bytes it has sent meanwhile (a hard
+ * deadline); at most HP_MAX_PENDING connections may be authenticating at a time (the oldest is
+ * dropped for a new one) and at most max_conns may be open (hp_create). The failures of a
+ * connection that never authenticated are counted (refused), never recorded as errors. An authenticated connection may idle
  * between requests, but once a request has begun, it (and a pending reply) must make progress
  * within the server's request timeout, or the connection is dropped.
  */
@@ -94,7 +95,8 @@ void hp_mac(const unsigned char *key, const unsigned char *label, size_t label_l
 /* Make segment seg reachable: 0, -1 (seg id out of range), -2 (registered differently). */
 int hp_register(hp_server *s, uint32_t seg, uintptr_t base, uint64_t size);
 /* Counters: [0] connections accepted, [1] open, [2] requests served, [3] errors recorded,
- * [4] connections dropped for failing or not finishing authentication (or the caps),
+ * [4] connections that ended without authenticating: refused, failed, gone or out of time
+ *     (or dropped for the caps); their failures are not errors (those are the job's peers'),
  * [5] connections dropped for a request that stopped making progress. */
 void hp_stats(hp_server *s, uint64_t *out); /* 6 counters */
 /* Copy the last recorded error message; returns the number of errors recorded so far. */
