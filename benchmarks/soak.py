@@ -40,7 +40,8 @@ MODES = {
     "shm": {"VKSHMEM_SHM": "1"},
     "hostproxy": {"VKSHMEM_SHM": "0", "VKSHMEM_TRANSPORTS": "hostproxy"},
     "ucx": {"VKSHMEM_SHM": "0", "VKSHMEM_TRANSPORTS": "ucx"},
-    "ucx-tcp": {"VKSHMEM_SHM": "0", "VKSHMEM_TRANSPORTS": "ucx", "UCX_TLS": "tcp,self"},
+    "ucx-tcp": {"VKSHMEM_SHM": "0", "VKSHMEM_TRANSPORTS": "ucx", "UCX_TLS": "tcp,self",
+                "VKSHMEM_UCX_TRUSTED_NETWORK": "1"},
     "ofi-tcp": {"VKSHMEM_SHM": "0", "VKSHMEM_TRANSPORTS": "ofi",
                 "VKSHMEM_OFI_PROVIDER": "tcp;ofi_rxm"},
 }

@@ -45,7 +45,8 @@ OUTER = 60  # seconds for one job, start-up included
 TRANSPORTS = {
     "shm": {"VKSHMEM_SHM": "1"},
     "hostproxy": {"VKSHMEM_SHM": "0", "VKSHMEM_TRANSPORTS": "hostproxy"},
-    "ucx": {"VKSHMEM_SHM": "0", "VKSHMEM_TRANSPORTS": "ucx", "UCX_TLS": "tcp,self"},
+    "ucx": {"VKSHMEM_SHM": "0", "VKSHMEM_TRANSPORTS": "ucx", "UCX_TLS": "tcp,self",
+            "VKSHMEM_UCX_TRUSTED_NETWORK": "1"},
 }
 LAUNCHERS = ("run", "env", "mpi")
 HOWS = ("kill", "raise")

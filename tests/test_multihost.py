@@ -25,7 +25,8 @@ SUBNET = "10.213.79"  # only ever assigned inside the namespaces made here
 PLACEMENT = [0, 0, 1, 2]  # host of each rank
 SCRIPTS = ["rma", "amo", "sync", "coll"]
 TRANSPORTS = {"hostproxy": {"VKSHMEM_TRANSPORTS": "hostproxy"},
-              "ucx-tcp": {"VKSHMEM_TRANSPORTS": "ucx", "UCX_TLS": "tcp,self"},
+              "ucx-tcp": {"VKSHMEM_TRANSPORTS": "ucx", "UCX_TLS": "tcp,self",
+                          "VKSHMEM_UCX_TRUSTED_NETWORK": "1"},
               "ofi-tcp": {"VKSHMEM_TRANSPORTS": "ofi", "VKSHMEM_OFI_PROVIDER": "tcp;ofi_rxm"}}
 TIMEOUT = 150
 

@@ -20,7 +20,8 @@ MODES = {
     "hostproxy": {"VKSHMEM_SHM": "0", "VKSHMEM_TRANSPORTS": "hostproxy"},
     # UCX carries everything: once over its shared memory (posix + cma), once over tcp.
     "ucx-sm": {"VKSHMEM_SHM": "0", "VKSHMEM_TRANSPORTS": "ucx", "UCX_TLS": "posix,cma,self"},
-    "ucx-tcp": {"VKSHMEM_SHM": "0", "VKSHMEM_TRANSPORTS": "ucx", "UCX_TLS": "tcp,self"},
+    "ucx-tcp": {"VKSHMEM_SHM": "0", "VKSHMEM_TRANSPORTS": "ucx", "UCX_TLS": "tcp,self",
+                "VKSHMEM_UCX_TRUSTED_NETWORK": "1"},
     # libfabric carries everything: over tcp;ofi_rxm on loopback, and over its shm provider.
     "ofi-tcp": {"VKSHMEM_SHM": "0", "VKSHMEM_TRANSPORTS": "ofi",
                 "VKSHMEM_OFI_PROVIDER": "tcp;ofi_rxm"},

@@ -31,11 +31,13 @@ TLS = {"tcp": "tcp,self", "sm": "posix,cma,self"}
 
 
 @pytest.mark.parametrize("tls", list(TLS))
-def test_a_target_busy_in_python_still_serves_puts_gets_and_amos(tls: str) -> None:
+def test_a_target_busy_in_python_still_serves_puts_gets_and_amos(
+        tls: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The target spins in pure Python for 2 s (holding its GIL, never entering UCX); the
     initiator's puts, gets and AMOs, which over tcp and for UCX's software atomics need the
     target's worker to progress, complete promptly: each well under the ~1 s stall a target
     without a progress thread causes."""
+    monkeypatch.setenv("VKSHMEM_UCX_TRUSTED_NETWORK", "1")  # the child inherits it
     check_busy_target(UcxTransport, "tls", TLS[tls], rounds=100)
 
 
@@ -93,8 +95,9 @@ def test_wait_until_returns_on_a_word_written_by_a_ucx_put(mode: str, tmp_path: 
 
 RAILS = {
     "ucx+hostproxy": {"VKSHMEM_SHM": "0", "VKSHMEM_RAIL0": "ucx", "VKSHMEM_RAIL1": "hostproxy",
-                      "UCX_TLS": "tcp,self"},
-    "ucx-tcp+ucx-sm": {"VKSHMEM_SHM": "0", "VKSHMEM_RAIL0": "ucx:tls=tcp,self",
+                      "UCX_TLS": "tcp,self",
+                      "VKSHMEM_UCX_TRUSTED_NETWORK": "1"},
+    "ucx-tcp+ucx-sm": {"VKSHMEM_SHM": "0", "VKSHMEM_RAIL0": "ucx:tls=tcp,self:trusted=on",
                        "VKSHMEM_RAIL1": "ucx:tls=posix,cma,self"},
 }
 
@@ -130,7 +133,8 @@ def test_two_hosts_over_ucx_tcp(two_hosts: tuple[str, str], script: str) -> None
     """PEs in two network namespaces joined by a veth pair: different nodes, so the peer is
     reached through UCX (its tcp over the veth link), the PE itself through shm."""
     outs = run_on_two_hosts(two_hosts, script, {
-        "MASTER_PORT": "29413", "VKSHMEM_TRANSPORTS": "ucx", "UCX_TLS": "tcp,self"})
+        "MASTER_PORT": "29413", "VKSHMEM_TRANSPORTS": "ucx", "UCX_TLS": "tcp,self",
+        "VKSHMEM_UCX_TRUSTED_NETWORK": "1"})
     for out in outs:
         assert "routes: ['shm', 'ucx']" in out, out
 

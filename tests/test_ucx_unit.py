@@ -42,6 +42,11 @@ SEG_SIZES = {0: 1 << 20, 2: 64 * 1024}
 TLS = {"sm": "posix,cma,self", "tcp": "tcp,self"}
 
 
+def tls_options(name: str) -> dict[str, str]:
+    """The rail options of UCX path ``name``: tcp is opened only on a trusted network."""
+    return {"tls": TLS[name], **({"trusted": "on"} if name == "tcp" else {})}
+
+
 def context(pe: int, n: int, rail: int = 0, options: dict[str, str] | None = None,
             ) -> TransportContext:
     return contract.context(pe, n, rail, options or {"tls": TLS["sm"]})
@@ -66,7 +71,7 @@ def job(request: pytest.FixtureRequest) -> Iterator[Job]:
     """tcp, shared memory, and shared memory on segments UCX allocated (heap=ucx), reached
     through UCX's mapping (direct=on)."""
     options = {"tls": TLS["sm"], "heap": "ucx"} if request.param == "sm-heap" else \
-        {"tls": TLS[request.param]}
+        tls_options(request.param)
     with Job(options=options) as j:
         yield j
 
@@ -128,7 +133,7 @@ def test_large_transfers(job: Job) -> None:
 @pytest.mark.parametrize("tls", list(TLS))
 def test_concurrent_large_transfers_between_three_pes(tls: str) -> None:
     """Every PE puts to and gets from every PE at once, from its own thread."""
-    with Job(n=3, sizes={0: 24 << 20}, options={"tls": TLS[tls]}) as j:
+    with Job(n=3, sizes={0: 24 << 20}, options=tls_options(tls)) as j:
         contract.concurrent_transfers_between_three_pes(j)
 
 
@@ -389,7 +394,7 @@ def test_cuda_memory_without_cuda_is_a_clear_error() -> None:
 
 
 def test_dead_peer_times_out_naming_it() -> None:
-    with Job(options={"tls": TLS["tcp"], "timeout": "1"}) as j:
+    with Job(options={**tls_options("tcp"), "timeout": "1"}) as j:
         tr = j.t[0][0]
         tr.get(1, 0, 0, memoryview(bytearray(8)))  # endpoint open
         j.t[0][1].close()  # PE 1 stops serving
@@ -416,7 +421,7 @@ def test_rail_options_set_ucx_variables() -> None:
     tr = UcxTransport(context(0, 1, options={
         "tls": "tcp,self", "dev": "lo", "atomic": "guess", "UCX_RNDV_THRESH": "16k",
         "ucx_max_rndv_rails": "1", "spin": "5", "wait_spin": "0", "errmode": "peer",
-        "heap": "core", "direct": "off"}))  # heap=core: no UCX_ALLOC_PRIO
+        "heap": "core", "direct": "off", "trusted": "on"}))  # heap=core: no UCX_ALLOC_PRIO
     try:
         assert tr.stats()["settings"] == {
             "UCX_TLS": "tcp,self", "UCX_NET_DEVICES": "lo", "UCX_ATOMIC_MODE": "guess",

@@ -27,7 +27,7 @@ __all__ = ["NAME", "OPTIONS", "SPEC", "load_native", "open_transport", "register
 NAME = "ucx"
 #: Rail options this transport understands (plus ``UCX_<NAME>=value`` for any UCX variable).
 OPTIONS = ("tls", "dev", "atomic", "timeout", "spin", "wait_spin", "errmode", "selftest",
-           "heap", "direct", "domain_amo")
+           "heap", "direct", "domain_amo", "trusted")
 
 
 def load_native() -> Any:
@@ -72,7 +72,12 @@ SPEC = TransportSpec(
     native_fence=True,
     put_signal=False,
     description="UCX (UCP) one-sided put/get/atomics over whatever UCX reaches (shared memory, "
-                "tcp, InfiniBand/RoCE with a verbs-enabled UCX); native progress thread",
+                "InfiniBand/RoCE with a verbs-enabled UCX; tcp only on a trusted network); "
+                "native progress thread",
+    variables=(("VKSHMEM_UCX_TRUSTED_NETWORK", "0", "1: every process that can reach the "
+                "rails' network and the user's group is trusted, so UCX's tcp and sysv "
+                "transports (which check no remote key / make 0660 segments) may be opened; "
+                "0 leaves them out (the rail option trusted= overrides it per rail)."),),
 )
 
 

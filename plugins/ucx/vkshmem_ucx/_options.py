@@ -11,6 +11,7 @@ from vkshmem.core.errors import ConfigError
 from vkshmem.core.transport import TransportContext
 
 from . import OPTIONS
+from ._access import restrict, trusted_default
 
 __all__ = ["DEFAULT_TIMEOUT", "DEFAULT_WAIT_SPIN_US", "Options", "heap_unshared", "parse_options"]
 
@@ -34,6 +35,7 @@ class Options:
     heap: str  # auto | ucx | core: who allocates the core's host segments (rail option heap=)
     direct: bool  # loads/stores/CPU atomics on peers' segments UCX maps here (rail option)
     domain_amo: str  # ucx | proxy: who carries AMOs on memory domains' segments (rail option)
+    trusted: bool  # unchecked UCX transports (tcp, sysv) allowed (rail option / variable)
 
 
 def parse_options(context: TransportContext) -> Options:
@@ -99,12 +101,15 @@ def parse_options(context: TransportContext) -> Options:
     heap = choice("heap", "auto", "ucx", "core")
     direct = choice("direct", "on", "off")
     domain_amo = choice("domain_amo", "ucx", "proxy")
+    trusted = (choice("trusted", "off", "on") == "on") if "trusted" in known \
+        else trusted_default()
+    restrict(ucx, trusted, var, context.host_address)
     if heap != "core" and "ALLOC_PRIO" not in ucx and "UCX_ALLOC_PRIO" not in os.environ:
         # a heap UCX allocates must be shared memory its posix transport maps into the peers
         # (not private memory from another method), else registering it in place is better
         ucx["ALLOC_PRIO"] = "md:posix"
     return Options(ucx, timeout, spin, wait_spin, errmode == "peer", selftest, heap,
-                   direct == "on", domain_amo)
+                   direct == "on", domain_amo, trusted)
 
 
 def heap_unshared() -> bool:

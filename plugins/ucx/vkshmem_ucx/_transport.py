@@ -60,6 +60,13 @@ __all__ = ["DEFAULT_TIMEOUT", "UcxTransport", "build_info", "check_library", "uc
 log = logging.getLogger("vkshmem.ucx")
 
 _M64 = (1 << 64) - 1
+_UCS_ERR_UNREACHABLE = -6  # ucs/type/status.h
+#: why a peer on another host may be unreachable by default, and what to do
+UNREACHABLE_HINT = (
+    "tcp is left out by default: it checks no remote key, so anyone who reaches its port could "
+    "write into a PE's memory. Between hosts use a verbs NIC (tls=rc,ud,dc) or the "
+    "authenticated hostproxy transport (VKSHMEM_TRANSPORTS=hostproxy), or, on a network only "
+    "the job's hosts reach, set VKSHMEM_UCX_TRUSTED_NETWORK=1")
 _BITWISE = (AmoOp.AND, AmoOp.OR, AmoOp.XOR)
 
 if any(getattr(lib, f"VKU_{op.name}") != op.value for op in AmoOp):  # pragma: no cover
@@ -214,6 +221,10 @@ class UcxTransport(Segments, Transport):
         if rc == lib.VKU_EFAILED:
             return TransportError(NAME, f"{where}: abandoned, a PE of the job failed",
                                   status=_status(rc))
+        if rc == _UCS_ERR_UNREACHABLE and not self._shared.options.trusted:
+            return TransportError(
+                NAME, f"{where}: UCX has no transport to that PE ({UNREACHABLE_HINT})",
+                status=_status(rc))
         return TransportError(NAME, f"{where} failed", status=_status(rc))
 
     def _range_error(self, rc: int, pe: int, seg: int, offset: int,
