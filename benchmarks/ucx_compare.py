@@ -101,7 +101,8 @@ def pe_main(iters: int, reps: int) -> None:
 
 def run_vkshmem(tls: str, iters: int, reps: int) -> dict[str, float]:
     env = {**os.environ, "VKSHMEM_SHM": "0", "VKSHMEM_TRANSPORTS": "ucx", "UCX_TLS": tls,
-           "VKSHMEM_SYMMETRIC_SIZE": "64M"}
+           "VKSHMEM_SYMMETRIC_SIZE": "64M",
+           "VKSHMEM_UCX_TRUSTED_NETWORK": "1"}  # tcp on loopback: this host only
     cmd = [sys.executable, "-m", "vkshmem", "run", "-n", "2", "--timeout", "600", __file__,
            "--pe", "--iters", str(iters), "--reps", str(reps)]
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=660)
