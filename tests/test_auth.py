@@ -162,26 +162,31 @@ print("fds", got, flush=True)
 def test_fd_passing_serves_only_the_peer_processes() -> None:
     """Two PEs (threads of this process, so their peer pid is this one) exchange memfds while
     a stranger process floods PE 0's socket: the stranger gets no fd, the PEs get theirs."""
-    token = "t" + auth.new_secret().decode()[:16]
     fds = [os.memfd_create(f"pe{pe}") for pe in range(2)]
     for pe, fd in enumerate(fds):
         os.write(fd, b"PE %d" % pe)
     ready = threading.Barrier(2)
+    names: list[bytes] = [b"", b""]
     stranger: list[subprocess.Popen[str]] = []
     out: dict[int, dict[int, list[int]]] = {}
 
-    def barrier0() -> None:  # PE 0: once listening, let the stranger in before going on
-        if not stranger:
+    def allgather(me: int, name: bytes) -> list[bytes]:
+        names[me] = name
+        if me == 0 and not stranger:  # PE 0 is listening: let the stranger in before going on
             stranger.append(subprocess.Popen(
-                [sys.executable, "-c", STRANGER, f"@vkshmem.{token}.0"],
+                [sys.executable, "-c", STRANGER, "@" + name[1:].decode()],
                 stdout=subprocess.PIPE, text=True))
             assert stranger[0].stdout is not None
             assert stranger[0].stdout.readline().startswith("connected")
         ready.wait(10)
+        got = list(names)
+        ready.wait(10)
+        return got
 
     def pe(me: int) -> None:
-        out[me] = fdshare.exchange_fds(token, me, {1 - me: os.getpid()}, [fds[me]],
-                                       barrier0 if me == 0 else lambda: ready.wait(10), 10)
+        out[me] = fdshare.exchange_fds(me, {1 - me: os.getpid()}, [fds[me]],
+                                       lambda name: allgather(me, name),
+                                       lambda: ready.wait(10), 10)
 
     threads = [threading.Thread(target=pe, args=(me,)) for me in range(2)]
     for t in threads:
@@ -207,13 +212,13 @@ def test_fd_passing_serves_only_the_peer_processes() -> None:
 
 
 def test_fd_passing_refuses_a_socket_held_by_another_process() -> None:
-    token = "s" + auth.new_secret().decode()[:16]
+    name = fdshare._new_name()
     squatter = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    squatter.bind(fdshare._name(token, 1))
+    squatter.bind(name)
     squatter.listen(1)
     try:
         with pytest.raises(BootstrapError, match="held by another process"):
-            fdshare._fetch(token, 1, os.getpid() + 1, 1, 5)
+            fdshare._fetch(name, 1, os.getpid() + 1, 1, 5)
     finally:
         squatter.close()
 

@@ -44,9 +44,9 @@ def import_peers(rt: Runtime, domain: MemoryDomain, name: str, seg_id: int,
     linked = {pe for pe in range(rt.n_pes)
               if pe != me and pe not in direct and my_link is not None
               and key(pe, "link") == my_link}
-    got = exchange_fds(f"{rt.token}.{seg_id}", me,
-                       {pe: rt.pids[pe] for pe in sorted(direct | linked)}, fds,
-                       rt.bootstrap.barrier, rt.config.bootstrap_timeout)
+    got = exchange_fds(me, {pe: rt.pids[pe] for pe in sorted(direct | linked)}, fds,
+                       rt.bootstrap.allgather, rt.bootstrap.barrier,
+                       rt.config.bootstrap_timeout)
     peers: dict[int, Any] = {}
     links: dict[int, DomainLink] = {}
     for pe in sorted(got):

@@ -21,7 +21,6 @@ import atexit
 import json
 import logging
 import os
-import secrets
 import socket
 import sys
 from typing import Any
@@ -35,6 +34,7 @@ from .domain import DomainSpec
 from .domainheap import DomainHeap
 from .domains import FIRST_DOMAIN_SEG, MemoryDomains
 from .errors import (
+    BootstrapError,
     ConfigError,
     VkshmemError,
 )
@@ -76,6 +76,38 @@ def _node_id() -> str:
     return ":".join(parts)
 
 
+#: what each PE's start-up blob holds: its keys and their types
+_INFO_FIELDS: dict[str, type] = {"node": str, "heap": int, "pid": int, "domains": list}
+
+
+def _read_info(pe: int, blob: bytes) -> dict[str, Any]:
+    """PE ``pe``'s all-gathered start-up blob, checked: a JSON object with every field of
+    :data:`_INFO_FIELDS` of its type (BootstrapError naming the PE and what is wrong)."""
+    def bad(what: str) -> BootstrapError:
+        return BootstrapError(f"PE {pe} sent a malformed start-up record ({what}); does every "
+                              "PE run the same version of vkshmem?")
+
+    try:
+        info = json.loads(blob)
+    except (ValueError, TypeError) as exc:  # not UTF-8, not JSON
+        raise bad(f"not JSON: {exc}") from None
+    if not isinstance(info, dict):
+        raise bad(f"a JSON {type(info).__name__}, not an object")
+    for key, kind in _INFO_FIELDS.items():
+        if key not in info:
+            raise bad(f"no {key!r}")
+        value = info[key]
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise bad(f"{key!r} is a {type(value).__name__}, not a {kind.__name__}")
+    if info["pid"] <= 0:
+        raise bad(f"'pid' is {info['pid']}")
+    if info["heap"] < 0:
+        raise bad(f"'heap' is {info['heap']}")
+    if not all(isinstance(d, str) for d in info["domains"]):
+        raise bad("'domains' is not a list of names")
+    return info
+
+
 class Runtime(TransportRoutes, MemoryDomains, HostAllocation):
     """Everything one PE holds while vkshmem is initialised (its transports and routes:
     :class:`~vkshmem.core.rails.TransportRoutes`; its memory domains:
@@ -115,8 +147,9 @@ class Runtime(TransportRoutes, MemoryDomains, HostAllocation):
     def _start(self) -> None:
         cfg = self.config
         me = {"node": _node_id(), "heap": cfg.symmetric_size, "pid": os.getpid(),
-              "token": secrets.token_hex(8), "domains": [d.name for d in self.domain_specs]}
-        infos = [json.loads(b) for b in self.bootstrap.allgather(json.dumps(me).encode())]
+              "domains": [d.name for d in self.domain_specs]}
+        infos = [_read_info(pe, blob) for pe, blob in
+                 enumerate(self.bootstrap.allgather(json.dumps(me).encode()))]
         sizes = {i["heap"] for i in infos}
         if len(sizes) > 1:
             raise ConfigError("VKSHMEM_SYMMETRIC_SIZE",
@@ -129,9 +162,8 @@ class Runtime(TransportRoutes, MemoryDomains, HostAllocation):
                                   f"{self.my_pe} has {me['domains']}: install the same domain "
                                   "plugins for every PE (or filter them alike with "
                                   "VKSHMEM_PLUGINS_ALLOW/VKSHMEM_PLUGINS_DENY)")
-        self.token = infos[0]["token"]
         #: each PE's process id (fd passing admits only these processes)
-        self.pids: list[int] = [int(i["pid"]) for i in infos]
+        self.pids: list[int] = [i["pid"] for i in infos]
         self.node_ids = [i["node"] for i in infos]
         my_node = self.node_ids[self.my_pe]
         self.node_pes = [pe for pe, n in enumerate(self.node_ids) if n == my_node]
@@ -161,9 +193,9 @@ class Runtime(TransportRoutes, MemoryDomains, HostAllocation):
         if cfg.shm:
             peers = [pe for pe in self.node_pes if pe != self.my_pe]
             segs = list(self.segments.values())
-            got = exchange_fds(self.token, self.my_pe, {pe: self.pids[pe] for pe in peers},
-                               [s.fd for s in segs], self.bootstrap.barrier,
-                               cfg.bootstrap_timeout)
+            got = exchange_fds(self.my_pe, {pe: self.pids[pe] for pe in peers},
+                               [s.fd for s in segs], self.bootstrap.allgather,
+                               self.bootstrap.barrier, cfg.bootstrap_timeout)
             for pe, fds in got.items():
                 for seg, fd in zip(segs, fds, strict=True):
                     self.shm.attach(pe, seg.seg_id, fd, seg.size)
