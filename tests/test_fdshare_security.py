@@ -1,4 +1,6 @@
-"""fd passing under attack: a local user who squats the abstract socket names of the PEs.
+"""fd passing under attack: a local user who squats the abstract socket names of the PEs; and
+two start-up checks of the same issue: every PE's start-up record is checked, and every rank of
+the ``env`` bootstrap refuses at once to run beyond loopback without a secret.
 
 The PEs of a node hand each other their memfds over abstract Unix sockets, whose names every
 user of the host sees in ``/proc/net/unix``. A name a stranger can predict from what it sees
@@ -22,14 +24,17 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from vkshmem.core import fdshare, runtime
-from vkshmem.core.bootstrap.base import Bootstrap
+from vkshmem.core import auth, fdshare, runtime
+from vkshmem.core.bootstrap.base import Bootstrap, guess_host_address
+from vkshmem.core.bootstrap.exposure import env_secret
+from vkshmem.core.bootstrap.storeboot import EnvBootstrap
 from vkshmem.core.config import load as load_config
 from vkshmem.core.errors import BootstrapError
 
@@ -324,3 +329,51 @@ def test_the_runtime_refuses_a_malformed_record_with_bootstrap_error(
     monkeypatch.setattr(runtime, "open_bootstrap", lambda *args: boot)
     with pytest.raises(BootstrapError, match=r"PE 1 sent a malformed start-up record.*'pid'"):
         runtime.Runtime(load_config({"VKSHMEM_SYMMETRIC_SIZE": "1M"}))
+
+
+# -- env bootstrap: every rank refuses to run beyond loopback without a secret ---------------------
+
+
+def env_rank(rank: int, addr: str, **extra: str) -> dict[str, str]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return {"RANK": str(rank), "WORLD_SIZE": "2", "MASTER_ADDR": addr,
+            "MASTER_PORT": str(port), **extra}
+
+
+def outward_address() -> str | None:
+    addr = guess_host_address()
+    return None if addr.startswith("127.") else addr
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_env_every_rank_refuses_a_wildcard_bind_without_a_secret_at_once(rank: int) -> None:
+    """Rank 0 would bind the wildcard (VKSHMEM_BOOTSTRAP_BIND): it refuses, and so does rank 1
+    at once (not after the 30 s bootstrap timeout, waiting for a rank 0 that never came)."""
+    start = time.monotonic()
+    with pytest.raises(BootstrapError, match=f"beyond loopback.*{auth.SECRET_VAR}.*"
+                                             f"{auth.FILE_VAR}.*{auth.FD_VAR}") as info:
+        EnvBootstrap.open(env_rank(rank, "127.0.0.1", VKSHMEM_BOOTSTRAP_BIND="0.0.0.0"), 30)
+    assert time.monotonic() - start < 10
+    assert "0.0.0.0 (VKSHMEM_BOOTSTRAP_BIND)" in str(info.value)
+
+
+def test_env_a_rank_reaching_the_store_beyond_loopback_refuses_at_once() -> None:
+    addr = outward_address()
+    if addr is None:
+        pytest.skip("this host has no address beyond loopback")
+    start = time.monotonic()
+    with pytest.raises(BootstrapError, match=f"{addr}.*beyond loopback.*{auth.SECRET_VAR}"):
+        EnvBootstrap.open(env_rank(1, addr), 30)
+    assert time.monotonic() - start < 10
+
+
+def test_env_secret_rule_on_loopback_and_with_a_secret() -> None:
+    assert env_secret({}, "127.0.0.1", "the address of MASTER_ADDR", "localhost",
+                      "MASTER_ADDR") == b""
+    with pytest.raises(BootstrapError, match=r"reaches the store at 10\.1\.2\.3 \(MASTER_ADDR\)"):
+        env_secret({}, "127.0.0.1", "VKSHMEM_BOOTSTRAP_BIND", "10.1.2.3", "MASTER_ADDR")
+    secret = {auth.SECRET_VAR: "s" * 32}
+    assert env_secret(secret, "0.0.0.0", "VKSHMEM_BOOTSTRAP_BIND", "10.1.2.3",
+                      "MASTER_ADDR") == b"s" * 32

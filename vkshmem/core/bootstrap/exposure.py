@@ -2,7 +2,10 @@
 
 Rank 0's store binds the address ``MASTER_ADDR`` resolves to, never the wildcard unless
 ``VKSHMEM_BOOTSTRAP_BIND`` asks for it; a store reachable beyond loopback needs the job's secret
-(:mod:`vkshmem.core.auth`), and a loopback-only job without one runs with a warning.
+(:mod:`vkshmem.core.auth`), and a loopback-only job without one runs with a warning. Every rank
+applies that rule, from where rank 0 binds (the same variables) and where it connects itself, so
+that a rank other than 0 fails at once rather than wait the bootstrap timeout for a rank 0 that
+refused to start.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import logging
 import socket
 from collections.abc import Mapping
 
-from ..auth import FILE_VAR, SECRET_VAR, load_secret
+from ..auth import FD_VAR, FILE_VAR, SECRET_VAR, load_secret
 from ..errors import BootstrapError
 
 __all__ = ["BIND_VAR", "env_bind", "env_secret"]
@@ -45,21 +48,35 @@ def env_bind(environ: Mapping[str, str], host: str, host_source: str,
     return str(infos[0][4][0]), f"the address of {host_source}"
 
 
-def env_secret(environ: Mapping[str, str], address: str) -> bytes:
-    """The job's secret; required unless the store is on loopback only (``address``: where
-    rank 0 binds it, or where the others reach it)."""
+def env_secret(environ: Mapping[str, str], bind: str, bind_source: str,
+               connect: str | None = None, connect_source: str = "") -> bytes:
+    """The job's secret; required unless the store is on loopback only.
+
+    Every rank applies the same rule, so that none waits for a rank 0 that refused to start:
+    ``bind`` is where rank 0's store listens (every rank derives it from the same variables,
+    :func:`env_bind`), ``connect`` (ranks other than 0) where this rank reaches it; either
+    beyond loopback needs the secret (BootstrapError naming the variables)."""
     found = load_secret(environ)
     if found is not None:
         return found[0]
-    try:
-        resolved = socket.getaddrinfo(address, None)[0][4][0]
-    except (socket.gaierror, IndexError):
-        resolved = address
-    if not _is_loopback(str(resolved)):
-        raise BootstrapError(
-            f"bootstrap 'env': the store listens on {address}, beyond loopback, so the job "
-            f"needs a secret that every PE knows: set {SECRET_VAR} (at least 16 random "
-            f"characters, the same for every PE) or {FILE_VAR} (a file only you can read)")
+    where = [(bind, f"the store listens on {bind} ({bind_source})")]
+    if connect is not None:
+        where.append((connect, f"this PE reaches the store at {connect} ({connect_source})"))
+    for address, what in where:
+        if not _is_loopback(_resolved(address)):
+            raise BootstrapError(
+                f"bootstrap 'env': {what}, beyond loopback, so the job needs a secret that "
+                f"every PE knows: set {SECRET_VAR} (at least 16 random characters, the same "
+                f"for every PE), {FILE_VAR} (a file only you can read) or {FD_VAR} (an "
+                "inherited fd to read it from)")
     log.warning("bootstrap 'env': no job secret (%s/%s): any local user can join this "
                 "loopback job", SECRET_VAR, FILE_VAR)
     return b""
+
+
+def _resolved(address: str) -> str:
+    """The address ``address`` resolves to first (itself when it does not resolve)."""
+    try:
+        return str(socket.getaddrinfo(address, None)[0][4][0])
+    except (socket.gaierror, IndexError, UnicodeError):
+        return address

@@ -140,7 +140,10 @@ class EnvBootstrap(StoreBootstrap):
         port, port_source = env_master_port(environ, slurm)
         job_id = env_job_id(environ)
         bind, bind_source = env_bind(environ, host, host_source, port)
-        secret = env_secret(environ, bind if rank == 0 else host)
+        # every rank applies rank 0's rule (where it binds), the others also to where they
+        # connect: none waits the bootstrap timeout for a rank 0 that refused to start
+        secret = env_secret(environ, bind, bind_source, None if rank == 0 else host,
+                            host_source)
         server = _env_store(port, size, job_id, bind, bind_source, port_source, secret) \
             if rank == 0 else None
         hint = "Rank 0 hosts the store (bootstrap 'env'): is it running, and can this host " \
