@@ -4,10 +4,15 @@ Mapping of the core's contract onto libfabric (``csrc/vko*.c`` does the work, on
 per operation, with the GIL released):
 
 * ``register`` → ``fi_mr_reg`` of the segment's existing memory (nothing is allocated), with
-  the MR modes the provider asked for (``FI_MR_VIRT_ADDR``, ``FI_MR_PROV_KEY``); the key blob
-  is ``<IQQQ`` (segment id, remote address of its first byte, size, key). GPU memory whose
-  domain exports a dma-buf (``SegmentInfo.dmabuf_fd``, or a ``"dmabuf"`` segment's fd) →
-  ``fi_mr_regattr`` with ``FI_MR_DMABUF``, where the headers built against have it (1.20+).
+  the MR modes the provider asked for (``FI_MR_VIRT_ADDR``, ``FI_MR_PROV_KEY``); the key
+  requested is random (``getrandom``, as many bytes as the domain's ``mr_key_size``), the
+  provider's own where it grants ``FI_MR_PROV_KEY``; the key blob is ``<IQQQ`` (segment id,
+  remote address of its first byte, size, key), which reaches peers only through the
+  bootstrap. GPU memory whose domain exports a dma-buf (``SegmentInfo.dmabuf_fd``, or a
+  ``"dmabuf"`` segment's fd) → ``fi_mr_regattr`` with ``FI_MR_DMABUF``, where the headers
+  built against have it (1.20+).
+* Opening: a provider that binds network addresses (tcp, sockets, udp, verbs) gets the
+  context's ``host_address`` as its source (``FI_SOURCE``): it listens on that address only.
 * ``address`` → ``fi_getname`` of the endpoint; ``connect`` inserts peers in the AV.
 * ``put``/``get`` → ``fi_writemsg`` (``FI_DELIVERY_COMPLETE``) / ``fi_readmsg``; puts up to
   256 bytes are copied, so a blocking put returns at once; larger ones wait for completion.
@@ -53,6 +58,7 @@ __all__ = ["OfiTransport", "libfabric_version"]
 log = logging.getLogger("vkshmem.ofi")
 
 _KEY = struct.Struct("<IQQQ")
+_FI_MR_PROV_KEY = 1 << 6  # rdma/fabric.h
 
 if any(getattr(lib, f"VKO_{op.name}") != op.value for op in AmoOp):  # pragma: no cover
     raise ImportError("vkshmem_ofi: the native AMO op codes disagree with vkshmem's AmoOp")
@@ -89,7 +95,8 @@ class OfiTransport(DataPath, Transport):
         opts = parse_options(context)
         self._shared = sh = Shared(context, opts)
         err = ffi.new("char[]", lib.VKO_ERRLEN)
-        ctx = lib.vko_open(opts.provider.encode(), context.n_pes, opts.poll_us,
+        ctx = lib.vko_open(opts.provider.encode(), (context.host_address or "").encode(),
+                           context.n_pes, opts.poll_us,
                            opts.idle_poll_us, opts.busy_us, opts.spin_us, opts.timeout, err,
                            lib.VKO_ERRLEN)
         if ctx == ffi.NULL:
@@ -102,6 +109,7 @@ class OfiTransport(DataPath, Transport):
         self._ctx_finalizer = weakref.finalize(self, _close_ctx, ctx)
         try:
             sh.provider = ffi.string(lib.vko_provider(ctx)).decode()
+            self._check_keys()
             self._open_endpoint()
             self._setup_amos()
         except BaseException:
@@ -119,6 +127,17 @@ class OfiTransport(DataPath, Transport):
                                  f"{ffi.string(err).decode()}")
         self._e = e
         self._held_flag = lib.vko_held_flag(e)
+
+    def _check_keys(self) -> None:
+        """Say so where the provider's memory keys hold fewer than 64 random bits: keys are
+        what stops a stranger who reaches the endpoint from reading or writing the heap."""
+        info = ffi.new("uint64_t[6]")
+        lib.vko_info(self._shared.ctx, info)
+        size = lib.vko_mr_key_size(self._shared.ctx)
+        if size < 8 and not info[0] & _FI_MR_PROV_KEY and self._shared.context.my_pe == 0:
+            log.warning("ofi %s: its memory keys are %d bytes, so vkshmem's keys are %d random "
+                        "bits (not 64): a stranger reaching its endpoints has a 1 in 2**%d "
+                        "chance per guess", self._shared.provider, size, 8 * size, 8 * size)
 
     def _setup_amos(self) -> None:
         sh, opts = self._shared, self._shared.options

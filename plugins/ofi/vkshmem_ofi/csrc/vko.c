@@ -15,6 +15,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
 #include <sys/syscall.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -93,7 +94,8 @@ struct vko_ctx {
     pthread_rwlock_t cqlock; /* read: the progress thread's round; write: closing a context */
     struct fid_mr **mrs;
     size_t n_mrs, cap_mrs;
-    uint64_t next_key;
+    uint64_t *keys;   /* the keys requested of each MR (random; mrs[i]'s is keys[i]) */
+    char src_node[128]; /* the address the endpoints bind (FI_SOURCE), "": the provider's */
     vko_ep *eps;
     uint32_t valid, emulate;
     int valid_done, inject_amo, waitable, stop, eps_n, root_taken;

@@ -37,6 +37,7 @@
 #define VKO_ETIMEDOUT (-1009) /* no completion within the transport's timeout */
 #define VKO_ENODMABUF (-1010) /* this build's libfabric has no FI_MR_DMABUF */
 #define VKO_EFAILED (-1011)  /* abandoned: a PE of the job failed (the core's liveness words) */
+#define VKO_ERANDOM (-1012)  /* getrandom(2) gave no random key */
 
 /* AMO op codes: the same as vkshmem.core.transport.AmoOp (checked at import). */
 #define VKO_FETCH 0
@@ -63,16 +64,19 @@ const char *vko_strerror(int rc);
 
 /* fi_getinfo for an RDM endpoint with RMA and atomics from provider prov ("tcp;ofi_rxm",
  * "shm", ...; NULL or "" lets libfabric choose), then fabric, domain, AV and CQ, and start the
- * progress thread. n_pes sizes the peer table; poll_us: how long the progress thread sleeps
+ * progress thread. src_node: the job's address of this host; a provider that binds network
+ * addresses (tcp, sockets, udp, verbs, net: any layer of prov's name) is asked again with it as
+ * the source (FI_SOURCE), so its endpoints listen on that address only (NULL or "": the
+ * provider's own choice; ignored by shm and the others). n_pes sizes the peer table; poll_us: how long the progress thread sleeps
  * between polls where the CQ has no wait object, idle_poll_us: the same once this PE issued
  * nothing for a second; busy_us: how long it polls without sleeping after a peer's operation
  * landed here (seen by a remote-access counter, where the provider offers FI_RMA_EVENT, or
  * by the CQ's wait fd waking it while this PE issued nothing; 0: never; vko_progress.c);
  * spin_us: how long a waiting caller spins
  * before it yields; timeout_s bounds every wait. NULL on failure, with err filled. */
-vko_ctx *vko_open(const char *prov, int32_t n_pes, uint32_t poll_us, uint32_t idle_poll_us,
-                  uint32_t busy_us, uint32_t spin_us, double timeout_s, char *err,
-                  size_t errlen);
+vko_ctx *vko_open(const char *prov, const char *src_node, int32_t n_pes, uint32_t poll_us,
+                  uint32_t idle_poll_us, uint32_t busy_us, uint32_t spin_us, double timeout_s,
+                  char *err, size_t errlen);
 /* Stop the thread, close every endpoint and MR, the CQ, AV, domain and fabric. */
 void vko_close(vko_ctx *c);
 /* What the provider granted: name, mr_mode, tx msg_order, inject size, max message size,
@@ -103,7 +107,10 @@ void vko_set_busy_yield(vko_ctx *c, int on);
 
 /* Register [addr, addr+size) (not allocating it), or the dma-buf fd (offset 0, size bytes,
  * mapped at addr by the caller) where dmabuf_fd >= 0; the key and the remote address of its
- * first byte are what peers need. */
+ * first byte are what peers need. The key requested is random (getrandom(2)), of
+ * vko_mr_key_size() bytes, non-zero and unique in the context; where the provider grants
+ * FI_MR_PROV_KEY the provider's key is returned instead. */
+int vko_mr_key_size(vko_ctx *c); /* bytes of the requested keys: the domain's mr_key_size, 1..8 */
 int vko_mr_reg(vko_ctx *c, uintptr_t addr, uint64_t size, int dmabuf_fd, uint64_t *key,
                uint64_t *remote_base);
 

@@ -77,6 +77,7 @@ const char *vko_strerror(int rc) {
     case VKO_ETIMEDOUT: return "timed out";
     case VKO_ENODMABUF: return "libfabric built without FI_MR_DMABUF";
     case VKO_EFAILED: return "a PE of the job failed";
+    case VKO_ERANDOM: return "getrandom(2) gave no random memory key";
     default: return fi_strerror(rc < 0 ? -rc : rc);
     }
 }

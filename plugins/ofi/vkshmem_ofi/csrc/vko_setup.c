@@ -6,8 +6,24 @@ static void seterr(char *err, size_t errlen, const char *what, int rc) {
         snprintf(err, errlen, "%s: %s (%d)", what, fi_strerror(rc < 0 ? -rc : rc), rc);
 }
 
-/* vko_open's work; rma_event: ask for FI_RMA_EVENT and open the remote-access counter. */
-static vko_ctx *open_ctx(const char *prov, int32_t n_pes, uint32_t poll_us,
+/* Providers whose endpoints bind a network address (an IP address, or an RDMA device's found
+ * by its IP address): given the job's host address, they bind that one only (FI_SOURCE). shm
+ * (names under /dev/shm) and the others keep their own defaults. */
+static int binds_network(const char *prov_name) {
+    static const char *const net[] = {"tcp", "sockets", "udp", "verbs", "net"};
+    char buf[128];
+    snprintf(buf, sizeof buf, "%s", prov_name ? prov_name : "");
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, ";", &save); tok; tok = strtok_r(NULL, ";", &save))
+        for (size_t i = 0; i < sizeof net / sizeof *net; i++)
+            if (!strcmp(tok, net[i]))
+                return 1;
+    return 0;
+}
+
+/* vko_open's work; rma_event: ask for FI_RMA_EVENT and open the remote-access counter;
+ * src_node: the job's address of this host (NULL or "": none). */
+static vko_ctx *open_ctx(const char *prov, const char *src_node, int32_t n_pes, uint32_t poll_us,
                          uint32_t idle_poll_us, uint32_t busy_us, uint32_t spin_us,
                          double timeout_s, int rma_event, char *err, size_t errlen) {
     struct fi_info *hints = fi_allocinfo();
@@ -33,7 +49,6 @@ static vko_ctx *open_ctx(const char *prov, int32_t n_pes, uint32_t poll_us,
     c->busy_us = busy_us;
     c->spin_us = spin_us;
     c->timeout_ns = (uint64_t)(timeout_s * 1e9);
-    c->next_key = 1;
     c->wait_fd = -1;
     hints->ep_attr->type = FI_EP_RDM;
     hints->caps = FI_RMA | FI_ATOMIC | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE |
@@ -46,14 +61,36 @@ static vko_ctx *open_ctx(const char *prov, int32_t n_pes, uint32_t poll_us,
     if (prov && *prov)
         hints->fabric_attr->prov_name = strdup(prov);
     rc = fi_getinfo(VKO_API, NULL, NULL, 0, hints, &c->info);
-    fi_freeinfo(hints);
     if (rc) {
+        fi_freeinfo(hints);
         seterr(err, errlen, "fi_getinfo found no provider with RDM endpoints, RMA and atomics",
                rc);
         c->info = NULL;
         vko_close(c);
         return NULL;
     }
+    /* A network provider binds its listener to the job's address of this host only, not to
+     * the address it picks itself (the first interface's, or any): ask again for the same
+     * provider with that address as the source. No fallback to the provider's choice. */
+    if (src_node && *src_node && binds_network(c->info->fabric_attr->prov_name)) {
+        free(hints->fabric_attr->prov_name);
+        hints->fabric_attr->prov_name = strdup(c->info->fabric_attr->prov_name);
+        fi_freeinfo(c->info);
+        c->info = NULL;
+        rc = fi_getinfo(VKO_API, src_node, NULL, FI_SOURCE, hints, &c->info);
+        if (rc) {
+            fi_freeinfo(hints);
+            char what[VKO_ERRLEN];
+            snprintf(what, sizeof what, "fi_getinfo with source address %.64s (the job's "
+                     "address of this host)", src_node);
+            seterr(err, errlen, what, rc);
+            c->info = NULL;
+            vko_close(c);
+            return NULL;
+        }
+        snprintf(c->src_node, sizeof c->src_node, "%s", src_node);
+    }
+    fi_freeinfo(hints);
     if ((rc = fi_fabric(c->info->fabric_attr, &c->fabric, NULL))) {
         seterr(err, errlen, "fi_fabric", rc);
         vko_close(c);
@@ -101,17 +138,17 @@ static vko_ctx *open_ctx(const char *prov, int32_t n_pes, uint32_t poll_us,
     return c; /* the progress thread starts with the root endpoint */
 }
 
-vko_ctx *vko_open(const char *prov, int32_t n_pes, uint32_t poll_us, uint32_t idle_poll_us,
-                  uint32_t busy_us, uint32_t spin_us, double timeout_s, char *err,
-                  size_t errlen) {
-    vko_ctx *c = open_ctx(prov, n_pes, poll_us, idle_poll_us, busy_us, spin_us, timeout_s, 0,
+vko_ctx *vko_open(const char *prov, const char *src_node, int32_t n_pes, uint32_t poll_us,
+                  uint32_t idle_poll_us, uint32_t busy_us, uint32_t spin_us, double timeout_s,
+                  char *err, size_t errlen) {
+    vko_ctx *c = open_ctx(prov, src_node, n_pes, poll_us, idle_poll_us, busy_us, spin_us, timeout_s, 0,
                           err, errlen);
     if (!c || c->waitable || !busy_us)
         return c;
     /* A polling provider (no CQ wait object: shm): where it offers FI_RMA_EVENT, a counter
      * of the peers' operations tells the progress thread when to busy-poll. */
     char err2[VKO_ERRLEN];
-    vko_ctx *c2 = open_ctx(prov, n_pes, poll_us, idle_poll_us, busy_us, spin_us, timeout_s, 1,
+    vko_ctx *c2 = open_ctx(prov, src_node, n_pes, poll_us, idle_poll_us, busy_us, spin_us, timeout_s, 1,
                            err2, sizeof err2);
     if (!c2)
         return c;
@@ -179,6 +216,7 @@ void vko_close(vko_ctx *c) {
     for (size_t i = 0; i < c->n_mrs; i++)
         fi_close(&c->mrs[i]->fid);
     free(c->mrs);
+    free(c->keys);
     if (c->cq)
         fi_close(&c->cq->fid);
     if (c->rcntr)
@@ -197,45 +235,86 @@ void vko_close(vko_ctx *c) {
     free(c);
 }
 
+int vko_mr_key_size(vko_ctx *c) {
+    size_t n = c->info->domain_attr->mr_key_size;
+    return n == 0 || n > 8 ? 8 : (int)n; /* 0: not stated; keys are 64-bit in the API */
+}
+
+/* A key nobody can guess: vko_mr_key_size() bytes from the kernel's CSPRNG, never 0 and
+ * never one this context already requested. VKO_ERANDOM where getrandom(2) fails. */
+static int random_key(vko_ctx *c, uint64_t *out) {
+    int bytes = vko_mr_key_size(c);
+    uint64_t mask = bytes >= 8 ? UINT64_MAX : (UINT64_C(1) << (8 * bytes)) - 1;
+    for (int tries = 0; tries < 64; tries++) {
+        uint64_t k = 0;
+        ssize_t got;
+        do
+            got = getrandom(&k, sizeof k, 0);
+        while (got < 0 && errno == EINTR);
+        if (got != (ssize_t)sizeof k)
+            return VKO_ERANDOM;
+        k &= mask;
+        int used = k == 0;
+        for (size_t i = 0; i < c->n_mrs && !used; i++)
+            used = c->keys[i] == k;
+        if (!used) {
+            *out = k;
+            return 0;
+        }
+    }
+    return VKO_ERANDOM;
+}
+
 int vko_mr_reg(vko_ctx *c, uintptr_t addr, uint64_t size, int dmabuf_fd, uint64_t *key,
                uint64_t *remote_base) {
     struct fid_mr *mr = NULL;
     uint64_t access = FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+    uint64_t want = 0;
     int rc;
     pthread_mutex_lock(&c->lock);
-    uint64_t want = c->next_key++;
     if (c->n_mrs == c->cap_mrs) {
         size_t cap = c->cap_mrs ? 2 * c->cap_mrs : 8;
         struct fid_mr **m = realloc(c->mrs, cap * sizeof *m);
-        if (!m) {
+        if (m)
+            c->mrs = m;
+        uint64_t *k = m ? realloc(c->keys, cap * sizeof *k) : NULL;
+        if (!k) {
             pthread_mutex_unlock(&c->lock);
             return VKO_ENOMEM;
         }
-        c->mrs = m;
+        c->keys = k;
         c->cap_mrs = cap;
     }
-    if (dmabuf_fd >= 0) {
+    /* the provider may refuse a key in use elsewhere in its domain (-FI_ENOKEY): draw again */
+    for (int attempt = 0; attempt < 8; attempt++) {
+        if ((rc = random_key(c, &want)))
+            break;
+        if (dmabuf_fd >= 0) {
 #ifdef FI_MR_DMABUF
-        struct fi_mr_dmabuf dmabuf = {.fd = dmabuf_fd, .offset = 0, .len = size,
-                                      .base_addr = (void *)addr};
-        struct fi_mr_attr attr;
-        memset(&attr, 0, sizeof attr);
-        attr.dmabuf = &dmabuf;
-        attr.iov_count = 1;
-        attr.access = access;
-        attr.requested_key = want;
-        attr.iface = FI_HMEM_SYSTEM;
-        rc = fi_mr_regattr(c->domain, &attr, FI_MR_DMABUF, &mr);
+            struct fi_mr_dmabuf dmabuf = {.fd = dmabuf_fd, .offset = 0, .len = size,
+                                          .base_addr = (void *)addr};
+            struct fi_mr_attr attr;
+            memset(&attr, 0, sizeof attr);
+            attr.dmabuf = &dmabuf;
+            attr.iov_count = 1;
+            attr.access = access;
+            attr.requested_key = want;
+            attr.iface = FI_HMEM_SYSTEM;
+            rc = fi_mr_regattr(c->domain, &attr, FI_MR_DMABUF, &mr);
 #else
-        rc = VKO_ENODMABUF;
+            rc = VKO_ENODMABUF;
 #endif
-    } else {
-        rc = fi_mr_reg(c->domain, (void *)addr, size, access, 0, want, 0, &mr, NULL);
+        } else {
+            rc = fi_mr_reg(c->domain, (void *)addr, size, access, 0, want, 0, &mr, NULL);
+        }
+        if (rc != -FI_ENOKEY)
+            break;
     }
     if (rc) {
         pthread_mutex_unlock(&c->lock);
         return rc;
     }
+    c->keys[c->n_mrs] = want;
     c->mrs[c->n_mrs++] = mr;
     pthread_mutex_unlock(&c->lock);
     *key = (c->info->domain_attr->mr_mode & FI_MR_PROV_KEY) ? fi_mr_key(mr) : want;
