@@ -50,10 +50,41 @@ expect = np.zeros(n, np.int32)
 expect[left] = left + 1
 shmem.wait_until_all_vector(flags, "eq", expect)
 check(shmem.test_all_vector(flags, "eq", expect), "test_all_vector")
-check(shmem.wait_until_any_vector(flags, "eq", expect) == 0, "wait_until_any_vector")
+got = shmem.wait_until_any_vector(flags, "eq", expect)
+check(got is not None and flags[got] == expect[got], "wait_until_any_vector")
 check(shmem.wait_until_some_vector(flags, "eq", expect) == list(range(n)), "some_vector")
 check(shmem.test_any_vector(flags, "ne", expect) is None, "test_any_vector")
 check(shmem.test_some_vector(flags, "ne", expect) == [], "test_some_vector")
+
+# fairness (OpenSHMEM 1.5/1.6): a series of *_any calls returns every satisfied index, not
+# the lowest for ever; excluded and unsatisfied ones never
+many = shmem.ones(5, np.int32)
+many[2] = 0
+keep = np.array([0, 0, 0, 0, 1], np.int32)  # status: index 4 excluded
+for name, call in (
+        ("test_any", lambda: shmem.test_any(many, "eq", 1, status=keep)),
+        ("wait_until_any", lambda: shmem.wait_until_any(many, "eq", 1, status=keep)),
+        ("test_any_vector", lambda: shmem.test_any_vector(many, "eq", np.ones(5), keep)),
+        ("wait_until_any_vector",
+         lambda: shmem.wait_until_any_vector(many, "eq", np.ones(5), keep))):
+    seen = [call() for _ in range(9)]
+    check(set(seen) == {0, 1, 3}, f"{name} fair: {seen}")
+shmem.free(many)
+# waits and tests on freed or private (non-symmetric) words raise, as RMA does
+from vkshmem import InvalidArgumentError, NotAllocatedError  # noqa: E402
+
+for name, call in (("wait_until", lambda a: shmem.wait_until(a[:1], "eq", 7)),
+                   ("test", lambda a: shmem.test(a[:1], "eq", 7)),
+                   ("wait_until_all", lambda a: shmem.wait_until_all(a, "eq", 7)),
+                   ("test_any", lambda a: shmem.test_any(a, "eq", 7))):
+    for what, arr, err in (("freed", many, NotAllocatedError),
+                           ("private", np.zeros(5, np.int32), InvalidArgumentError)):
+        try:
+            call(arr)
+        except err:
+            pass
+        else:
+            check(False, f"{name} on a {what} array must raise {err.__name__}")
 
 # barriers keep everyone in step: each round every PE increments PE 0's counter once
 ctr = shmem.zeros(1, np.int64)

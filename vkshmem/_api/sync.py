@@ -11,6 +11,7 @@ return at once, ``wait_until_any``/``test_any`` return None (C's ``SIZE_MAX``),
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -19,7 +20,7 @@ import numpy as np
 from ..core.errors import InvalidArgumentError, InvalidTypeError
 from ..core.fast import entry
 from . import state
-from .args import ND, DomainArray, heap_of
+from .args import ND, DomainArray, heap_of, locate
 from .enums import cmp_codes, cmp_function
 
 try:
@@ -84,6 +85,10 @@ def _flat(ivars: Any, what: str) -> tuple[np.ndarray, int, int]:
     if not isinstance(ivars, np.ndarray):
         raise InvalidTypeError(f"{what} needs a numpy array, got {type(ivars).__name__}")
     lo, hi = _byte_bounds(ivars)
+    # a symmetric, live allocation, as RMA requires (a freed or private word would wait for a
+    # write that can never come)
+    locate(ivars if ivars.flags.c_contiguous else (ctypes.c_char * (hi - lo)).from_address(lo),
+           hi - lo, what)
     return ivars.reshape(-1), lo, hi - lo
 
 
@@ -166,6 +171,33 @@ def _any_done(hits: np.ndarray, active: np.ndarray | None) -> bool:
     return bool(hits.any())
 
 
+#: per watched array (its address and length), the index ``*_any`` returned last
+_last_any: dict[tuple[int, int], int] = {}
+
+
+def _pick(hits: np.ndarray, ivars: Any) -> int | None:
+    """A satisfied index, the first at or after the one returned last for the same array
+    (round robin): a series of calls returns every index that stays satisfied (OpenSHMEM
+    1.5/1.6), rather than the lowest one for ever."""
+    idx = np.flatnonzero(hits)
+    if not idx.size:
+        return None
+    key = (_address(ivars), hits.size)
+    after = _last_any.get(key, -1)
+    pos = int(np.searchsorted(idx, after, side="right"))
+    chosen = int(idx[pos if pos < idx.size else 0])
+    if len(_last_any) >= 4096 and key not in _last_any:
+        _last_any.clear()  # bounded: forgetting only restarts the rotation
+    _last_any[key] = chosen
+    return chosen
+
+
+def _address(ivars: Any) -> int:
+    if isinstance(ivars, np.ndarray):
+        return int(ivars.__array_interface__["data"][0])
+    return id(ivars.domain) ^ (int(getattr(ivars, "offset", 0)) << 1)
+
+
 def wait_until_all(ivars: np.ndarray, cmp: Any, value: Any,
                    status: Sequence[int] | None = None) -> None:
     """Block until every element not excluded by ``status`` (nonzero = excluded) satisfies
@@ -177,9 +209,8 @@ def wait_until_any(ivars: np.ndarray, cmp: Any, value: Any,
                    status: Sequence[int] | None = None) -> int | None:
     """Block until some element satisfies the condition; return its index (None, at once,
     when the set is empty: no elements, or ``status`` excludes every one)."""
-    hits = _wait_set("wait_until_any", ivars, cmp, value, status, False, _any_done)
-    idx = np.flatnonzero(hits)
-    return int(idx[0]) if idx.size else None
+    return _pick(_wait_set("wait_until_any", ivars, cmp, value, status, False, _any_done),
+                 ivars)
 
 
 def wait_until_some(ivars: np.ndarray, cmp: Any, value: Any,
@@ -199,9 +230,8 @@ def wait_until_all_vector(ivars: np.ndarray, cmp: Any, values: Sequence[Any],
 def wait_until_any_vector(ivars: np.ndarray, cmp: Any, values: Sequence[Any],
                           status: Sequence[int] | None = None) -> int | None:
     """As ``wait_until_any`` with one comparison value per element."""
-    hits = _wait_set("wait_until_any_vector", ivars, cmp, values, status, True, _any_done)
-    idx = np.flatnonzero(hits)
-    return int(idx[0]) if idx.size else None
+    return _pick(_wait_set("wait_until_any_vector", ivars, cmp, values, status, True,
+                           _any_done), ivars)
 
 
 def wait_until_some_vector(ivars: np.ndarray, cmp: Any, values: Sequence[Any],
@@ -239,8 +269,7 @@ def test_all(ivars: np.ndarray, cmp: Any, value: Any,
 def test_any(ivars: np.ndarray, cmp: Any, value: Any,
              status: Sequence[int] | None = None) -> int | None:
     """Index of an element that satisfies the condition now, or None."""
-    idx = np.flatnonzero(_test_hits("test_any", ivars, cmp, value, status, False)[0])
-    return int(idx[0]) if idx.size else None
+    return _pick(_test_hits("test_any", ivars, cmp, value, status, False)[0], ivars)
 
 
 def test_some(ivars: np.ndarray, cmp: Any, value: Any,
@@ -259,8 +288,7 @@ def test_all_vector(ivars: np.ndarray, cmp: Any, values: Sequence[Any],
 def test_any_vector(ivars: np.ndarray, cmp: Any, values: Sequence[Any],
                     status: Sequence[int] | None = None) -> int | None:
     """As ``test_any`` with one comparison value per element."""
-    idx = np.flatnonzero(_test_hits("test_any_vector", ivars, cmp, values, status, True)[0])
-    return int(idx[0]) if idx.size else None
+    return _pick(_test_hits("test_any_vector", ivars, cmp, values, status, True)[0], ivars)
 
 
 def test_some_vector(ivars: np.ndarray, cmp: Any, values: Sequence[Any],

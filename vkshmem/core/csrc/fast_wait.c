@@ -194,6 +194,9 @@ static int make_pred(FastCall *self, PyObject **a, struct fast_pred *p) {
     if (p->kind == 0 || b.len != b.itemsize || (width != 1 && width != 2 && width != 4 &&
         width != 8) || ((uintptr_t)b.buf & (uintptr_t)(width - 1)))
         goto done;
+    /* only a live symmetric word (a freed or private one: the Python path raises) */
+    if (vk_locate_in(G.table, b.buf, (uint64_t)b.len) < 0)
+        goto done;
     if (p->kind == 'i') {
         v = PyLong_AsLongLongAndOverflow(a[P_VALUE], &overflow);
         if (overflow || (width < 8 && (v < -(1LL << (8 * width - 1)) ||
