@@ -110,7 +110,11 @@ class StoreClient:
         return f"{host}:{self.port}"
 
     # -- connection -----------------------------------------------------------------------
-    def _connect(self, role: Role, limit: float | None) -> socket.socket:
+    def _connect(self, role: Role, limit: float | None,
+                 refused_is_final: bool = False) -> socket.socket:
+        """Connect and authenticate as ``role``, retrying while the store is not up yet.
+        ``refused_is_final``: a refused connection is not retried (the store answered before,
+        so a refusal now means it is gone: rank 0 of an ``env`` job died)."""
         deadline = deadline_in(limit)
         delay = 0.02
         while True:
@@ -125,6 +129,8 @@ class StoreClient:
                     f"{self.source}): {exc}") from None
             except OSError as exc:
                 retry = isinstance(exc, TimeoutError) or exc.errno in _RETRY_ERRNOS
+                if refused_is_final and exc.errno == errno.ECONNREFUSED:
+                    retry = False
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if retry and (remaining is None or remaining > 0):
                     time.sleep(delay if remaining is None else min(delay, remaining))
@@ -241,7 +247,7 @@ class StoreClient:
     # -- control messages -----------------------------------------------------------------
     def _control(self, kind: Msg, payload: bytes) -> None:
         limit = CONTROL_TIMEOUT if self._limit is None else min(self._limit, CONTROL_TIMEOUT)
-        sock = self._connect(Role.CONTROL, limit)
+        sock = self._connect(Role.CONTROL, limit, refused_is_final=True)
         try:
             sock.settimeout(limit)
             send_frame(sock, kind, payload)

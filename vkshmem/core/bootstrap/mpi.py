@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import sys
+import threading
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -14,7 +17,12 @@ from ..auth import new_secret
 from ..errors import BootstrapError, FeatureNotAvailableError
 from .base import Bootstrap, flush_stdio, guess_host_address
 
-__all__ = ["MpiBootstrap", "check_mpi_usable"]
+__all__ = ["MpiBootstrap", "check_mpi_usable", "watch_launcher"]
+
+#: seconds between two looks at this process's parent
+_WATCH_PERIOD = 0.25
+#: seconds an interrupted PE has to end on its own before it is ended
+_GRACE = 2.0
 
 
 
@@ -34,6 +42,7 @@ class MpiBootstrap(Bootstrap):
         self.rank = int(self._comm.Get_rank())
         self.size = int(self._comm.Get_size())
         self.secret = bytes(self._comm.bcast(new_secret() if self.rank == 0 else None, root=0))
+        watch_launcher(self.rank)
 
     def allgather(self, blob: bytes) -> list[bytes]:
         """Collective: ``comm.allgather``."""
@@ -101,3 +110,34 @@ def check_mpi_usable(mpi: Any) -> None:
         raise BootstrapError(
             "bootstrap 'mpi': MPI is not initialised (mpi4py.rc.initialize = False?); call "
             "MPI.Init_thread() before shmem.init(), or leave mpi4py.rc.initialize True")
+
+
+_watching: list[int] = []  # the parent pid watched (once per process)
+
+
+def watch_launcher(rank: int) -> None:
+    """End this PE within seconds when the process that started it (the MPI launcher or its
+    daemon) dies: MPI itself would let it run on to the end of the program. A daemon thread
+    looks at the parent pid every 0.25 s; once this process is re-parented it says so on
+    stderr, interrupts the main thread (KeyboardInterrupt, so ``finally`` blocks run), and
+    ends the process 2 s later if it is still there. Once per process."""
+    if _watching:
+        return
+    parent = os.getppid()
+    _watching.append(parent)
+    if parent <= 1:
+        return  # already orphaned (or started by init): nothing to watch
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(_WATCH_PERIOD)
+        with contextlib.suppress(Exception):
+            sys.stderr.write(f"vkshmem: PE {rank}: the MPI launcher (process {parent}) ended; "
+                             "ending this PE\n")
+            sys.stderr.flush()
+        signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+        time.sleep(_GRACE)
+        flush_stdio()
+        os._exit(1)
+
+    threading.Thread(target=watch, name="vkshmem-launcher-watch", daemon=True).start()
