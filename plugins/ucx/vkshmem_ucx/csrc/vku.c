@@ -105,6 +105,7 @@ typedef struct vku_local {
     uint64_t size;
     ucp_mem_h memh;
     int fd; /* >= 0: UCX allocated this range over the core's memfd (a dup of it) */
+    int hollow; /* the memfd's pages were punched out when UCX took the range: it reads 0 */
 } vku_local;
 
 struct vku_ctx {

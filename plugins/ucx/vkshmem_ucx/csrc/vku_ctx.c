@@ -120,9 +120,18 @@ void vku_stats(vku_ctx *c, uint64_t *out3)
     out3[2] = c->stat_busy;
 }
 
+/* Whether the n bytes at p are all zero (every byte equals the first, which is zero). */
+static int all_zero(const unsigned char *p, size_t n)
+{
+    return n == 0 || (p[0] == 0 && memcmp(p, p + 1, n - 1) == 0);
+}
+
 /* Copy the pages of [src, src+size) that are resident (mincore) to dst: the bytes that can
- * differ from zero, without touching (and so allocating) the rest of a sparse segment. */
-static void copy_resident(void *dst, const void *src, uint64_t size)
+ * differ from zero, without touching (and so allocating) the rest of a sparse segment. With
+ * skip_zero (dst reads as zeros: a fresh or hole-punched memfd) resident pages that hold only
+ * zeros are not copied either: allocating dst's pages is what costs (seconds for a heap of
+ * 512 MiB UCX had populated), reading src is cheap. */
+static void copy_resident(void *dst, const void *src, uint64_t size, int skip_zero)
 {
     long page = sysconf(_SC_PAGESIZE);
     size_t npages = (size_t)((size + (uint64_t)page - 1) / (uint64_t)page);
@@ -133,10 +142,15 @@ static void copy_resident(void *dst, const void *src, uint64_t size)
         return;
     }
     for (size_t i = 0; i < npages; i++) {
-        if (!(vec[i] & 1))
+        uint64_t off = (uint64_t)i * (uint64_t)page;
+        size_t len = (size_t)((off + (uint64_t)page < size ? (uint64_t)page : size - off));
+        vec[i] = (vec[i] & 1) && !(skip_zero && all_zero((const unsigned char *)src + off, len));
+    }
+    for (size_t i = 0; i < npages; i++) {
+        if (!vec[i])
             continue;
         size_t j = i;
-        while (j + 1 < npages && (vec[j + 1] & 1))
+        while (j + 1 < npages && vec[j + 1])
             j++;
         uint64_t off = (uint64_t)i * (uint64_t)page;
         uint64_t end = (uint64_t)(j + 1) * (uint64_t)page;
@@ -186,8 +200,10 @@ out:
  * (ucp_mem_map ALLOCATE | FIXED), keeping its bytes: UCX's shared-memory transports then
  * reach it directly (stores and CPU atomics into the mapping) instead of by cma and software
  * atomics. 0 on success; else the range still holds the memfd mapping. */
-static int map_allocated(vku_ctx *c, uintptr_t addr, uint64_t size, int fd, ucp_mem_h *memh)
+static int map_allocated(vku_ctx *c, uintptr_t addr, uint64_t size, int fd, ucp_mem_h *memh,
+                         int *hollow)
 {
+    *hollow = 0;
     if (!alloc_claim(addr, size, 1))
         return VKU_EBUSY;
     void *old = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -216,7 +232,11 @@ static int map_allocated(vku_ctx *c, uintptr_t addr, uint64_t size, int fd, ucp_
                  fd, 0);
             rc = VKU_ENOMEM;
         } else {
-            copy_resident((void *)addr, old, size);
+            copy_resident((void *)addr, old, size, 1); /* UCX's new memory reads 0 */
+            /* the memfd's pages are UCX's now: give them back (half the memory), so that
+             * close() copies only what was written meanwhile into zeros */
+            *hollow = fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0,
+                                (off_t)size) == 0;
             rc = 0;
         }
     }
@@ -236,7 +256,7 @@ static void unmap_local(vku_ctx *c, vku_local *l)
     }
     void *back = mmap(NULL, (size_t)l->size, PROT_READ | PROT_WRITE, MAP_SHARED, l->fd, 0);
     if (back != MAP_FAILED)
-        copy_resident(back, (void *)l->addr, l->size);
+        copy_resident(back, (void *)l->addr, l->size, l->hollow);
     ucp_mem_unmap(c->context, l->memh); /* unmaps the range */
     if (back == MAP_FAILED ||
         mremap(back, (size_t)l->size, (size_t)l->size, MREMAP_MAYMOVE | MREMAP_FIXED,
@@ -267,11 +287,11 @@ int vku_mem_map(vku_ctx *c, uintptr_t addr, uint64_t size, int fd, int cuda, int
             goto out;
         }
         ucp_mem_h memh;
-        int own = -1;
+        int own = -1, hollow = 0;
         long page = sysconf(_SC_PAGESIZE);
         if (*allocate && !cuda && fd >= 0 && addr % (uintptr_t)page == 0 && size % (uint64_t)page == 0 &&
             (own = fcntl(fd, F_DUPFD_CLOEXEC, 0)) >= 0 &&
-            map_allocated(c, addr, size, own, &memh) != 0) {
+            map_allocated(c, addr, size, own, &memh, &hollow) != 0) {
             close(own);
             own = -1;
         }
@@ -297,6 +317,7 @@ int vku_mem_map(vku_ctx *c, uintptr_t addr, uint64_t size, int fd, int cuda, int
         l->size = size;
         l->memh = memh;
         l->fd = own;
+        l->hollow = hollow;
     }
     *allocate = l->fd >= 0;
     void *packed;
