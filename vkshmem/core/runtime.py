@@ -208,7 +208,10 @@ class Runtime(TransportRoutes, MemoryDomains, HostAllocation):
         # TEAM_WORLD and TEAM_SHARED own slots 0 and 1 on every PE.
         self.free_slots = ((1 << self.teams_max) - 1) & ~0b11
         self.world = TeamState(self, range(self.n_pes), 0, None)
-        self.shared = TeamState(self, self.node_pes, 1, self.world)
+        # TEAM_SHARED: the PEs whose memory ptr() reaches (OpenSHMEM's definition): the
+        # node's PEs on the shm path, only this PE without it
+        self.shared = TeamState(self, self.node_pes if cfg.shm else [self.my_pe], 1,
+                                self.world)
         set_fast_world(self)
         self.world.reset_slot()
         self.shared.reset_slot()
@@ -254,10 +257,10 @@ class Runtime(TransportRoutes, MemoryDomains, HostAllocation):
                 heap.domain.check_errors()
 
     def peer_buffer(self, pe: int, seg: int) -> Any:
-        """Memory of ``pe``'s segment ``seg`` mapped here, if loads/stores reach it (the shm
-        path is on and ``pe`` is on this node), else None."""
-        if self.route_transport[pe] is not self.shm:
-            return None
+        """Memory of ``pe``'s segment ``seg`` mapped here, if loads/stores reach it (this PE,
+        or a PE of this node while the shm path is on), else None."""
+        if self.route_transport[pe] is not self.shm and pe != self.my_pe:
+            return None  # this PE's own memory is always reachable (shmem_ptr)
         heap = self.seg_heaps[seg]
         if heap is not None:  # a domain's segment, imported here or not
             mem = heap.direct[pe]
