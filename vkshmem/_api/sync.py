@@ -171,24 +171,49 @@ def _any_done(hits: np.ndarray, active: np.ndarray | None) -> bool:
     return bool(hits.any())
 
 
-#: per watched array (its address and length), the index ``*_any`` returned last
-_last_any: dict[tuple[int, int], int] = {}
+#: ``*_any``'s rotation: per watched array (its address and length), the index returned last,
+#: in a table the compiled path (fast_wait.c) reads and writes too. Rows: address, length,
+#: index + 1 (address 0: free); an array's row lies within ``_ROT_PROBE`` rows of its home
+#: row (:func:`_rot_home`); with all of those taken the home row is reused: forgetting only
+#: restarts that array's rotation.
+_ROT_SLOTS, _ROT_PROBE = 4096, 8
+_rotation = np.zeros((_ROT_SLOTS + _ROT_PROBE, 3), np.uint64)
+_M64 = (1 << 64) - 1
+
+
+def _rot_home(addr: int, n: int) -> int:
+    return ((((addr >> 3) * 0x9E3779B97F4A7C15) + n) & _M64) >> 52
+
+
+def _rot_get(addr: int, n: int) -> int:
+    home = _rot_home(addr, n)
+    for a, m, i in _rotation[home:home + _ROT_PROBE].tolist():
+        if a == addr and m == n:
+            return int(i) - 1
+    return -1
+
+
+def _rot_set(addr: int, n: int, index: int) -> None:
+    home = _rot_home(addr, n)
+    rows = _rotation[home:home + _ROT_PROBE].tolist()
+    free = [j for j, (a, m, _i) in enumerate(rows) if a == 0]
+    j = next((j for j, (a, m, _i) in enumerate(rows) if a == addr and m == n),
+             free[0] if free else 0)
+    _rotation[home + j] = (addr, n, index + 1)
 
 
 def _pick(hits: np.ndarray, ivars: Any) -> int | None:
-    """A satisfied index, the first at or after the one returned last for the same array
-    (round robin): a series of calls returns every index that stays satisfied (OpenSHMEM
-    1.5/1.6), rather than the lowest one for ever."""
+    """A satisfied index, the first after the one returned last for the same array (round
+    robin, wrapping to the first): a series of calls returns every index that stays satisfied
+    (OpenSHMEM 1.5/1.6), rather than the lowest one for ever."""
     idx = np.flatnonzero(hits)
     if not idx.size:
         return None
-    key = (_address(ivars), hits.size)
-    after = _last_any.get(key, -1)
+    addr = _address(ivars) & _M64
+    after = _rot_get(addr, hits.size)
     pos = int(np.searchsorted(idx, after, side="right"))
     chosen = int(idx[pos if pos < idx.size else 0])
-    if len(_last_any) >= 4096 and key not in _last_any:
-        _last_any.clear()  # bounded: forgetting only restarts the rotation
-    _last_any[key] = chosen
+    _rot_set(addr, hits.size, chosen)
     return chosen
 
 
@@ -300,7 +325,8 @@ def test_some_vector(ivars: np.ndarray, cmp: Any, values: Sequence[Any],
 
 # The shm hot path runs in C (vkshmem.core.fast): quiet/fence while no transport is open or
 # every open one offers them in C (Transport.native_ops),
-# barrier_all/sync_all on a TEAM_WORLD of shm peers, wait_until/test on one plain integer.
+# barrier_all/sync_all on a TEAM_WORLD of shm peers, wait_until/test on one plain integer
+# and the set-wide ones on a plain integer array.
 # Everything else, and every error, takes the Python functions above.
 fence = entry("quiet", fence, op=1)
 quiet = entry("quiet", quiet, op=0)
@@ -308,3 +334,17 @@ barrier_all = entry("barrier_all", barrier_all, op=1)
 sync_all = entry("barrier_all", sync_all, op=0)
 wait_until = entry("wait_until", wait_until, opmap=cmp_codes())
 test = entry("test", test, opmap=cmp_codes())
+# the set-wide tests and waits on a plain numpy integer array (fast_wait.c's fast_wait_set:
+# op = mode (0 all, 1 any, 2 some) | vector << 2 | wait << 3)
+test_all = entry("wait_set", test_all, op=0, opmap=cmp_codes())
+test_any = entry("wait_set", test_any, op=1, opmap=cmp_codes())
+test_some = entry("wait_set", test_some, op=2, opmap=cmp_codes())
+test_all_vector = entry("wait_set", test_all_vector, op=4, opmap=cmp_codes())
+test_any_vector = entry("wait_set", test_any_vector, op=5, opmap=cmp_codes())
+test_some_vector = entry("wait_set", test_some_vector, op=6, opmap=cmp_codes())
+wait_until_all = entry("wait_set", wait_until_all, op=8, opmap=cmp_codes())
+wait_until_any = entry("wait_set", wait_until_any, op=9, opmap=cmp_codes())
+wait_until_some = entry("wait_set", wait_until_some, op=10, opmap=cmp_codes())
+wait_until_all_vector = entry("wait_set", wait_until_all_vector, op=12, opmap=cmp_codes())
+wait_until_any_vector = entry("wait_set", wait_until_any_vector, op=13, opmap=cmp_codes())
+wait_until_some_vector = entry("wait_set", wait_until_some_vector, op=14, opmap=cmp_codes())

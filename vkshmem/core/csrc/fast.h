@@ -73,7 +73,7 @@ typedef struct fastcall FastCall;
 typedef int (*fast_impl)(FastCall *self, PyObject **a, PyObject **out);
 
 enum { P_TARGET, P_SOURCE, P_PE, P_SIZE, P_CTX, P_VALUE, P_COND, P_FETCH, P_OP, P_CMP,
-       P_ROOT, P_TEAM, P_SIGNAL, P_SIGOP, P_TST, P_SST, P_LOCK, P_NROLES };
+       P_ROOT, P_TEAM, P_SIGNAL, P_SIGOP, P_TST, P_SST, P_LOCK, P_STATUS, P_NROLES };
 
 struct fastcall {
     PyObject_HEAD
@@ -162,6 +162,9 @@ typedef PyObject *(*fast_what)(const void *ctx);
 int fast_wait(struct fast_pred *p, fast_what what, const void *ctx);
 int fast_wait_until(FastCall *self, PyObject **a, PyObject **out);
 int fast_test(FastCall *self, PyObject **a, PyObject **out);
+/* test_/wait_until_ all/any/some (+ _vector): op = mode (0 all, 1 any, 2 some)
+ * | vector << 2 | wait << 3 */
+int fast_wait_set(FastCall *self, PyObject **a, PyObject **out);
 
 /* fast_watch.c: the wake board (struct vk_watch, _native.h): a long wait sleeps on a futex
  * the transports poke once the predicate holds. fast_watch_set: the ops of every open

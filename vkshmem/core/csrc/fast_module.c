@@ -7,13 +7,13 @@
 struct fast_global G;
 
 /* Parameter names that give an argument its role (a parameter of another name has none). */
-static const char *const ROLE_NAMES[P_NROLES][2] = {
-    [P_TARGET] = {"target", "ivar"}, [P_SOURCE] = {"source", NULL}, [P_PE] = {"pe", NULL},
-    [P_SIZE] = {"size", NULL},       [P_CTX] = {"ctx", NULL},       [P_VALUE] = {"value", NULL},
+static const char *const ROLE_NAMES[P_NROLES][3] = {
+    [P_TARGET] = {"target", "ivar", "ivars"}, [P_SOURCE] = {"source"}, [P_PE] = {"pe", NULL},
+    [P_SIZE] = {"size", NULL},       [P_CTX] = {"ctx", NULL},  [P_VALUE] = {"value", "values"},
     [P_COND] = {"cond", NULL},       [P_FETCH] = {"fetch", NULL},   [P_OP] = {"op", NULL},
     [P_CMP] = {"cmp", NULL},         [P_ROOT] = {"root", NULL},     [P_TEAM] = {"team", NULL},
     [P_SIGNAL] = {"signal", NULL},   [P_SIGOP] = {"sigop", NULL},   [P_TST] = {"tst", NULL},
-    [P_SST] = {"sst", NULL},         [P_LOCK] = {"lock", NULL},
+    [P_SST] = {"sst", NULL},         [P_LOCK] = {"lock", NULL},     [P_STATUS] = {"status"},
 };
 
 /* -- FastCall -------------------------------------------------------------------------------- */
@@ -163,6 +163,7 @@ static const struct { const char *kind; fast_impl impl; } KINDS[] = {
     {"scan", fast_scan},             {"iput", fast_iput},
     {"iget", fast_iget},             {"set_lock", fast_set_lock},
     {"test_lock", fast_test_lock},   {"clear_lock", fast_clear_lock},
+    {"wait_set", fast_wait_set},
     {NULL, NULL},
 };
 
@@ -207,7 +208,7 @@ static PyObject *mod_entry(PyObject *mod, PyObject *args, PyObject *kw) {
         self->slot[r] = -1;
         for (int i = 0; self->names && i < self->nparams; i++) {
             PyObject *nm = PyTuple_GET_ITEM(self->names, i);
-            for (int j = 0; j < 2 && ROLE_NAMES[r][j]; j++)
+            for (int j = 0; j < 3 && ROLE_NAMES[r][j]; j++)
                 if (PyUnicode_CompareWithASCIIString(nm, ROLE_NAMES[r][j]) == 0)
                     self->slot[r] = i;
         }
