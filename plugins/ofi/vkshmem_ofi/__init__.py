@@ -33,7 +33,7 @@ NAME = "ofi"
 PROVIDER_VAR = "VKSHMEM_OFI_PROVIDER"
 #: Rail options this transport understands.
 OPTIONS = ("provider", "timeout", "poll_us", "idle_poll_us", "busy_us", "spin_us", "emulate",
-           "inject_amo", "fence", "force", "native")
+           "inject_amo", "fence", "force", "native", "contexts")
 
 
 def load_native() -> Any:

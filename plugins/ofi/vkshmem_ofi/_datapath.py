@@ -236,11 +236,12 @@ class DataPath:
     # -- contexts, introspection, shutdown ------------------------------------------------
 
     def create_context(self) -> Any:
-        """A new endpoint on this transport's domain, AV and CQ (a parked one where a closed
-        context left one), reaching the same peers; its quiet waits only for its own
-        operations. ``close()`` on it waits for them and parks the endpoint for the next
-        context (libfabric 2.5's shm crashes opening an endpoint after a closed one had sent
-        to this PE); the transport's ``close()`` closes them all."""
+        """A context: its own counts of outstanding operations on this transport's endpoint
+        and CQ (rail option ``contexts=own``: a new endpoint on its domain, AV and CQ), a
+        parked one where a closed context left one, reaching the same peers; its quiet and
+        fence wait only for its own operations. ``close()`` on it waits for them and parks it
+        for the next context (libfabric 2.5's shm crashes opening an endpoint after a closed
+        one had sent to this PE); the transport's ``close()`` closes them all."""
         self._live()
         sh = self._shared
         ep = object.__new__(type(self))

@@ -60,6 +60,7 @@ class Options:
     inject_amo: str  # auto | on | off
     fence: str  # auto | quiet
     native: bool  # offer the C data path to the core's compiled hot path
+    contexts: str  # shared (contexts on the root endpoint) | own (an endpoint each)
 
 
 def _emulate_mask(text: str, bad: type[Exception], var: str) -> int:
@@ -136,6 +137,11 @@ def parse_options(context: TransportContext) -> Options:
     if native not in _TRUE + _FALSE:
         raise ConfigError(var, f"{NAME}: native={known['native']!r} (use 1: the core's "
                           "compiled hot path calls the C data path, or 0: the Python methods)")
+    contexts = known.get("contexts", "shared").lower()
+    if contexts not in ("shared", "own"):
+        raise ConfigError(var, f"{NAME}: contexts={known['contexts']!r} (use shared: contexts "
+                          "count their operations on the transport's endpoint, or own: each "
+                          "opens its own endpoint)")
     return Options(
         provider=provider, provider_from=source,
         timeout=_number(known, "timeout", DEFAULT_TIMEOUT, 0.001, 1e6, var, "seconds"),
@@ -144,5 +150,5 @@ def parse_options(context: TransportContext) -> Options:
         busy_us=int(_number(known, "busy_us", DEFAULT_BUSY_US, 0, 1e7, var, "microseconds")),
         spin_us=int(_number(known, "spin_us", 50, 0, 1e7, var, "microseconds")),
         emulate=_emulate_mask(known.get("emulate", ""), ConfigError, var),
-        inject_amo=inject, fence=fence, native=native in _TRUE,
+        inject_amo=inject, fence=fence, native=native in _TRUE, contexts=contexts,
     )

@@ -24,8 +24,11 @@ per operation, with the GIL released):
   with the same CPU atomics at the target, so both are atomic with each other).
 * ``fence`` = completion of the outstanding writes (no provider here orders put-then-AMO);
   ``quiet`` = completion of everything this endpoint issued.
-* ``create_context`` → a new endpoint on the same domain, AV and CQ: its quiet waits only
-  for its own operations.
+* ``create_context`` → a context on the transport's own endpoint and CQ with its own counts
+  of outstanding operations (each request names the context it counts in): its quiet and
+  fence wait only for its own operations, and creating it opens nothing. With the rail option
+  ``contexts=own``, a new endpoint on the same domain, AV and CQ instead (tcp;ofi_rxm: tens of
+  MB of buffers and a connection to each peer on first use, 50-200 ms each).
 """
 
 from __future__ import annotations
@@ -106,6 +109,7 @@ class OfiTransport(DataPath, Transport):
                                  f"{', '.join(KNOWN)}")
         sh.ctx = ctx
         lib.vko_set_self(ctx, context.my_pe, getattr(context, "liveness_words", 0))
+        lib.vko_set_context_endpoints(ctx, int(opts.contexts == "own"))
         self._ctx_finalizer = weakref.finalize(self, _close_ctx, ctx)
         try:
             sh.provider = ffi.string(lib.vko_provider(ctx)).decode()

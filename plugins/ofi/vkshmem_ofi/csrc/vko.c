@@ -80,6 +80,8 @@ struct vko_ep {
     int py_held;                 /* Python holds buffers of non-blocking operations */
     uint64_t n_polls;            /* atomic: CQ reads made by callers waiting (vko_probe) */
     int pooled;                  /* a closed context's endpoint, kept for the next (c->lock) */
+    int shared;                  /* a context on the root's libfabric endpoint and CQ (its own
+                                    counts: its quiet and fence wait only for its operations) */
 };
 
 struct vko_ctx {
@@ -97,6 +99,8 @@ struct vko_ctx {
     uint64_t *keys;   /* the keys requested of each MR (random; mrs[i]'s is keys[i]) */
     char src_node[128]; /* the address the endpoints bind (FI_SOURCE), "": the provider's */
     vko_ep *eps;
+    vko_ep *root;                /* the first endpoint (c->lock) */
+    int ctx_own;                 /* context endpoints open their own libfabric endpoint */
     uint32_t valid, emulate;
     int valid_done, inject_amo, waitable, stop, eps_n, root_taken;
     int puts_ordered; /* fence leaves puts in flight (the provider orders write after write) */

@@ -120,7 +120,8 @@ int vko_peer_seg(vko_ctx *c, int32_t pe, uint32_t seg, uint64_t base, uint64_t s
                  uint64_t key);
 
 /* The first endpoint is the root (peers target it; the progress thread sleeps on its CQ);
- * later ones are contexts' endpoints, each with its own CQ. */
+ * later ones are contexts' endpoints: on the root's (vko_set_context_endpoints), or each with
+ * its own CQ. */
 /* name: the endpoint's name where the provider names endpoints by strings (shm: the file under
  * /dev/shm), set before it is enabled; NULL or "" keeps the provider's default. */
 vko_ep *vko_ep_open(vko_ctx *c, const char *name, char *err, size_t errlen);
@@ -129,6 +130,12 @@ vko_ep *vko_ep_open(vko_ctx *c, const char *name, char *err, size_t errlen);
  * closed at once instead). For the root endpoint this does nothing (vko_close closes it, after
  * stopping the progress thread). */
 void vko_ep_close(vko_ep *e);
+/* own=0 (the default): a context's vko_ep shares the root's libfabric endpoint and CQ, with
+ * its own counts of outstanding operations (its quiet and fence wait only for its own; the
+ * requests' op_context names the vko_ep they count in), so creating one opens nothing (an
+ * rxm endpoint allocates tens of MB of buffers and connects to each peer again on first use).
+ * own=1: each opens its own endpoint and CQ on the domain and AV (contexts=own). */
+void vko_set_context_endpoints(vko_ctx *c, int own);
 int vko_ep_name(vko_ep *e, void *buf, size_t *len);
 
 /* Data path. nbi=1: completes by vko_quiet (buffers must stay valid until then). */

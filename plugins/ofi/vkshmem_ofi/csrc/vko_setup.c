@@ -181,7 +181,7 @@ static void ep_free(vko_ep *e, int wait) {
     int own = e->cq && e->cq != c->cq;
     if (own)
         pthread_rwlock_wrlock(&c->cqlock);
-    if (e->ep)
+    if (e->ep && !e->shared) /* (a shared one's is the root's) */
         fi_close(&e->ep->fid);
     if (own)
         fi_close(&e->cq->fid);
@@ -356,6 +356,15 @@ vko_ep *vko_ep_open(vko_ctx *c, const char *name, char *err, size_t errlen) {
     pthread_mutex_lock(&c->lock);
     int root = c->eps_n == 0 && !c->root_taken;
     c->root_taken = 1;
+    if (!root && !c->ctx_own && c->root) { /* on the root's endpoint and CQ: nothing to open */
+        e->shared = 1;
+        e->ep = c->root->ep;
+        e->cq = c->cq;
+        e->next = c->eps;
+        c->eps = e;
+        pthread_mutex_unlock(&c->lock);
+        return e;
+    }
     pthread_mutex_unlock(&c->lock);
     /* The root endpoint uses the shared CQ the progress thread sleeps on; a context endpoint
      * gets its own CQ, closed with it (libfabric 1.17's rxm crashes reading a CQ with a wait
@@ -397,12 +406,15 @@ vko_ep *vko_ep_open(vko_ctx *c, const char *name, char *err, size_t errlen) {
     e->next = c->eps;
     c->eps = e;
     c->eps_n++;
+    if (root)
+        c->root = e;
     pthread_mutex_unlock(&c->lock);
     if (root && (rc = pthread_create(&c->thread, NULL, progress_main, c))) {
         seterr(err, errlen, "cannot start the progress thread", -rc);
         pthread_mutex_lock(&c->lock);
         c->eps = e->next;
         c->eps_n--;
+        c->root = NULL;
         pthread_mutex_unlock(&c->lock);
         ep_free(e, 0);
         return NULL;
@@ -414,7 +426,7 @@ vko_ep *vko_ep_open(vko_ctx *c, const char *name, char *err, size_t errlen) {
 
 void vko_ep_close(vko_ep *e) {
     vko_ctx *c = e->c;
-    if (e->cq == c->cq) /* the root endpoint closes with the context (vko_close) */
+    if (e == c->root) /* the root endpoint closes with the context (vko_close) */
         return;
     uint64_t t0 = now_ns(); /* its operations done, it is parked for the next context */
     while (__atomic_load_n(&e->outstanding, __ATOMIC_ACQUIRE) > 0 &&
@@ -432,12 +444,14 @@ void vko_ep_close(vko_ep *e) {
     for (vko_ep **p = &c->eps; *p; p = &(*p)->next)
         if (*p == e) {
             *p = e->next;
-            c->eps_n--;
+            c->eps_n -= !e->shared;
             break;
         }
     pthread_mutex_unlock(&c->lock);
     ep_free(e, 1);
 }
+
+void vko_set_context_endpoints(vko_ctx *c, int own) { c->ctx_own = own; }
 
 int vko_ep_name(vko_ep *e, void *buf, size_t *len) {
     size_t cap = *len;
