@@ -1,8 +1,9 @@
 """Cost of communication contexts over a transport: ``--count`` (32) ``Ctx.create()`` calls
 (``ctx_create``), then each context's first AMO (an atomic_fetch_add to the next PE), then a
-second AMO on each, per PE; PE 0 prints the median and maximum over the PEs' per-call times (ms). Run with e.g.
-``VKSHMEM_TRANSPORTS=ofi VKSHMEM_SHM=0 vkshmem run -n 2 benchmarks/ofi_ctx.py`` (the ofi
-provider as configured: ``VKSHMEM_OFI_PROVIDER='tcp;ofi_rxm'``)."""
+second AMO on each, per PE; PE 0 prints the median and maximum over the PEs' per-call times
+(ms). Run with e.g. ``VKSHMEM_TRANSPORTS=ofi VKSHMEM_SHM=0 vkshmem run -n 2
+benchmarks/ofi_ctx.py`` (the ofi provider as configured:
+``VKSHMEM_OFI_PROVIDER='tcp;ofi_rxm'``)."""
 
 from __future__ import annotations
 
