@@ -91,7 +91,8 @@ class CollTeam:
         self.flag_ptr = ffi.cast("uint64_t *", self.flag_addr)
         self.snap = ffi.new("uint64_t[1]")
         self.crowded = len(rt.node_pes) > (os.cpu_count() or 1)
-        self.waiter = rt.waiter
+        #: the waits of collectives: bounded by VKSHMEM_COLLECTIVE_TIMEOUT too
+        self.waiter = ts.waiter
         self.scratch_off = ts.scratch_offset
         self.half = ts.half
         self.scratch = np.frombuffer(rt.internal.buffer, np.uint8, count=2 * self.half,
@@ -202,7 +203,30 @@ class CollTeam:
                     if v >= want:
                         return
         self.waiter.wait(lambda: _vk_amo(addr, _FETCH, 8, 0, 0) >= want, addr, 8,
-                         f"{what} (signal {flag} of team slot {self.ts.slot})")
+                         f"{what} ({self.waited_for(flag)}; signal {flag} of team slot "
+                         f"{self.ts.slot})")
+
+    def waited_for(self, flag: int) -> str:
+        """Who sends the signals on ``flag`` to this member, for errors: "waiting for PE 3"
+        (world PE numbers; as fast_team.c's what_signal says it)."""
+        n, me = self.n, self.me
+        if F_A2A <= flag < F_A2A + 4:
+            return f"waiting for every PE of the team {list(self.pes)}"
+        if F_BCAST <= flag < F_BRUCK:
+            m = me - (1 << (flag - F_BCAST))
+        elif F_BRUCK <= flag < F_RD:
+            m = me + (1 << (flag - F_BRUCK))
+        elif F_RD <= flag < F_FOLD:
+            m = next((p for p, f, _ in self.bfly[2] if f == flag), me)
+        elif flag == F_FOLD or flag in (F_RING_RS, F_RING_AG):
+            m = me - 1
+        elif flag == F_FOLD_BACK:
+            m = me + 1
+        elif F_BCAST_DONE <= flag < F_BCAST_DONE + 32:
+            m = me + (1 << (flag - F_BCAST_DONE))
+        else:
+            return f"team of PEs {list(self.pes)}"
+        return f"waiting for PE {self.pes[m % n]}"
 
     def begin_phase(self) -> int:
         """Start a phase; the offset (within the scratch) of the half it owns."""

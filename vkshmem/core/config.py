@@ -119,6 +119,12 @@ _var("VKSHMEM_PLUGINS_STRICT", "bool", "0",
 _var("VKSHMEM_WAIT_TIMEOUT", "seconds", "0",
      "Seconds after which wait_until, barriers and other waits raise WaitTimeoutError "
      "(0: wait for ever; Ctrl-C always interrupts).", _parse_seconds)
+_var("VKSHMEM_COLLECTIVE_TIMEOUT", "seconds", "600",
+     "Seconds after which a wait inside a barrier, collective or allocation (barrier_all, "
+     "sync, broadcast, reduce, alloc, ...) raises WaitTimeoutError naming the call and the "
+     "PE it waited for: a PE that skipped the call, or made another one, ends the job with an "
+     "error instead of a hang (0: wait for ever; VKSHMEM_WAIT_TIMEOUT, if shorter, applies).",
+     _parse_seconds)
 _var("VKSHMEM_FAILURE_TIMEOUT", "seconds", "10",
      "Failure detection: a PE that dies is noticed at once (its liveness connection closes); "
      "one whose host goes silent is declared failed after this many seconds. Blocking calls "
@@ -364,6 +370,7 @@ class Config:
     plugins_deny: tuple[str, ...]
     plugins_strict: bool
     wait_timeout: float
+    collective_timeout: float
     failure_timeout: float
     check_collectives: bool
     teams_max: int

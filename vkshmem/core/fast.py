@@ -135,4 +135,5 @@ def native_team(ts: TeamState, half: int, rd_fast: int) -> Any:
     if any(not op and t is not rt.shm for op, t in zip(ops, ts.routes, strict=True)):
         return None
     return NativeTeam(ts.pes, ts.me, ts.slot, ts.base, rt.internal.address, ts.scratch_offset,
-                      half, rd_fast, ops.tobytes() if any(ops) else b"")
+                      half, rd_fast, ops.tobytes() if any(ops) else b"",
+                      rt.waiter.for_collectives(rt.config.collective_timeout))

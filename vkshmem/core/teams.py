@@ -75,6 +75,8 @@ class TeamState:
         self.destroyed = False
         # transports of the members, in team order (world PE numbers go to the transport)
         self.routes = [rt.route_transport[pe] for pe in self.pes]
+        #: the waits of its barrier and collectives: bounded by VKSHMEM_COLLECTIVE_TIMEOUT too
+        self.waiter = rt.waiter.for_collectives(rt.config.collective_timeout)
         self.half, self.rd_bytes, self.rd_fast = scratch_layout(self.scratch_bytes, self.size)
         #: the team's barrier and small collectives in C when every member takes the shm path
         self.native = fast.native_team(self, self.half, self.rd_fast)
@@ -99,7 +101,7 @@ class TeamState:
         epoch = self._epoch
         me = self.me
         dist, k = 1, 0
-        waiter = self.rt.waiter
+        waiter = self.waiter
         while dist < n:
             to = (me + dist) % n
             pe = self.pes[to]
@@ -131,8 +133,8 @@ class TeamState:
         self._expect[flag] += count
         want = self._expect[flag]
         addr = self._addr + _OFF_FLAGS + 8 * flag
-        self.rt.waiter.wait(lambda: lib.vk_amo(addr, AmoOp.FETCH, 8, 0, 0) >= want, addr, 8,
-                            f"{what} (signal {flag} of team slot {self.slot})")
+        self.waiter.wait(lambda: lib.vk_amo(addr, AmoOp.FETCH, 8, 0, 0) >= want, addr, 8,
+                         f"{what} (signal {flag} of team slot {self.slot})")
 
     # -- splitting ---------------------------------------------------------------------------
 

@@ -23,13 +23,67 @@ void team_signal(NativeTeam *t, int m, int flag) {
 
 struct wait_ctx { NativeTeam *t; const char *what; int flag, from; };
 
+/* The member whose signals on `flag` this member waits for (collteam.py:
+ * CollTeam.waited_for), or -1: every member (alltoall) or not a collective's flag. */
+static int flag_sender(NativeTeam *t, int flag) {
+    int n = t->n, me = t->me, m;
+    if (flag >= F_BCAST && flag < F_BRUCK) m = me - (1 << (flag - F_BCAST));
+    else if (flag >= F_BRUCK && flag < F_RD) m = me + (1 << (flag - F_BRUCK));
+    else if (flag >= F_RD && flag < F_FOLD) {
+        m = me;
+        for (int i = 0; i < t->nsteps; i++)
+            if (t->step_flag[i] == flag) m = t->step_partner[i];
+    } else if (flag == F_FOLD || flag == F_RING_RS || flag == F_RING_AG) m = me - 1;
+    else if (flag == F_FOLD_BACK) m = me + 1;
+    else if (flag >= F_BCAST_DONE && flag < F_BCAST_DONE + 32)
+        m = me + (1 << (flag - F_BCAST_DONE));
+    else return -1;
+    return ((m % n) + n) % n;
+}
+
 static PyObject *what_signal(const void *p) {
     const struct wait_ctx *c = p;
     if (c->flag < 0)
         return PyUnicode_FromFormat("team barrier round %d (waiting for PE %d)", c->from,
                                     c->t->pes[(c->t->me - (1 << c->from) + c->t->n * 2) %
                                               c->t->n]);
-    return PyUnicode_FromFormat("%s (signal %d of team slot %d)", c->what, c->flag, c->t->slot);
+    int m = flag_sender(c->t, c->flag);
+    if (m < 0)
+        return PyUnicode_FromFormat("%s (waiting for every PE of the team; signal %d of team "
+                                    "slot %d)", c->what, c->flag, c->t->slot);
+    return PyUnicode_FromFormat("%s (waiting for PE %d; signal %d of team slot %d)", c->what,
+                                c->t->pes[m], c->flag, c->t->slot);
+}
+
+/* The Waiter of barriers and collectives (Waiter.for_collectives: VKSHMEM_COLLECTIVE_TIMEOUT
+ * too) of the runtime of generation coll_generation; given with each NativeTeam. */
+static PyObject *coll_waiter;
+static uint64_t coll_generation;
+
+void team_set_waiter(PyObject *waiter) {
+    Py_XSETREF(coll_waiter, Py_NewRef(waiter));
+    coll_generation = G.generation;
+}
+
+/* A wait of a barrier or collective: fast_wait with the collective Waiter in G.waiter (read
+ * for the timeout and the errors once the wait outlasts its first microseconds; a wait_until
+ * of another thread that starts meanwhile gets that bound as well). Swapped with the GIL
+ * held, and put back only if still there: waits of several threads interleave, and a
+ * finalize during the wait (clear_config) leaves G.waiter alone. */
+static int coll_wait(struct fast_pred *p, struct wait_ctx *c) {
+    if (fast_pred_true(p)) return 0;
+    PyObject *cw = coll_waiter, *plain = G.waiter;
+    if (cw == NULL || plain == NULL || coll_generation != G.generation)
+        return fast_wait(p, what_signal, c);
+    G.waiter = Py_NewRef(cw);  /* G.waiter's reference to plain is now this wait's */
+    int rc = fast_wait(p, what_signal, c);
+    if (G.waiter == cw) {
+        G.waiter = plain;
+        Py_DECREF(cw);
+    } else {
+        Py_DECREF(plain);
+    }
+    return rc;
 }
 
 /* CollTeam.wait: `count` more signals on this PE's counter `flag`. */
@@ -37,7 +91,7 @@ int team_wait(NativeTeam *t, int flag, uint64_t count, const char *what) {
     struct wait_ctx c = {t, what, flag, 0};
     struct fast_pred p = {(const void *)(t->internal + t->base + VK_OFF_FLAGS + 8 * flag), 8,
                           'u', 6, t->ctr[flag] += count};
-    return fast_wait(&p, what_signal, &c);
+    return coll_wait(&p, &c);
 }
 
 /* +1 on barrier counter k of member m: a store where it is mapped, else through the C data
@@ -68,7 +122,7 @@ int team_sync(NativeTeam *t) {
         struct wait_ctx c = {t, NULL, -1, k};
         struct fast_pred p = {(const void *)(t->internal + t->base + 8 * (uint64_t)k), 8, 'u',
                               6, epoch};
-        if (fast_wait(&p, what_signal, &c) < 0) return -1;
+        if (coll_wait(&p, &c) < 0) return -1;
     }
     return 0;
 }

@@ -5,18 +5,22 @@
 
 #include <string.h>
 
+/* fast_team.c: the Waiter of the native teams' waits (VKSHMEM_COLLECTIVE_TIMEOUT) */
+void team_set_waiter(PyObject *waiter);
+
 static PyObject *nt_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"pes", "me", "slot", "base", "internal", "scratch_off", "half",
-                             "rd_fast", "ops", NULL};  /* ops: b"" for none */
-    PyObject *pes;
+                             "rd_fast", "ops", "waiter", NULL};  /* ops: b"" for none */
+    PyObject *pes, *waiter = NULL;
     int me, slot;
     unsigned long long base, internal, scratch_off, half;
     Py_ssize_t rd_fast;
     Py_buffer ops = {0};
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!iiKKKKn|y*", kwlist, &PyTuple_Type, &pes, &me,
-                                     &slot, &base, &internal, &scratch_off, &half, &rd_fast,
-                                     &ops))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!iiKKKKn|y*O", kwlist, &PyTuple_Type, &pes,
+                                     &me, &slot, &base, &internal, &scratch_off, &half,
+                                     &rd_fast, &ops, &waiter))
         return NULL;
+    if (waiter != NULL && waiter != Py_None) team_set_waiter(waiter);
     Py_ssize_t n = PyTuple_GET_SIZE(pes);
     if (n < 1 || me < 0 || me >= n || (ops.len && ops.len != n * (Py_ssize_t)sizeof(void *))) {
         PyBuffer_Release(&ops);
@@ -195,10 +199,13 @@ PyTypeObject NativeTeamType = {
     .tp_name = "vkshmem.core._fast.NativeTeam",
     .tp_basicsize = sizeof(NativeTeam),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "NativeTeam(pes, me, slot, base, internal, scratch_off, half, rd_fast, ops=None)"
+    .tp_doc = "NativeTeam(pes, me, slot, base, internal, scratch_off, half, rd_fast, ops=None, "
+              "waiter=None)"
               "\n--\n\nA team whose members take the shm path (its barrier and small "
               "collectives) or a transport with a C data path (ops: per member, the address "
-              "of its struct vk_native_ops, 0 where mapped; its barrier only).",
+              "of its struct vk_native_ops, 0 where mapped; its barrier only). waiter: the "
+              "Waiter of the waits of every native team of this runtime (its timeout and "
+              "errors: VKSHMEM_COLLECTIVE_TIMEOUT), default the runtime's.",
     .tp_new = nt_new,
     .tp_dealloc = nt_dealloc,
     .tp_as_buffer = &nt_as_buffer,
