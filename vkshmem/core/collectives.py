@@ -67,8 +67,13 @@ must not change until the call returns on this PE.
 Waiting. A receiver first checks its counter; then, while no transport needs progress calls,
 it spins in native code with the GIL released (``pause``, then ``sched_yield``), or, on a
 node with more PEs than CPUs, polls after each ``sched_yield`` (the PE it waits for may need
-the CPU); after about a millisecond the runtime's waiter takes over (``VKSHMEM_WAIT_TIMEOUT``,
-transport progress, Ctrl-C).
+the CPU); after about a millisecond the team's waiter takes over (``Waiter.for_collectives``:
+``VKSHMEM_COLLECTIVE_TIMEOUT``, or a shorter ``VKSHMEM_WAIT_TIMEOUT``; transport progress;
+Ctrl-C). Its WaitTimeoutError names the PE the wait was for (:meth:`CollTeam.waited_for`,
+fast_team.c's ``flag_sender``: one sender per flag, by rule 1 above). That bound is how a
+mismatch ends: signals carry no count, so a PE whose count differs by more than a chunk
+(another number of chunks, or push against pull) waits for signals that never come, and a
+PE that returned anyway waits in its next barrier or collective (docs/errors.md).
 
 Flags ``0..135`` of each team are the collectives'; ``136..255`` are free for other users of
 ``TeamState.signal``/``wait``.
