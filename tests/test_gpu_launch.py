@@ -438,7 +438,7 @@ def test_pack_push_lays_out_like_glsl() -> None:
 # -- the test kernels' SPIR-V matches their sources; the header matches the GLSL ---------------
 
 def test_push_header_and_poison_bit_match_the_glsl() -> None:
-    text = (shaders.source_dir() / "vkshmem.glsl").read_text()
+    text = "".join(p.read_text() for p in sorted(shaders.source_dir().glob("vkshmem*.glsl")))
     assert re.search(r"#define VKS_DONE_FAILED 0x8000000000000000ul", text)
     assert ringmod.DONE_FAILED == 1 << 63
     assert re.search(rf"#define VKS_PUSH_HEADER_SIZE {PUSH_HEADER.size}u", text)

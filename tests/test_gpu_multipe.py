@@ -230,6 +230,23 @@ def test_gpu_initiated_put_signal(npes: int, mode: str) -> None:
     assert r.stdout.count("gpu_initiated ok") == npes, r.stdout
 
 
+@pytest.mark.parametrize(("npes", "path"), [(1, "direct"), (2, "direct"), (4, "direct"),
+                                             (2, "ring"), (4, "ring")])
+def test_gpu_device_api(npes: int, path: str) -> None:
+    """tests/pe/gpu_direct.py: every call of the device API at thread and workgroup scope,
+    kernels waiting for each other, concurrent atomics from kernels and hosts, the device
+    barrier, a bounded wait that gives up; by direct loads and stores where the peers' heaps
+    are mapped (same device), through the request ring where they are not (no imports)."""
+    env = {**GPU_ENV, "DIRECT_EXPECTED": "1" if path == "direct" else "0"}
+    if path == "ring":
+        env.update(MODES["hostproxy"])  # VKSHMEM_SHM=0: no peer heap is imported
+    r = launch("gpu_direct", npes, env, timeout=240)
+    assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout}\n{r.stderr}"
+    assert r.stdout.count("gpu_direct ok") == npes, r.stdout
+    if path == "direct":
+        assert r.stdout.count(" 0 ring requests") == npes, r.stdout
+
+
 def test_gpu_initiated_unmapped() -> None:
     """VKSHMEM_GPU_MAPPED=0: the ring service's copies are staged on the domain's device while
     the kernels run on the launch device, as on a discrete GPU."""

@@ -236,7 +236,7 @@ def test_ring_view_without_a_gpu() -> None:
 
 
 def test_layout_matches_the_glsl() -> None:
-    text = GLSL.read_text()
+    text = "".join(p.read_text() for p in sorted(GLSL.parent.glob("vkshmem*.glsl")))
 
     def define(name: str) -> int:
         m = re.search(rf"#define {name} (0x[0-9A-Fa-f]+|\d+)u?l?", text)
@@ -253,6 +253,10 @@ def test_layout_matches_the_glsl() -> None:
         assert define(f"VKS_AMO_{amo.name}") == amo.value
     for sig in SignalOp:
         assert define(f"VKS_SIGNAL_{sig.name}") == sig.value
+    assert define("VKS_DIRECT_ALL") == ringmod.DIRECT_ALL
+    for name, off in [("peers", ringmod.OFF_PEERS), ("sync_off", ringmod.OFF_SYNC),
+                      ("direct_flags", ringmod.OFF_DIRECT_FLAGS)]:
+        assert re.search(rf"(uint64_t|uint) {name};\s+// offset {off}:", text), name
     for name, off in [("head", ringmod.OFF_HEAD), ("tail", ringmod.OFF_TAIL),
                       ("done", ringmod.OFF_DONE)]:
         assert re.search(rf"uint64_t {name};\s+// offset {off}:", text), name

@@ -55,6 +55,9 @@ log = logging.getLogger("vkshmem")
 
 #: scratch of the collectives on a domain's memory, per team slot
 SCRATCH_BYTES = 256 << 10
+#: Bytes of every domain heap reserved for kernels' cross-PE synchronisation (the device
+#: barrier's generation and round counters: 64 words; vkshmem.glsl's vks_barrier_all).
+DEVICE_SYNC_BYTES = 512
 
 
 class DomainHeap(DeviceTransfers):
@@ -106,6 +109,10 @@ class DomainHeap(DeviceTransfers):
                               "bytes) and leave as much again for arrays; raise the domain's "
                               "heap size or lower VKSHMEM_TEAMS_MAX")
         self.scratch_off = self.heap.alloc(rt.teams_max * SCRATCH_BYTES)
+        #: words kernels synchronise on across PEs (device-side barrier counters): the same
+        #: offset on every PE, zeroed before any PE can signal into it (the barrier below)
+        self.device_sync_off = self.heap.alloc(DEVICE_SYNC_BYTES)
+        dom.zero(self.device_sync_off, DEVICE_SYNC_BYTES)
         export = dom.export()
         me = {"size": size, "group": export.group, "link": export.link_group,
               "meta": export.meta.hex()}

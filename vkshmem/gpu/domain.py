@@ -66,6 +66,9 @@ class VulkanDomain(CudaInterop, MemoryDomain):
         self.closed = False
         self.initiator: Initiator | None = None
         self.segment: GpuSegment | None = None
+        #: same-device peers' heap fds (a duplicate each) and export infos, kept where kernels
+        #: run on a launch device of their own, which imports them for direct access
+        self.peer_exports: dict[int, tuple[int, ExportInfo]] = {}
         self._init_cuda(cfg.gpu_cuda_copy, cfg.gpu_cuda_amo)
         self._seen_errors = 0
         #: use CPU mappings of host-visible GPU memory for copies, waits and zeroing
@@ -117,6 +120,8 @@ class VulkanDomain(CudaInterop, MemoryDomain):
     def import_peer(self, pe: int, fds: list[int], meta: bytes) -> GpuMemory:
         info = ExportInfo.unpack(meta)
         dup = self._dup_for_cuda(fds[0])
+        if self.device.queue_count < 2:  # kernels run on a device of their own: keep the fd
+            self.peer_exports[pe] = (os.dup(fds[0]), info)
         try:
             mem = self.device.import_fd(fds[0], info.size,
                                         memory_type_index=info.memory_type_index,
@@ -134,6 +139,11 @@ class VulkanDomain(CudaInterop, MemoryDomain):
     def release_peer(self, handle: Any) -> None:
         self._drop_for_cuda(handle)
         handle.free()
+
+    def _close_peer_exports(self) -> None:
+        exports, self.peer_exports = self.peer_exports, {}
+        for fd, _info in exports.values():
+            os.close(fd)
 
     def describe(self) -> SegmentInfo:
         assert self.segment is not None
@@ -379,6 +389,7 @@ class VulkanDomain(CudaInterop, MemoryDomain):
         self.closed = True
         failure = self.stop_threads()
         self._close_cuda()
+        self._close_peer_exports()
         if self.segment is not None:
             try:
                 self.segment.close()

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import os
+import struct
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -44,6 +45,7 @@ from .ring import Descriptor, Ring, RingOp, SignalOp
 from .ringservice import RingService
 
 if TYPE_CHECKING:
+    from vkshmem.core.domainheap import DomainHeap
     from vkshmem.core.runtime import Runtime
 
     from .domain import VulkanDomain
@@ -75,15 +77,55 @@ class Initiator:
         self.device = device
         #: the launch device is this initiator's own (closed with it), holding an import
         self.own_device = own_device
+        #: peers' heaps imported into the launch device (where it is not the domain's)
+        self._peer_imports: list[GpuMemory] = []
+        self.peer_table: GpuMemory | None = None
         try:
             self.heap = make_heap(device)
             self.ring = Ring.create(self.device, RING_CAPACITY)
+            self._direct_path(heap)
             self._eps = Endpoints(rt)  # made here, on the application's thread
             self.service = RingService(self.ring, self._handle, self.device,
                                        name=f"vkshmem-gpu-ring-pe{rt.my_pe}")
         except BaseException:
             self.close(check=False)
             raise
+
+    def _direct_path(self, heap: DomainHeap) -> None:
+        """The peer table kernels store into directly: per PE, the device address of its GPU
+        heap on the launch device (this PE's own; same-device peers' imports, made on the
+        launch device when it is not the domain's), 0 where the ring must carry requests."""
+        n, me = self.rt.n_pes, self.rt.my_pe
+        assert self.heap is not None and self.ring is not None
+        bases = [0] * n
+        bases[me] = self.heap.device_address
+        exports = getattr(heap.domain, "peer_exports", {})
+        for pe in range(n):
+            mem = heap.direct[pe]
+            if pe == me or mem is None:
+                continue
+            if not self.own_device:
+                bases[pe] = getattr(mem, "device_address", 0)
+            elif pe in exports:
+                fd, info = exports[pe]
+                try:
+                    imported = self.device.import_fd(
+                        os.dup(fd), info.size, memory_type_index=info.memory_type_index,
+                        dedicated=info.dedicated, take_ownership=True)
+                except Exception as exc:  # that PE stays behind the ring
+                    log.info("PE %d: kernels reach PE %d through the ring: %s", me, pe, exc)
+                    continue
+                self._peer_imports.append(imported)
+                bases[pe] = imported.device_address
+        self.peer_table = self.device.alloc_mapped(8 * n)
+        view = self.peer_table.map()
+        assert view is not None
+        view[:] = struct.pack(f"<{n}Q", *bases)
+        del view
+        self.ring.set_direct(self.peer_table.device_address, heap.device_sync_off,
+                             all(bases))
+        #: which PEs kernels reach by direct loads and stores
+        self.direct_pes = [pe for pe in range(n) if bases[pe]]
 
     @classmethod
     def for_vulkan(cls, vk: VulkanDomain, rt: Runtime) -> Initiator:
@@ -262,6 +304,12 @@ class Initiator:
         if self.ring is not None:
             self.ring.close()
             self.ring = None
+        if self.peer_table is not None:
+            self.peer_table.free()
+            self.peer_table = None
+        for mem in self._peer_imports:
+            mem.free()
+        self._peer_imports.clear()
         if self.heap is not None and self.own_device:
             self.heap.free()
         self.heap = None

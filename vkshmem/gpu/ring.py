@@ -9,8 +9,12 @@ advances ``tail``, writes results and completions. ``shaders/README.md`` documen
 
 Header (256 bytes; each counter on its own 64-byte line)::
 
-    0   u32 magic 0x474E5256 ("VRNG")   4 u32 version (1)
+    0   u32 magic 0x474E5256 ("VRNG")   4 u32 version (2)
     8   u32 capacity (power of two)     12 u32 descriptor size (64)
+    16  u64 peers  device address of the peer table: u64 per PE, the base of that PE's GPU
+                   heap on this device (0: not mapped here; the ring carries requests to it)
+    24  u64 sync   offset of the device-sync block in the GPU heap (0: none)
+    32  u32 direct flags: bit 0 (DIRECT_ALL) every PE is mapped
     64  u64 head   next ticket; producers claim tickets with compare-and-swap
     128 u64 tail   next ticket the host consumes (written by the host only)
     192 u64 done   requests completed, in ticket order (written by the host only); bit 63
@@ -51,9 +55,14 @@ __all__ = ["DESC_SIZE", "DONE_FAILED", "HEADER_SIZE", "RING_MAGIC", "Descriptor"
            "RingOp", "SignalOp"]
 
 RING_MAGIC = 0x474E5256
-RING_VERSION = 1
+RING_VERSION = 2
 HEADER_SIZE = 256
 DESC_SIZE = 64
+OFF_PEERS = 16
+OFF_SYNC = 24
+OFF_DIRECT_FLAGS = 32
+#: ``direct flags`` bit 0: every PE's GPU heap is mapped here (fence/quiet skip the ring)
+DIRECT_ALL = 1
 OFF_HEAD = 64
 OFF_TAIL = 128
 OFF_DONE = 192
@@ -190,6 +199,14 @@ class Ring:
             raise GpuError(f"ring memory is not mappable: {mem.map_reason}")
         cls.initialize(view, capacity)
         return cls(view, mem.device_address, memory=mem)
+
+    def set_direct(self, peers: int, sync_off: int, all_mapped: bool) -> None:
+        """Where kernels find the direct path (before any kernel runs): ``peers`` the device
+        address of the peer table, ``sync_off`` the device-sync block's heap offset,
+        ``all_mapped`` whether every PE is in the table."""
+        _U64.pack_into(self.buf, OFF_PEERS, peers)
+        _U64.pack_into(self.buf, OFF_SYNC, sync_off)
+        _U32.pack_into(self.buf, OFF_DIRECT_FLAGS, DIRECT_ALL if all_mapped else 0)
 
     # -- counters ---------------------------------------------------------------------------
 

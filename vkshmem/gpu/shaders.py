@@ -73,6 +73,7 @@ VARIANTS: dict[str, tuple[str, dict[str, str]]] = {
 #: Test kernels in tests/gpu/shaders (built next to their sources, ``shaders/`` included).
 TEST_VARIANTS: dict[str, tuple[str, dict[str, str]]] = {
     "api_selftest": ("api_selftest.comp", {}),
+    **{f"direct_api_{m}": ("direct_api.comp", {"MODE": str(m)}) for m in range(7)},
     "put_signal": ("put_signal.comp", {}),
 }
 
