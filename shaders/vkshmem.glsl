@@ -1,4 +1,5 @@
-// vkshmem device-side API: GPU-initiated communication through a request ring.
+// vkshmem device-side API: GPU-initiated communication, by direct loads and stores where the
+// peer's GPU heap is mapped, through a request ring elsewhere.
 //
 // A user kernel (dispatched by vkshmem.gpu.UserKernel) declares the vkshmem push-constant
 // header first in its push-constant block and binds it; every call then finds the ring, the
@@ -17,6 +18,12 @@
 //
 // Every call also exists with the ring's device address as an explicit first argument
 // (vks_put(ring, pe, ...)), for shaders without the header (ring_selftest.comp).
+//
+// Direct first: where this PE's device maps a PE's GPU heap (this PE itself, and peers on the
+// same device, whose heaps the runtime imports; vks_ptr(pe, 0) != 0), the calls of
+// vkshmem_api.glsl and vkshmem_sync.glsl copy and update that memory themselves (plain loads,
+// stores and the device's atomics; shaders/README.md, "The direct path"): no request, no host.
+// Only for other PEs (another node, another GPU), host-heap segments and unaligned ranges:
 //
 // A shader cannot drive a NIC, so it writes fixed-size request descriptors into a ring in
 // host-visible memory; the PE's host side drains the ring (vkshmem.gpu.RingService), performs

@@ -82,7 +82,8 @@ layout(buffer_reference, std430, buffer_reference_align = 64) coherent buffer Vk
                          // heap's base on this device, 0 where not mapped); 0: none
     uint64_t sync_off;   // offset 24: the device-sync block's offset in the GPU heap; 0: none
     uint direct_flags;   // offset 32: bit 0 (VKS_DIRECT_ALL) every PE is in the peer table
-    uint reserved1;
+    uint spin_limit;     // offset 36: passes a wait may spin on this device (0: the
+                         // compile-time VKS_SPIN_ITERATIONS; the runtime sets it on GPUs)
     uint64_t reserved0[3];
     uint64_t head;       // offset 64: next ticket; producers claim tickets here
     uint64_t pad1[7];
@@ -113,6 +114,14 @@ layout(buffer_reference, std430, buffer_reference_align = 8) coherent buffer Vks
 layout(buffer_reference, std430, buffer_reference_align = 4) coherent buffer VksU32 {
     uint v;
 };
+
+// Passes a wait may spin: the runtime's limit for this device (ring header, set on GPUs where
+// waits for another process's kernel last time slices), else VKS_SPIN_ITERATIONS (lavapipe,
+// whose loop budget needs the compile-time bound).
+uint vks_spin_limit(VksRingHeader r) {
+    uint limit = r.spin_limit;
+    return limit != 0u ? limit : VKS_SPIN_ITERATIONS;
+}
 
 uint64_t vks_load(VksRingHeader r, uint which) {
     // which: 0 head, 1 tail, 2 done. Device-scope relaxed atomic loads (see above).
@@ -154,7 +163,8 @@ uint64_t vks_enqueue(uint64_t ring, uint op, uint pe, uint64_t dst, uint64_t src
     VksRingHeader r = VksRingHeader(ring);
     uint64_t cap = uint64_t(r.capacity);
     uint64_t t = VKS_NO_TICKET;
-    for (uint i = 0u; i < VKS_SPIN_ITERATIONS; ++i) {
+    uint limit = vks_spin_limit(r);
+    for (uint i = 0u; i < limit; ++i) {
         uint64_t h = vks_load(r, 0u);
         if (h - vks_load(r, 1u) >= cap) {
             if ((vks_load(r, 2u) & VKS_DONE_FAILED) != 0ul) {
@@ -199,7 +209,8 @@ bool vks_wait(uint64_t ring, uint64_t ticket) {
     }
     VksRingHeader r = VksRingHeader(ring);
     bool ok = false;
-    for (uint i = 0u; i < VKS_SPIN_ITERATIONS; ++i) {
+    uint limit = vks_spin_limit(r);
+    for (uint i = 0u; i < limit; ++i) {
         // Several polls and slow atomics on a scratch word per pass stretch lavapipe's
         // per-invocation loop budget. A poisoned `done` (bit 63) exceeds every ticket.
         uint64_t d = vks_load(r, 2u);

@@ -18,14 +18,15 @@ bool vks_compare(uint64_t a, uint cmp, uint64_t b) {
 }
 
 // Wait until the uint64 at offset `offset` of this PE's GPU heap satisfies `word cmp value`
-// (VKS_CMP_*, unsigned); bounded by VKS_SPIN_ITERATIONS passes: false when it gave up (or the
+// (VKS_CMP_*, unsigned); bounded by vks_spin_limit passes: false when it gave up (or the
 // ring failed), never a hang. Acquire: what was written before the update that satisfied it
 // is visible after it returns true.
 bool vks_wait_until(uint64_t offset, uint cmp, uint64_t value) {
     VksRingHeader r = VksRingHeader(vks_ring());
     uint64_t addr = vks_heap() + offset;
     bool ok = false;
-    for (uint i = 0u; i < VKS_SPIN_ITERATIONS; ++i) {
+    uint limit = vks_spin_limit(r);
+    for (uint i = 0u; i < limit; ++i) {
         uint64_t v = atomicLoad(VksU64(addr).v, gl_ScopeDevice, gl_StorageSemanticsBuffer,
                                 gl_SemanticsRelaxed);
         if (vks_compare(v, cmp, value)) {
@@ -54,7 +55,7 @@ uint64_t vks_signal_wait_until(uint64_t sig, uint cmp, uint64_t value, out bool 
 // dissemination barrier on the counters of the device-sync block (signals into the peers'
 // blocks: direct, or through the ring for PEs not mapped). Thread scope: exactly one
 // invocation of one kernel per PE calls it, the same number of times on every PE. False when
-// a wait gave up (VKS_SPIN_ITERATIONS), the ring failed, or the heap has no sync block.
+// a wait gave up (vks_spin_limit), the ring failed, or the heap has no sync block.
 // Kernels of different PEs that wait for each other must run at the same time: one PE per
 // GPU (or MPS); on a GPU shared by time-sliced processes each wait lasts a time slice (ms).
 bool vks_barrier_all() {

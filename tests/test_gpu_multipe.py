@@ -237,7 +237,7 @@ def test_gpu_device_api(npes: int, path: str) -> None:
     kernels waiting for each other, concurrent atomics from kernels and hosts, the device
     barrier, a bounded wait that gives up; by direct loads and stores where the peers' heaps
     are mapped (same device), through the request ring where they are not (no imports)."""
-    env = {**GPU_ENV, "DIRECT_EXPECTED": "1" if path == "direct" else "0"}
+    env = {**VULKAN_ENV, "DIRECT_EXPECTED": "1" if path == "direct" else "0"}
     if path == "ring":
         env.update(MODES["hostproxy"])  # VKSHMEM_SHM=0: no peer heap is imported
     r = launch("gpu_direct", npes, env, timeout=240)

@@ -255,7 +255,8 @@ def test_layout_matches_the_glsl() -> None:
         assert define(f"VKS_SIGNAL_{sig.name}") == sig.value
     assert define("VKS_DIRECT_ALL") == ringmod.DIRECT_ALL
     for name, off in [("peers", ringmod.OFF_PEERS), ("sync_off", ringmod.OFF_SYNC),
-                      ("direct_flags", ringmod.OFF_DIRECT_FLAGS)]:
+                      ("direct_flags", ringmod.OFF_DIRECT_FLAGS),
+                      ("spin_limit", ringmod.OFF_SPIN_LIMIT)]:
         assert re.search(rf"(uint64_t|uint) {name};\s+// offset {off}:", text), name
     for name, off in [("head", ringmod.OFF_HEAD), ("tail", ringmod.OFF_TAIL),
                       ("done", ringmod.OFF_DONE)]:

@@ -30,8 +30,10 @@ kernels = [shmem.gpu_kernel(SHADERS / f"direct_api_{m}.spv", scratch_bytes=2048)
 init = buf.domain.initiator
 direct = right in init.direct_pes
 want_direct = os.environ.get("DIRECT_EXPECTED")
-if want_direct is not None:
-    check(direct == (want_direct == "1"), f"direct path to PE {right}: {direct}")
+if want_direct == "1":
+    check(init.direct_pes == list(range(n)), f"direct path to PEs {init.direct_pes} only")
+elif want_direct == "0":
+    check(init.direct_pes == [me], f"direct path to PEs {init.direct_pes}, want {[me]}")
 
 
 def f(pe: int, j: np.ndarray | int, salt: int) -> np.ndarray:

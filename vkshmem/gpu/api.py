@@ -23,7 +23,7 @@ from vkshmem.core.errors import FeatureNotAvailableError, InvalidArgumentError, 
 from .array import DeviceArray
 from .launch import UserKernel, pack_push
 
-__all__ = ["gpu_kernel", "offset_of", "pack_push"]
+__all__ = ["device_context", "gpu_kernel", "offset_of", "pack_push"]
 
 #: the kernels' segment numbers (``VKS_SEG_HOST``, ``VKS_SEG_GPU`` in vkshmem.glsl)
 _KERNEL_HOST, _KERNEL_GPU = 0, 1
@@ -41,6 +41,21 @@ def gpu_kernel(spirv: str | os.PathLike[str] | bytes, *, name: str | None = None
         raise FeatureNotAvailableError(f"gpu_kernel needs a GPU domain that runs Vulkan kernels "
                                        f"(vulkan, cuda); domain='gpu' is {heap.name!r} here")
     return get_initiator().kernel(spirv, name=name, entry=entry, scratch_bytes=scratch_bytes)
+
+
+def device_context(domain: str = "gpu") -> int:
+    """Device address of the context a CUDA kernel passes to the device API of the ``cuda``
+    domain (``vkshmem_device.cuh`` in ``vkshmem_cuda.include_dir()``): every PE's heap as
+    mapped in this process, this PE's number and the device-sync block. Opens the heap if it
+    is not open yet, which is collective (as the first GPU allocation); otherwise local.
+    Vulkan shaders use :func:`gpu_kernel` instead."""
+    heap = state.rt.domain(domain)
+    make = getattr(heap.domain, "device_context", None)
+    if make is None:
+        raise FeatureNotAvailableError(
+            f"device_context needs a domain with a CUDA device API (cuda); domain={domain!r} "
+            f"is {heap.name!r} here: Vulkan shaders take the device API through gpu_kernel")
+    return int(make())
 
 
 def offset_of(a: Any) -> tuple[int, int]:

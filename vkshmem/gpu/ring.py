@@ -15,6 +15,7 @@ Header (256 bytes; each counter on its own 64-byte line)::
                    heap on this device (0: not mapped here; the ring carries requests to it)
     24  u64 sync   offset of the device-sync block in the GPU heap (0: none)
     32  u32 direct flags: bit 0 (DIRECT_ALL) every PE is mapped
+    36  u32 spin limit: passes a shader wait may spin (0: its compile-time VKS_SPIN_ITERATIONS)
     64  u64 head   next ticket; producers claim tickets with compare-and-swap
     128 u64 tail   next ticket the host consumes (written by the host only)
     192 u64 done   requests completed, in ticket order (written by the host only); bit 63
@@ -61,6 +62,7 @@ DESC_SIZE = 64
 OFF_PEERS = 16
 OFF_SYNC = 24
 OFF_DIRECT_FLAGS = 32
+OFF_SPIN_LIMIT = 36
 #: ``direct flags`` bit 0: every PE's GPU heap is mapped here (fence/quiet skip the ring)
 DIRECT_ALL = 1
 OFF_HEAD = 64
@@ -200,13 +202,16 @@ class Ring:
         cls.initialize(view, capacity)
         return cls(view, mem.device_address, memory=mem)
 
-    def set_direct(self, peers: int, sync_off: int, all_mapped: bool) -> None:
+    def set_direct(self, peers: int, sync_off: int, all_mapped: bool,
+                   spin_limit: int = 0) -> None:
         """Where kernels find the direct path (before any kernel runs): ``peers`` the device
         address of the peer table, ``sync_off`` the device-sync block's heap offset,
-        ``all_mapped`` whether every PE is in the table."""
+        ``all_mapped`` whether every PE is in the table; ``spin_limit`` the passes a shader
+        wait may spin (0: the shader's own ``VKS_SPIN_ITERATIONS``)."""
         _U64.pack_into(self.buf, OFF_PEERS, peers)
         _U64.pack_into(self.buf, OFF_SYNC, sync_off)
         _U32.pack_into(self.buf, OFF_DIRECT_FLAGS, DIRECT_ALL if all_mapped else 0)
+        _U32.pack_into(self.buf, OFF_SPIN_LIMIT, spin_limit)
 
     # -- counters ---------------------------------------------------------------------------
 
