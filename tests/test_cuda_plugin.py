@@ -109,6 +109,28 @@ def test_cuda_gpu_initiated(cuda_installed: bool, npes: int, mode: str) -> None:
 
 
 @pytest.mark.parametrize("npes", [1, 2, 4])
+def test_cuda_device_api(cuda_installed: bool, npes: int) -> None:
+    """tests/pe/cuda_device_api.py: the CUDA device header from a CuPy RawKernel, every call
+    at thread/warp/block scope, AMOs, the device barrier, a wait that gives up."""
+    if not cuda_installed:
+        pytest.skip("no CUDA GPU here (tests/gpu/device_run.sh runs this on one)")
+    pytest.importorskip("cupy", reason="the test kernel is a CuPy RawKernel")
+    r = launch("cuda_device_api", npes, {"VKSHMEM_GPU_PROVIDER": "cuda"}, timeout=240)
+    assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout}\n{r.stderr}"
+    assert r.stdout.count("cuda_device_api ok") == npes, r.stdout
+
+
+def test_cuda_device_header_ships_with_the_plugin(cuda_installed: bool) -> None:
+    import vkshmem_cuda
+
+    text = (Path(vkshmem_cuda.include_dir()) / "vkshmem_device.cuh").read_text()
+    for call in ("vks_ptr", "vks_putmem_block", "vks_getmem_warp", "vks_putmem_signal",
+                 "vks_signal_wait_until", "vks_atomic_compare_swap", "vks_barrier_all",
+                 "vks_quiet", "vks_my_pe"):
+        assert re.search(rf"\b{call}\(", text), call
+
+
+@pytest.mark.parametrize("npes", [1, 2, 4])
 def test_cuda_domain_over_ucx(cuda_installed: bool, npes: int) -> None:
     """tests/pe/cuda_ucx.py: every peer's CUDA heap registered with UCX (route ucx+proxy)."""
     if not cuda_installed:

@@ -138,7 +138,7 @@ from ._api.sync import (
 from ._api.team import TEAM_INVALID, TEAM_SHARED, TEAM_WORLD, Team, sync, team_ptr
 from .core.config import load as _load_config
 from .core.domain import DomainArray
-from .gpu.api import gpu_kernel, offset_of, pack_push
+from .gpu.api import device_context, gpu_kernel, offset_of, pack_push
 from .gpu.array import DeviceArray
 
 __all__ = [
@@ -234,6 +234,7 @@ __all__ = [
     "del_array",
     "del_lock",
     "del_signal",
+    "device_context",
     "empty",
     "fcollect",
     "fence",

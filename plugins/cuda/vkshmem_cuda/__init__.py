@@ -20,7 +20,15 @@ from vkshmem.core.config import Config
 from vkshmem.core.domain import DomainContext, DomainSpec, MemoryDomain
 from vkshmem.core.hookspecs import hookimpl
 
-__all__ = ["SPEC", "register_domains"]
+__all__ = ["SPEC", "include_dir", "register_domains"]
+
+
+def include_dir() -> str:
+    """The folder holding ``vkshmem_device.cuh``, the device API for CUDA kernels on the
+    ``cuda`` domain (``-I`` for NVRTC, CuPy RawKernel/RawModule, torch extensions)."""
+    from .devapi import include_dir as _include_dir
+
+    return _include_dir()
 
 
 def _open(ctx: DomainContext) -> MemoryDomain:

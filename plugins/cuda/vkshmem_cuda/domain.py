@@ -85,6 +85,8 @@ class CudaDomain(Reductions, MemoryDomain):
         self._runtime = ctx.runtime
         #: kernels' launch device, request ring and ring service (get_initiator), or None
         self.initiator: Any = None
+        #: the CUDA device API's context (device_context), or None
+        self._devctx: Any = None
         size = _env_int(ENV_SIZE) or ctx.config.gpu_symmetric_size
         self.size = self.device.round_up(size)
         try:
@@ -322,6 +324,21 @@ class CudaDomain(Reductions, MemoryDomain):
                                               self.fd, self.local.size)
         return self.initiator
 
+    def device_context(self) -> int:
+        """Device address of the ``vks_ctx`` CUDA kernels pass to the device API
+        (``include/vkshmem_device.cuh``; :mod:`.devapi`): every PE's heap as mapped here.
+        Made on first use; local."""
+        if self._devctx is None:
+            from .devapi import DeviceContext
+
+            if self._runtime is None:
+                raise InvalidArgumentError("the device API needs the runtime (shmem.init)")
+            heap = self._runtime.heap_of(self.seg_id)
+            bases = [int(m.va) if m is not None else 0 for m in heap.direct]
+            self._devctx = DeviceContext(self.device, bases, heap.device_sync_off, self.size,
+                                         self.my_pe)
+        return self._devctx.address
+
     def stop_threads(self) -> BaseException | None:
         """Stop the kernels' ring service and release the Vulkan import (before the heap);
         return its recorded failure, if any."""
@@ -336,6 +353,9 @@ class CudaDomain(Reductions, MemoryDomain):
         self.closed = True
         try:
             self.stop_threads()  # normally done by the core already
+            if self._devctx is not None:
+                self._devctx.close()
+                self._devctx = None
             if isinstance(self._svc, Service):
                 self._svc.close()
             self._pair_plans.clear()
