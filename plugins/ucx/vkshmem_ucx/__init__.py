@@ -12,6 +12,7 @@ install.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -30,9 +31,22 @@ OPTIONS = ("tls", "dev", "atomic", "timeout", "spin", "wait_spin", "errmode", "s
            "heap", "direct", "domain_amo", "trusted")
 
 
+def _skip_memory_hooks() -> None:
+    """UCX's memory-event hooks (UCM patching mmap/munmap/malloc at load) cost ~0.4 s per
+    process; they serve UCX's registration cache for RDMA NICs and its memory-type cache for
+    GPU memory. On a host with neither an RDMA device nor an NVIDIA GPU they do nothing for
+    vkshmem (its segments are registered once): there UCX_MEM_EVENTS=no, unless it is set."""
+    if "UCX_MEM_EVENTS" in os.environ:
+        return
+    rdma = os.path.isdir("/sys/class/infiniband") and bool(os.listdir("/sys/class/infiniband"))
+    if not rdma and not os.path.exists("/dev/nvidia0"):
+        os.environ["UCX_MEM_EVENTS"] = "no"
+
+
 def load_native() -> Any:
     """The native module ``vkshmem_ucx._ucx`` (loading UCX), or a TransportError that says
     what to install."""
+    _skip_memory_hooks()
     try:
         from . import _ucx
     except ImportError as first:
