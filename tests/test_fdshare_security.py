@@ -25,11 +25,11 @@ import sys
 import textwrap
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from attack import private_netns
 
 from vkshmem.core import auth, fdshare, runtime
 from vkshmem.core.bootstrap.base import Bootstrap, guess_host_address
@@ -132,18 +132,8 @@ shmem.finalize()
 def netns() -> Iterator[str]:
     if ATTACK_MISSING is not None:
         pytest.skip(ATTACK_MISSING)
-    name = f"vkfd{uuid.uuid4().hex[:8]}"
-    try:
-        subprocess.run(["ip", "netns", "add", name], check=True, capture_output=True,
-                       timeout=30)
-    except (subprocess.CalledProcessError, OSError) as exc:
-        pytest.skip(f"cannot create a network namespace here: {exc}")
-    try:
-        subprocess.run(["ip", "-n", name, "link", "set", "lo", "up"], check=True,
-                       capture_output=True, timeout=30)
+    with private_netns("vkfd") as name:
         yield name
-    finally:
-        subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=30)
 
 
 def test_squatting_the_fd_passing_names_does_not_stop_the_job(netns: str,

@@ -36,6 +36,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from attack import listeners, private_netns, socket_inodes
 
 pytest.importorskip("vkshmem_hostproxy")
 
@@ -229,52 +230,17 @@ def netns() -> Iterator[str]:
     missing = _missing()
     if missing:
         pytest.skip(missing)
-    name = f"vkshmem-hpslow-{os.getpid()}"
-    subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=30)  # a stale one
-    made = subprocess.run(["ip", "netns", "add", name], capture_output=True, text=True,
-                          timeout=30)
-    if made.returncode != 0:
-        pytest.skip(f"cannot create a network namespace here: {made.stderr.strip()}")
-    try:
-        subprocess.run(["ip", "-n", name, "link", "set", "lo", "up"], check=True,
-                       capture_output=True, timeout=30)
+    with private_netns("vkshmem-hpslow") as name:
         yield name
-    finally:
-        subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=30)
 
 
-def _listeners(ns: str) -> dict[int, set[int]]:
-    """Listening TCP ports in the namespace (state 0A) -> their sockets' inodes."""
-    ports: dict[int, set[int]] = {}
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        r = subprocess.run(["ip", "netns", "exec", ns, "cat", table], capture_output=True,
-                           text=True, timeout=30)
-        for line in r.stdout.splitlines()[1:]:
-            fields = line.split()
-            if len(fields) > 9 and fields[3] == "0A":
-                port = int(fields[1].rsplit(":", 1)[1], 16)
-                ports.setdefault(port, set()).add(int(fields[9]))
-    return ports
-
-
-def _socket_inodes(pid: int) -> set[int]:
-    inodes = set()
-    fd_dir = Path(f"/proc/{pid}/fd")
-    for fd in fd_dir.iterdir() if fd_dir.exists() else ():
-        try:
-            link = os.readlink(fd)
-        except OSError:
-            continue
-        if link.startswith("socket:["):
-            inodes.add(int(link[8:-1]))
-    return inodes
 
 
 def _owners(ns: str, pids: dict[str, int]) -> dict[int, str]:
     """Each listening port of the namespace -> the name of the process (of ``pids``) holding it."""
-    held = {name: _socket_inodes(pid) for name, pid in pids.items()}
+    held = {name: socket_inodes(pid) for name, pid in pids.items()}
     return {port: next((name for name, ours in held.items() if inodes & ours), "unknown")
-            for port, inodes in _listeners(ns).items()}
+            for port, inodes in listeners(ns).items()}
 
 
 def _attack(ns: str) -> tuple[list[dict[str, object]], str]:

@@ -21,10 +21,11 @@ import subprocess
 import tempfile
 import textwrap
 import time
-import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from attack import private_netns
 
 REPO = Path(__file__).resolve().parent.parent
 INTRUDER = Path(__file__).parent / "intruders" / "ofi_rma.c"
@@ -78,18 +79,9 @@ def _run(argv: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture
-def netns() -> object:
-    ns = f"vkofisec-{uuid.uuid4().hex[:8]}"
-    try:
-        subprocess.run(["ip", "netns", "add", ns], check=True, capture_output=True, timeout=30)
-    except (subprocess.CalledProcessError, OSError) as exc:
-        pytest.skip(f"cannot create a network namespace here: {exc}")
-    try:
-        subprocess.run(["ip", "-n", ns, "link", "set", "lo", "up"], check=True,
-                       capture_output=True, timeout=30)
-        yield ns
-    finally:
-        subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
+def netns() -> Iterator[str]:
+    with private_netns("vkofisec") as name:
+        yield name
 
 
 def test_intruder_cannot_read_or_write_a_pe_heap(netns: str) -> None:

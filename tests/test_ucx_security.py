@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from attack import listeners, private_netns, socket_inodes
 
 pytest.importorskip("vkshmem_ucx")
 
@@ -161,18 +162,8 @@ def netns() -> Iterator[str]:
     """A network namespace of this test's own with only lo, up."""
     if MISSING_NS:
         pytest.skip(MISSING_NS)
-    name = f"vkshmem-ucxsec-{os.getpid()}"
-    subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=30)  # a stale one
-    made = subprocess.run(["ip", "netns", "add", name], capture_output=True, text=True,
-                          timeout=30)
-    if made.returncode != 0:
-        pytest.skip(f"cannot create a network namespace here: {made.stderr.strip()}")
-    try:
-        subprocess.run(["ip", "-n", name, "link", "set", "lo", "up"], check=True,
-                       capture_output=True, timeout=30)
+    with private_netns("vkshmem-ucxsec") as name:
         yield name
-    finally:
-        subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=30)
 
 
 @dataclass
@@ -191,39 +182,12 @@ class Outcome:
     attempts: list[Attempt]
 
 
-def _listeners(ns: str) -> dict[int, set[int]]:
-    """Listening TCP ports in the namespace (state 0A) -> their sockets' inodes."""
-    ports: dict[int, set[int]] = {}
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        r = subprocess.run(["ip", "netns", "exec", ns, "cat", table], capture_output=True,
-                           text=True, timeout=30)
-        for line in r.stdout.splitlines()[1:]:
-            fields = line.split()
-            if len(fields) > 9 and fields[3] == "0A":
-                port = int(fields[1].rsplit(":", 1)[1], 16)
-                ports.setdefault(port, set()).add(int(fields[9]))
-    return ports
-
-
-def _socket_inodes(pid: int) -> set[int]:
-    inodes = set()
-    fd_dir = Path(f"/proc/{pid}/fd")
-    for fd in fd_dir.iterdir() if fd_dir.exists() else ():
-        try:
-            link = os.readlink(fd)
-        except OSError:
-            continue
-        if link.startswith("socket:["):
-            inodes.add(int(link[8:-1]))
-    return inodes
-
-
 def _attack(ns: str, exe: Path, pes: list[dict[str, int]]) -> list[Attempt]:
     """``uct_put`` as nobody against every listening port of the namespace: a PE's own port
     with that PE's canary address, any other port with every PE's."""
-    owned = {pe["pe"]: _socket_inodes(pe["pid"]) for pe in pes}
+    owned = {pe["pe"]: socket_inodes(pe["pid"]) for pe in pes}
     attempts = []
-    for port, inodes in sorted(_listeners(ns).items()):
+    for port, inodes in sorted(listeners(ns).items()):
         owners = [pe for pe in pes if inodes & owned[pe["pe"]]]
         for pe in owners or pes:
             owner = (f"PE {pe['pe']} (pid {pe['pid']})" if owners else "not a PE")
