@@ -44,6 +44,10 @@
 // it returns true at once).
 #define VKS_DIRECT 0xFFFFFFFFFFFFFFFEul
 #define VKS_DIRECT_ALL 1u
+#define VKS_DIRECT_SHARED 2u
+// kernel_error bits (vkshmem.gpu.ring.KERNEL_ERRORS says them on the host)
+#define VKS_KERR_SHARED_BARRIER 1u  // vks_barrier_all on a GPU other PEs' kernels share
+#define VKS_KERR_SHARED_WAIT 2u     // a wait gave up on such a GPU
 
 // Comparisons of vks_wait_until / vks_signal_wait_until (vkshmem.shmem.CMP).
 #define VKS_CMP_EQ 1u
@@ -81,10 +85,14 @@ layout(buffer_reference, std430, buffer_reference_align = 64) coherent buffer Vk
     uint64_t peers;      // offset 16: device address of the peer table (u64 per PE: its GPU
                          // heap's base on this device, 0 where not mapped); 0: none
     uint64_t sync_off;   // offset 24: the device-sync block's offset in the GPU heap; 0: none
-    uint direct_flags;   // offset 32: bit 0 (VKS_DIRECT_ALL) every PE is in the peer table
+    uint direct_flags;   // offset 32: bit 0 (VKS_DIRECT_ALL) every PE is in the peer table;
+                         // bit 1 (VKS_DIRECT_SHARED) another PE's kernels run on this GPU and
+                         // never at the same time as this PE's (separate processes' contexts)
     uint spin_limit;     // offset 36: passes a wait may spin on this device (0: the
                          // compile-time VKS_SPIN_ITERATIONS; the runtime sets it on GPUs)
-    uint64_t reserved0[3];
+    uint kernel_error;   // offset 40: VKS_KERR_* bits a kernel sets; the host raises them
+    uint reserved1;
+    uint64_t reserved0[2];
     uint64_t head;       // offset 64: next ticket; producers claim tickets here
     uint64_t pad1[7];
     uint64_t tail;       // offset 128: next ticket the host will consume (host-written)

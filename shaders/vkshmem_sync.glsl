@@ -39,6 +39,9 @@ bool vks_wait_until(uint64_t offset, uint cmp, uint64_t value) {
         vks_delay(r);
     }
     memoryBarrierBuffer();  // outside the loop (the lavapipe note at the top)
+    if (!ok && (r.direct_flags & VKS_DIRECT_SHARED) != 0u) {
+        atomicOr(r.kernel_error, VKS_KERR_SHARED_WAIT);  // the host says why (Launch.wait)
+    }
     return ok;
 }
 
@@ -57,13 +60,22 @@ uint64_t vks_signal_wait_until(uint64_t sig, uint cmp, uint64_t value, out bool 
 // invocation of one kernel per PE calls it, the same number of times on every PE. False when
 // a wait gave up (vks_spin_limit), the ring failed, or the heap has no sync block.
 // Kernels of different PEs that wait for each other must run at the same time: one PE per
-// GPU (or MPS); on a GPU shared by time-sliced processes each wait lasts a time slice (ms).
+// GPU. Where other PEs' kernels share this GPU (separate processes' contexts, which the
+// driver does not run together: seen on the H100), it returns false at once and the host's
+// Launch.wait raises a GpuError that says so; a wait that gives up there does the same.
 bool vks_barrier_all() {
     if (!vks_quiet()) {
         return false;
     }
-    uint64_t sync = VksRingHeader(vks_ring()).sync_off;
+    VksRingHeader r = VksRingHeader(vks_ring());
+    uint64_t sync = r.sync_off;
     if (sync == 0ul) {
+        return false;
+    }
+    if ((r.direct_flags & VKS_DIRECT_SHARED) != 0u) {
+        // other PEs' kernels on this GPU run only when this one has ended: waiting for them
+        // would spin out its bound; say so instead (the host raises it: Launch.wait)
+        atomicOr(r.kernel_error, VKS_KERR_SHARED_BARRIER);
         return false;
     }
     uint n = vks_n_pes();

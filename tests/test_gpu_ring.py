@@ -254,10 +254,28 @@ def test_layout_matches_the_glsl() -> None:
     for sig in SignalOp:
         assert define(f"VKS_SIGNAL_{sig.name}") == sig.value
     assert define("VKS_DIRECT_ALL") == ringmod.DIRECT_ALL
+    assert define("VKS_DIRECT_SHARED") == ringmod.DIRECT_SHARED
+    assert {define("VKS_KERR_SHARED_BARRIER"), define("VKS_KERR_SHARED_WAIT")} == \
+        set(ringmod.KERNEL_ERRORS)
     for name, off in [("peers", ringmod.OFF_PEERS), ("sync_off", ringmod.OFF_SYNC),
                       ("direct_flags", ringmod.OFF_DIRECT_FLAGS),
-                      ("spin_limit", ringmod.OFF_SPIN_LIMIT)]:
+                      ("spin_limit", ringmod.OFF_SPIN_LIMIT),
+                      ("kernel_error", ringmod.OFF_KERNEL_ERROR)]:
         assert re.search(rf"(uint64_t|uint) {name};\s+// offset {off}:", text), name
     for name, off in [("head", ringmod.OFF_HEAD), ("tail", ringmod.OFF_TAIL),
                       ("done", ringmod.OFF_DONE)]:
         assert re.search(rf"uint64_t {name};\s+// offset {off}:", text), name
+
+
+def test_kernel_errors_are_taken_once_and_said() -> None:
+    buf = memoryview(bytearray(Ring.nbytes_for(4)))
+    Ring.initialize(buf, 4)
+    ring = Ring(buf)
+    assert ring.take_kernel_error() is None
+    ring.set_direct(0x1000, 512, True, 7, shared=True)
+    assert struct.unpack_from("<QQII", buf, ringmod.OFF_PEERS) == \
+        (0x1000, 512, ringmod.DIRECT_ALL | ringmod.DIRECT_SHARED, 7)
+    struct.pack_into("<I", buf, ringmod.OFF_KERNEL_ERROR, 3)
+    text = ring.take_kernel_error()
+    assert text is not None and "vks_barrier_all" in text and "one PE per GPU" in text
+    assert ring.take_kernel_error() is None  # cleared

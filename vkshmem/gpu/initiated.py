@@ -38,6 +38,7 @@ from vkshmem.core.errors import FeatureNotAvailableError, InvalidArgumentError
 from vkshmem.core.transport import AmoOp, Transport
 
 from .device import VulkanDevice
+from .errors import GpuError
 from .instance import list_devices
 from .launch import UserKernel
 from .memory import ExportInfo, exportable_memory_types
@@ -124,8 +125,14 @@ class Initiator:
         # time slices (ms): give its waits seconds. A CPU driver (lavapipe) keeps the shader's
         # compile-time bound, within its loop budget.
         spin = 0 if self.device.info.is_cpu else GPU_SPIN_LIMIT
+        # other PEs' kernels on this GPU (their heaps are imports of the same device): on a
+        # GPU the driver runs other processes' kernels only when this one's end (seen on the
+        # H100), so kernels must not wait for each other; a CPU driver runs them at once
+        shared = not self.device.info.is_cpu and any(bases[pe] for pe in range(n) if pe != me)
         self.ring.set_direct(self.peer_table.device_address, heap.device_sync_off,
-                             all(bases), spin)
+                             all(bases), spin, shared)
+        #: whether other PEs' kernels share this GPU and never run at once with this PE's
+        self.shared_gpu = shared
         #: which PEs kernels reach by direct loads and stores
         self.direct_pes = [pe for pe in range(n) if bases[pe]]
 
@@ -201,8 +208,15 @@ class Initiator:
         k = UserKernel(self.device, spirv, name=name, entry=entry, heap=self.heap,
                        ring=self.ring, my_pe=self.rt.my_pe, n_pes=self.rt.n_pes,
                        scratch_bytes=scratch_bytes)
+        k.after_launch = self._kernel_error
         self.kernels.append(k)
         return k
+
+    def _kernel_error(self) -> None:
+        """Raise what a finished kernel reported through the ring header (VKS_KERR_*)."""
+        text = self.ring.take_kernel_error() if self.ring is not None else None
+        if text is not None:
+            raise GpuError(f"PE {self.rt.my_pe}: {text}")
 
     def check(self) -> None:
         """Raise the ring service's recorded failure, if a request failed."""

@@ -32,7 +32,7 @@ from __future__ import annotations
 import os
 import struct
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -161,9 +161,10 @@ class Launch:
                 check(res, f"vkGetFenceStatus ({slot.name})")
             slot.wait(0)  # signalled: resets the fence
             self._release()
-            return True
         finally:
             self._lock.release()
+        self.kernel.finished()
+        return True
 
     def wait(self, timeout: float | None = None) -> None:
         """Wait for the dispatch (``timeout`` seconds, default the device's
@@ -176,6 +177,7 @@ class Launch:
             self.kernel.device.check_open()
             slot.wait(timeout)
             self._release()
+        self.kernel.finished()
 
     def _release(self) -> None:
         slot, self._slot = self._slot, None
@@ -218,6 +220,9 @@ class UserKernel:
         self._idle: list[Slot] = []
         self._in_flight: set[Launch] = set()
         self._closed = False
+        #: called after each launch is known to be done (the runtime's check of what the
+        #: kernel reported through its ring: GpuError), or None
+        self.after_launch: Callable[[], None] | None = None
         self.pipeline = ComputePipeline(device, code, name=self.name, entry=entry)
         try:
             if scratch_bytes < 0:
@@ -288,6 +293,12 @@ class UserKernel:
             view = self.scratch_view()
             view[:] = bytes(len(view))
             del view
+
+    def finished(self) -> None:
+        """Called when one of this kernel's launches is known to be done: runs
+        :attr:`after_launch` (the runtime raises there what the kernel reported)."""
+        if self.after_launch is not None:
+            self.after_launch()
 
     # -- dispatching ------------------------------------------------------------------------
 

@@ -14,8 +14,10 @@ Header (256 bytes; each counter on its own 64-byte line)::
     16  u64 peers  device address of the peer table: u64 per PE, the base of that PE's GPU
                    heap on this device (0: not mapped here; the ring carries requests to it)
     24  u64 sync   offset of the device-sync block in the GPU heap (0: none)
-    32  u32 direct flags: bit 0 (DIRECT_ALL) every PE is mapped
+    32  u32 direct flags: bit 0 (DIRECT_ALL) every PE is mapped, bit 1 (DIRECT_SHARED)
+                   other PEs' kernels share this GPU and never run at once with this PE's
     36  u32 spin limit: passes a shader wait may spin (0: its compile-time VKS_SPIN_ITERATIONS)
+    40  u32 kernel error: VKS_KERR_* bits a kernel set (KERNEL_ERRORS), cleared when read
     64  u64 head   next ticket; producers claim tickets with compare-and-swap
     128 u64 tail   next ticket the host consumes (written by the host only)
     192 u64 done   requests completed, in ticket order (written by the host only); bit 63
@@ -63,6 +65,18 @@ OFF_PEERS = 16
 OFF_SYNC = 24
 OFF_DIRECT_FLAGS = 32
 OFF_SPIN_LIMIT = 36
+OFF_KERNEL_ERROR = 40
+#: ``direct flags`` bit 1: other PEs' kernels share this GPU and never run at the same time
+DIRECT_SHARED = 2
+#: what each ``kernel error`` bit means (``VKS_KERR_*`` in vkshmem_ring.glsl)
+KERNEL_ERRORS = {
+    1: "vks_barrier_all was called on a GPU whose other PEs' kernels (other processes' "
+       "contexts) never run at the same time as this PE's, so the barrier cannot complete: run "
+       "one PE per GPU for kernels that synchronise with each other",
+    2: "a kernel's wait gave up on a GPU shared by several PEs: a kernel cannot wait for "
+       "another PE's kernel there (the driver runs other processes' kernels only after it "
+       "ends); run one PE per GPU, or wait on the host",
+}
 #: ``direct flags`` bit 0: every PE's GPU heap is mapped here (fence/quiet skip the ring)
 DIRECT_ALL = 1
 OFF_HEAD = 64
@@ -202,15 +216,27 @@ class Ring:
         cls.initialize(view, capacity)
         return cls(view, mem.device_address, memory=mem)
 
+    def take_kernel_error(self) -> str | None:
+        """What a kernel reported through the ring header (``VKS_KERR_*``), cleared; None when
+        nothing."""
+        bits = _U32.unpack_from(self.buf, OFF_KERNEL_ERROR)[0]
+        if not bits:
+            return None
+        _U32.pack_into(self.buf, OFF_KERNEL_ERROR, 0)
+        return "; ".join(text for bit, text in KERNEL_ERRORS.items() if bits & bit) or \
+            f"kernel error bits {bits:#x}"
+
     def set_direct(self, peers: int, sync_off: int, all_mapped: bool,
-                   spin_limit: int = 0) -> None:
+                   spin_limit: int = 0, shared: bool = False) -> None:
         """Where kernels find the direct path (before any kernel runs): ``peers`` the device
         address of the peer table, ``sync_off`` the device-sync block's heap offset,
         ``all_mapped`` whether every PE is in the table; ``spin_limit`` the passes a shader
-        wait may spin (0: the shader's own ``VKS_SPIN_ITERATIONS``)."""
+        wait may spin (0: the shader's own ``VKS_SPIN_ITERATIONS``); ``shared`` whether other
+        PEs' kernels share this GPU without running at the same time as this PE's."""
         _U64.pack_into(self.buf, OFF_PEERS, peers)
         _U64.pack_into(self.buf, OFF_SYNC, sync_off)
-        _U32.pack_into(self.buf, OFF_DIRECT_FLAGS, DIRECT_ALL if all_mapped else 0)
+        _U32.pack_into(self.buf, OFF_DIRECT_FLAGS, (DIRECT_ALL if all_mapped else 0)
+                       | (DIRECT_SHARED if shared else 0))
         _U32.pack_into(self.buf, OFF_SPIN_LIMIT, spin_limit)
 
     # -- counters ---------------------------------------------------------------------------
