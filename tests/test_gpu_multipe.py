@@ -247,6 +247,16 @@ def test_gpu_device_api(npes: int, path: str) -> None:
         assert r.stdout.count(" 0 ring requests") == npes, r.stdout
 
 
+def test_gpu_device_barrier_on_a_shared_gpu_says_why() -> None:
+    """As on NVIDIA, where other PEs' kernels on the GPU run only after this one's: the
+    device barrier refuses at once and Launch.wait raises GpuError saying to run one PE per
+    GPU (the ring header's shared bit set by the script; every other phase still passes)."""
+    env = {**VULKAN_ENV, "DIRECT_EXPECTED": "1", "SIMULATE_SHARED_GPU": "1"}
+    r = launch("gpu_direct", 2, env, timeout=240)
+    assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout}\n{r.stderr}"
+    assert r.stdout.count("gpu_direct ok") == 2, r.stdout
+
+
 def test_gpu_initiated_unmapped() -> None:
     """VKSHMEM_GPU_MAPPED=0: the ring service's copies are staged on the domain's device while
     the kernels run on the launch device, as on a discrete GPU."""
