@@ -120,6 +120,18 @@ def test_cuda_device_api(cuda_installed: bool, npes: int) -> None:
     assert r.stdout.count("cuda_device_api ok") == npes, r.stdout
 
 
+@pytest.mark.parametrize("npes", [1, 2, 4])
+def test_cuda_triton(cuda_installed: bool, npes: int) -> None:
+    """tests/pe/cuda_triton.py: Triton kernels store into peers through shmem.ptr's views and
+    synchronise with vkshmem_cuda.triton_device's signals, AMOs and bounded waits."""
+    if not cuda_installed:
+        pytest.skip("no CUDA GPU here (tests/gpu/device_run.sh runs this on one)")
+    pytest.importorskip("triton", reason="the test kernels are Triton kernels")
+    r = launch("cuda_triton", npes, {"VKSHMEM_GPU_PROVIDER": "cuda"}, timeout=300)
+    assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout}\n{r.stderr}"
+    assert r.stdout.count("cuda_triton ok") == npes, r.stdout
+
+
 def test_cuda_device_header_ships_with_the_plugin(cuda_installed: bool) -> None:
     import vkshmem_cuda
 
