@@ -173,8 +173,38 @@ static int wait_slices(struct fast_pred *p, fast_what what, const void *ctx, uin
 
 /* -- wait_until / test ----------------------------------------------------------------------- */
 
-/* *out: o, a plain int that type (kind, width) holds; 0 when it is not one */
-static int int_in(PyObject *o, int kind, int width, uint64_t *out) {
+/* o an exact int of one digit at most (|o| < 2**30: the ints of most calls): *v its value,
+ * read from the object itself (no call, no overflow check); 0 for every other object */
+#if PY_VERSION_HEX < 0x030B0000
+#include <longintrepr.h>
+#endif
+static inline int small_int(PyObject *o, long long *v) {
+    if (!PyLong_CheckExact(o)) return 0;
+#if PY_VERSION_HEX >= 0x030C0000
+    if (!PyUnstable_Long_IsCompact((PyLongObject *)o)) return 0;
+    *v = (long long)PyUnstable_Long_CompactValue((PyLongObject *)o);
+#else
+    Py_ssize_t size = Py_SIZE(o);
+    if (size < -1 || size > 1) return 0;
+    *v = size == 0 ? 0 : size * (long long)((PyLongObject *)o)->ob_digit[0];
+#endif
+    return 1;
+}
+
+/* The plain ints type (kind, width) holds, [*lo, *hi], as far as small_int's reach (unsigned
+ * 64-bit: up to 2**63 - 1) */
+static inline void int_range(int kind, int width, long long *lo, long long *hi) {
+    if (kind == 'i') {
+        *lo = width == 8 ? INT64_MIN : -(1LL << (8 * width - 1));
+        *hi = width == 8 ? INT64_MAX : (1LL << (8 * width - 1)) - 1;
+    } else {
+        *lo = 0;
+        *hi = width == 8 ? INT64_MAX : (1LL << (8 * width)) - 1;
+    }
+}
+
+/* int_in for every int small_int does not read */
+static int int_in_slow(PyObject *o, int kind, int width, uint64_t *out) {
     int overflow;
     if (!PyLong_Check(o)) return 0;
     if (kind == 'i') {
@@ -197,12 +227,26 @@ static int int_in(PyObject *o, int kind, int width, uint64_t *out) {
     return 1;
 }
 
+/* *out: o, a plain int that type (kind, width) holds; 0 when it is not one */
+static inline int int_in(PyObject *o, int kind, int width, uint64_t *out) {
+    long long v, lo, hi;
+    if (!small_int(o, &v)) return int_in_slow(o, kind, width, out);
+    int_range(kind, width, &lo, &hi);
+    if (v < lo || v > hi) return 0;
+    *out = (uint64_t)v;
+    return 1;
+}
+
 /* The element type of a view: 'i' signed or 'u' unsigned integer of width 1, 2, 4 or 8, else 0 */
 static int int_kind(const struct fast_view *b) {
     const char *f = b->format;
     int w = (int)b->itemsize;
     if (f[0] == '\0' || f[1] != '\0' || (w != 1 && w != 2 && w != 4 && w != 8)) return 0;
-    return strchr("bhilq", f[0]) ? 'i' : strchr("BHILQ", f[0]) ? 'u' : 0;
+    switch (f[0]) {
+    case 'b': case 'h': case 'i': case 'l': case 'q': return 'i';
+    case 'B': case 'H': case 'I': case 'L': case 'Q': return 'u';
+    default: return 0;
+    }
 }
 
 /* A predicate on one aligned integer of a numpy array against a plain int in its range. */
@@ -309,7 +353,7 @@ struct set {
     Py_ssize_t start;           /* any: look from here on, then from 0 */
     const struct fast_pred *owner;  /* checks of this predicate record: */
     Py_ssize_t chosen;          /* any: the index found */
-    uint8_t *hits;              /* some: [n] which hold */
+    Py_ssize_t *hits, nhits;    /* some: the indices that hold, how many */
 };
 
 static inline uint64_t load_at(const char *base, int width, Py_ssize_t i) {
@@ -356,6 +400,42 @@ static Py_ssize_t set_find(const struct set *s, Py_ssize_t i, Py_ssize_t to, int
     }
 }
 
+/* some: every i in the set whose comparison holds into s->hits (ascending); how many */
+#define SET_COLLECT_LOOP(T, OP)                                                            \
+    for (i = 0; i < n; i++) {                                                              \
+        if (act != NULL && !act[i]) continue;                                              \
+        T v = __atomic_load_n((const T *)s->base + i, __ATOMIC_SEQ_CST);                   \
+        T w = vals != NULL ? (T)vals[i] : (T)s->value;                                     \
+        hits[k] = i;                                                                       \
+        k += (v OP w);                                                                     \
+    }                                                                                      \
+    return k;
+#define SET_COLLECT(T)                                                                     \
+    switch (s->cmp) {                                                                      \
+    case 1: SET_COLLECT_LOOP(T, ==)                                                        \
+    case 2: SET_COLLECT_LOOP(T, !=)                                                        \
+    case 3: SET_COLLECT_LOOP(T, >)                                                         \
+    case 4: SET_COLLECT_LOOP(T, <=)                                                        \
+    case 5: SET_COLLECT_LOOP(T, <)                                                         \
+    default: SET_COLLECT_LOOP(T, >=)                                                       \
+    }
+
+static Py_ssize_t set_collect(struct set *s) {
+    const uint8_t *act = s->active;
+    const uint64_t *vals = s->values;
+    Py_ssize_t *hits = s->hits, i, k = 0, n = s->n;
+    switch (s->width * (s->kind == 'i' ? -1 : 1)) {
+    case -1: SET_COLLECT(int8_t)
+    case 1: SET_COLLECT(uint8_t)
+    case -2: SET_COLLECT(int16_t)
+    case 2: SET_COLLECT(uint16_t)
+    case -4: SET_COLLECT(int32_t)
+    case 4: SET_COLLECT(uint32_t)
+    case -8: SET_COLLECT(int64_t)
+    default: SET_COLLECT(uint64_t)
+    }
+}
+
 static int set_true(const struct fast_pred *p) {
     struct set *s = (struct set *)p->addr;
     Py_ssize_t i, n = s->n;
@@ -370,10 +450,7 @@ static int set_true(const struct fast_pred *p) {
         return 1;
     default:
         if (s->owner != p) return set_find(s, 0, n, 1) < n;
-        memset(s->hits, 0, (size_t)n);
-        int any = 0;
-        for (i = set_find(s, 0, n, 1); i < n; i = set_find(s, i + 1, n, 1)) s->hits[i] = any = 1;
-        return any;
+        return (s->nhits = set_collect(s)) > 0;
     }
 }
 
@@ -431,17 +508,29 @@ static void rot_set(uint64_t *rows, uint64_t addr, uint64_t n, Py_ssize_t idx) {
 
 /* values: a list/tuple of plain ints of the type (every entry: numpy converts them all) or a
  * C-contiguous array of the same type, with at least n entries */
-static int set_values(PyObject *o, const struct fast_view *b, Py_ssize_t n, uint64_t *out) {
+static int set_values(PyObject *o, const struct fast_view *b, int kind, Py_ssize_t n,
+                      uint64_t *out) {
     if (PyList_CheckExact(o) || PyTuple_CheckExact(o)) {
-        Py_ssize_t m = PySequence_Fast_GET_SIZE(o);
+        Py_ssize_t m = PySequence_Fast_GET_SIZE(o), i;
         PyObject **items = PySequence_Fast_ITEMS(o);
-        uint64_t v;
-        int kind = int_kind(b), width = (int)b->itemsize;
+        uint64_t u;
+        long long v, lo, hi;
+        int width = (int)b->itemsize;
         if (m < n) return 0;
-        for (Py_ssize_t i = 0; i < m; i++) {
-            if (!int_in(items[i], kind, width, &v)) return 0;
-            if (i < n) out[i] = v;
+        int_range(kind, width, &lo, &hi);
+        /* small ints read in place; the entries past the n-th are only checked */
+        for (i = 0; i < n; i++) {
+            if (small_int(items[i], &v)) {
+                if (v < lo || v > hi) return 0;
+                out[i] = (uint64_t)v;
+            } else if (int_in_slow(items[i], kind, width, &u)) {
+                out[i] = u;
+            } else {
+                return 0;
+            }
         }
+        for (; i < m; i++)
+            if (!int_in(items[i], kind, width, &u)) return 0;
         return 1;
     }
     struct fast_view vb;
@@ -449,7 +538,7 @@ static int set_values(PyObject *o, const struct fast_view *b, Py_ssize_t n, uint
     int ok = fast_same_format(&vb, b) && vb.len >= n * b->itemsize;
     if (ok) {
         int shift = 64 - 8 * (int)b->itemsize;
-        int sign = int_kind(b) == 'i';
+        int sign = kind == 'i';
         for (Py_ssize_t i = 0; i < n; i++) {
             uint64_t v = load_at(vb.buf, (int)b->itemsize, i);
             out[i] = sign ? (uint64_t)((int64_t)(v << shift) >> shift) : v;
@@ -468,6 +557,11 @@ static int set_status(PyObject *o, Py_ssize_t n, uint8_t *active, Py_ssize_t *co
         int overflow;
         if (PySequence_Fast_GET_SIZE(o) < n) return 0;
         for (Py_ssize_t i = 0; i < n; i++) {
+            long long sv;
+            if (small_int(items[i], &sv)) {  /* read in place */
+                c += active[i] = (uint8_t)(sv == 0);
+                continue;
+            }
             if (!PyLong_Check(items[i])) return 0;
             long v = PyLong_AsLongAndOverflow(items[i], &overflow);
             if (v == -1 && PyErr_Occurred()) {
@@ -511,15 +605,13 @@ static PyObject *what_set(const void *ctx) {
     return r;
 }
 
-static PyObject *some_list(const uint8_t *hits, Py_ssize_t n) {
-    Py_ssize_t k = 0, j = 0;
-    for (Py_ssize_t i = 0; i < n; i++) k += hits[i];
+/* the list of the k indices hits[] (ascending) */
+static PyObject *some_list(const Py_ssize_t *hits, Py_ssize_t k) {
     PyObject *r = PyList_New(k);
-    for (Py_ssize_t i = 0; r != NULL && i < n; i++) {
-        if (!hits[i]) continue;
-        PyObject *x = PyLong_FromSsize_t(i);
+    for (Py_ssize_t j = 0; r != NULL && j < k; j++) {
+        PyObject *x = PyLong_FromSsize_t(hits[j]);
         if (x == NULL) Py_CLEAR(r);
-        else PyList_SET_ITEM(r, j++, x);
+        else PyList_SET_ITEM(r, j, x);
     }
     return r;
 }
@@ -531,7 +623,8 @@ int fast_wait_set(FastCall *self, PyObject **a, PyObject **out) {
     struct set s;
     struct fast_pred p;
     uint64_t inl_values[SET_INLINE], *rows = NULL;
-    uint8_t inl_active[SET_INLINE], inl_hits[SET_INLINE], *heap = NULL;
+    uint8_t inl_active[SET_INLINE], *heap = NULL;
+    Py_ssize_t inl_hits[SET_INLINE];
     Py_ssize_t count;
     int ok = 0;
     if ((wait && !G.native_waits) || ivars == NULL || Py_TYPE(ivars) != G.ndarray ||
@@ -543,12 +636,19 @@ int fast_wait_set(FastCall *self, PyObject **a, PyObject **out) {
         return 0;
     }
     if (fast_view(ivars, &b, 0) < 0) return 0;
-    memset(&s, 0, sizeof s);
+    /* every field set one by one (a memset of the struct costs a rep stos) */
+    s.values = NULL;
+    s.active = NULL;
+    s.value = 0;
+    s.start = s.chosen = s.nhits = 0;
+    s.owner = NULL;
     s.base = b.buf;
     s.width = (int)b.itemsize;
     s.kind = int_kind(&b);
-    s.n = b.len / (b.itemsize > 0 ? b.itemsize : 1);
-    s.cmp = (int)PyLong_AsLong(code);
+    /* (a shift, not a division: the width is 1, 2, 4 or 8 where kind is not 0) */
+    s.n = s.kind == 0 ? 0 : b.len >> (s.width == 1 ? 0 : s.width == 2 ? 1 : s.width == 4 ? 2 : 3);
+    long long cmp;
+    s.cmp = small_int(code, &cmp) ? (int)cmp : (int)PyLong_AsLong(code);
     s.mode = mode;
     /* an empty array (no address to check) takes the Python path; else only live symmetric
      * memory (a freed or private array: the Python path raises, as RMA does) */
@@ -556,20 +656,20 @@ int fast_wait_set(FastCall *self, PyObject **a, PyObject **out) {
         vk_locate_in(G.table, b.buf, (uint64_t)b.len) < 0)
         goto done;
     if (s.n > SET_INLINE) {
-        heap = PyMem_Malloc((size_t)s.n * (8 + 2));
+        heap = PyMem_Malloc((size_t)s.n * (8 + 8 + 1));  /* values, hits, active */
         if (heap == NULL) goto done;
     }
     uint64_t *values = heap ? (uint64_t *)heap : inl_values;
-    uint8_t *active = heap ? heap + 8 * s.n : inl_active;
-    s.hits = heap ? heap + 9 * s.n : inl_hits;
+    s.hits = heap ? (Py_ssize_t *)(heap + 8 * s.n) : inl_hits;
+    uint8_t *active = heap ? heap + 16 * s.n : inl_active;
     if (vector) {
-        if (!set_values(a[P_VALUE], &b, s.n, values)) goto done;
+        if (!set_values(a[P_VALUE], &b, s.kind, s.n, values)) goto done;
         s.values = values;
     } else if (!int_in(a[P_VALUE], s.kind, s.width, &s.value)) {
         goto done;
     }
     count = s.n;
-    if (!fast_none(status)) {
+    if (status != NULL && status != Py_None) {
         if (!set_status(status, s.n, active, &count)) goto done;
         if (count < s.n) s.active = active;
     }
@@ -616,11 +716,11 @@ int fast_wait_set(FastCall *self, PyObject **a, PyObject **out) {
         *out = PyLong_FromSsize_t(s.chosen);
         break;
     default:
-        *out = some_list(s.hits, s.n);
+        *out = some_list(s.hits, s.nhits);
     }
 done:
     /* the caller keeps the array alive: the address stays valid while it waits */
     fast_release(&b);
-    PyMem_Free(heap);
+    if (heap != NULL) PyMem_Free(heap);
     return ok;
 }
