@@ -23,9 +23,14 @@ def test_default_bounds_collectives_like_torch_distributed() -> None:
     assert load({"VKSHMEM_COLLECTIVE_TIMEOUT": "0"}).collective_timeout == 0
 
 
-@pytest.mark.parametrize(("npes", "mode"),
-                         [*RUNS, (2, "ucx-sm"), (2, "ofi-tcp")])
-@pytest.mark.parametrize("case", CASES)
+#: UCX and libfabric at 3 and 4 PEs, each case once (pairwise, not the whole cross product)
+MORE = [(3, "ucx-sm", "broadcast"), (4, "ucx-sm", "sum_reduce"),
+        (3, "ofi-tcp", "broadcast_root_large"), (4, "ofi-tcp", "barrier")]
+
+
+@pytest.mark.parametrize(("npes", "mode", "case"),
+                         [(npes, mode, case) for npes, mode in
+                          [*RUNS, (2, "ucx-sm"), (2, "ofi-tcp")] for case in CASES] + MORE)
 def test_mismatch_ends_with_an_error_on_every_pe(case: str, npes: int, mode: str) -> None:
     env = {**MODES[mode], "COLL_HANG_CASE": case, "VKSHMEM_WAIT_TIMEOUT": "0",
            "VKSHMEM_COLLECTIVE_TIMEOUT": str(TIMEOUT)}
