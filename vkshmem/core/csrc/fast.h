@@ -158,6 +158,7 @@ struct fast_pred {
     uint64_t seen;              /* the value the last check read */
 };
 int fast_pred_true(struct fast_pred *p);
+int fast_set_true(const struct fast_pred *p);  /* fast_waitset.c: a set-wide predicate */
 typedef PyObject *(*fast_what)(const void *ctx);
 int fast_wait(struct fast_pred *p, fast_what what, const void *ctx);
 int fast_wait_until(FastCall *self, PyObject **a, PyObject **out);
