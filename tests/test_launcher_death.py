@@ -100,6 +100,7 @@ def test_pes_end_when_mpirun_is_killed(tmp_path: Path) -> None:
     script.write_text(LINGER)
     marks = tmp_path / "pid"
     cmd = [*_mpirun_cmd(2), sys.executable, str(script), str(marks)]
+    shm_before = set(Path("/dev/shm").glob("sm_segment.*"))  # Open MPI's own segments
     launcher = subprocess.Popen(cmd, env=clean_env(VKSHMEM_BOOTSTRAP="mpi"),
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                 start_new_session=True)
@@ -123,3 +124,7 @@ def test_pes_end_when_mpirun_is_killed(tmp_path: Path) -> None:
                 os.kill(p, signal.SIGKILL)
         if launcher.poll() is None:
             launcher.kill()
+        # a killed mpirun leaves its shared-memory segments behind: not vkshmem's, but this
+        # test made them
+        for seg in set(Path("/dev/shm").glob("sm_segment.*")) - shm_before:
+            seg.unlink(missing_ok=True)
