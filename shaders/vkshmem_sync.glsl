@@ -107,43 +107,30 @@ shared uint64_t vks_block_ticket_;
 // The workgroup's size, read where a call is written (after the kernel's
 // layout(local_size_x = ...) in; a function of this file, compiled before it, would see 1).
 #define VKS_LANES (gl_WorkGroupSize.x * gl_WorkGroupSize.y * gl_WorkGroupSize.z)
-#define vks_put_block(pe, dst, src, nbytes) vks_put_block_n(VKS_LANES, pe, dst, src, nbytes)
-#define vks_get_block(pe, dst, src, nbytes) vks_get_block_n(VKS_LANES, pe, dst, src, nbytes)
+#define vks_put_block(pe, dst, src, nbytes) vks_block_n(VKS_LANES, false, pe, dst, src, nbytes)
+#define vks_get_block(pe, dst, src, nbytes) vks_block_n(VKS_LANES, true, pe, dst, src, nbytes)
 #define vks_put_signal_block(pe, dst, src, nbytes, sig, value, sig_op) \
     vks_put_signal_block_n(VKS_LANES, pe, dst, src, nbytes, sig, value, sig_op)
 
-// vks_put_block(pe, dst, src, nbytes): the workgroup's put; returns the ticket (the same in
-// every invocation).
-uint64_t vks_put_block_n(uint lanes, uint pe, uint64_t dst, uint64_t src, uint64_t nbytes) {
+// vks_put_block / vks_get_block(pe, dst, src, nbytes): the workgroup's put (from this PE's
+// `src` to `pe`'s `dst`) or get (from `pe`'s `src` to this PE's `dst`); returns the ticket
+// (the same in every invocation).
+uint64_t vks_block_n(uint lanes, bool get, uint pe, uint64_t dst, uint64_t src,
+                     uint64_t nbytes) {
     memoryBarrierBuffer();
     barrier();
     uint64_t base = vks_peer_base(pe);
     if (vks_direct_ok(base, dst, src, nbytes)) {
-        vks_copy(base + dst, vks_heap() + src, nbytes, gl_LocalInvocationIndex, lanes);
+        uint64_t to = (get ? vks_heap() : base) + dst;
+        uint64_t from = (get ? base : vks_heap()) + src;
+        vks_copy(to, from, nbytes, gl_LocalInvocationIndex, lanes);
         memoryBarrierBuffer();
         barrier();
         return VKS_DIRECT;
     }
     if (gl_LocalInvocationIndex == 0u) {
-        vks_block_ticket_ = vks_put(vks_ring(), pe, dst, src, nbytes);
-    }
-    barrier();
-    return vks_block_ticket_;
-}
-
-// vks_get_block(pe, dst, src, nbytes): the workgroup's get.
-uint64_t vks_get_block_n(uint lanes, uint pe, uint64_t dst, uint64_t src, uint64_t nbytes) {
-    memoryBarrierBuffer();
-    barrier();
-    uint64_t base = vks_peer_base(pe);
-    if (vks_direct_ok(base, dst, src, nbytes)) {
-        vks_copy(vks_heap() + dst, base + src, nbytes, gl_LocalInvocationIndex, lanes);
-        memoryBarrierBuffer();
-        barrier();
-        return VKS_DIRECT;
-    }
-    if (gl_LocalInvocationIndex == 0u) {
-        vks_block_ticket_ = vks_get(vks_ring(), pe, dst, src, nbytes);
+        vks_block_ticket_ = get ? vks_get(vks_ring(), pe, dst, src, nbytes)
+                                : vks_put(vks_ring(), pe, dst, src, nbytes);
     }
     barrier();
     return vks_block_ticket_;

@@ -121,9 +121,9 @@ class Initiator:
         assert view is not None
         view[:] = struct.pack(f"<{n}Q", *bases)
         del view
-        # On a GPU a kernel waiting for another process's kernel on the same GPU waits out
-        # time slices (ms): give its waits seconds. A CPU driver (lavapipe) keeps the shader's
-        # compile-time bound, within its loop budget.
+        # On a GPU a wait may last as long as a host or another GPU takes to write the word:
+        # give it seconds. A CPU driver (lavapipe) keeps the shader's compile-time bound,
+        # within its loop budget.
         spin = 0 if self.device.info.is_cpu else GPU_SPIN_LIMIT
         # other PEs' kernels on this GPU (their heaps are imports of the same device): on a
         # GPU the driver runs other processes' kernels only when this one's end (seen on the

@@ -20,6 +20,8 @@ from vkshmem.core.errors import TransportError
 from vkshmem.core.hookspecs import hookimpl
 from vkshmem.core.transport import RMA, AmoOp, TransportContext, TransportSpec
 
+from ._access import TRUST_VAR
+
 if TYPE_CHECKING:
     from ._transport import UcxTransport
 
@@ -88,7 +90,7 @@ SPEC = TransportSpec(
     description="UCX (UCP) one-sided put/get/atomics over whatever UCX reaches (shared memory, "
                 "InfiniBand/RoCE with a verbs-enabled UCX; tcp only on a trusted network); "
                 "native progress thread",
-    variables=(("VKSHMEM_UCX_TRUSTED_NETWORK", "0", "1: every process that can reach the "
+    variables=((TRUST_VAR, "0", "1: every process that can reach the "
                 "rails' network and the user's group is trusted, so UCX's tcp and sysv "
                 "transports (which check no remote key / make 0660 segments) may be opened; "
                 "0 leaves them out (the rail option trusted= overrides it per rail)."),),

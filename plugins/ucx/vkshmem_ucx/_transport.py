@@ -49,6 +49,7 @@ from vkshmem.core.transport import (
 )
 
 from . import NAME, SPEC
+from ._access import TRUST_VAR
 from ._library import build_info, check_library, ucx_version
 from ._library import status as _status
 from ._options import DEFAULT_TIMEOUT, Options, parse_options
@@ -66,7 +67,7 @@ UNREACHABLE_HINT = (
     "tcp is left out by default: it checks no remote key, so anyone who reaches its port could "
     "write into a PE's memory. Between hosts use a verbs NIC (tls=rc,ud,dc) or the "
     "authenticated hostproxy transport (VKSHMEM_TRANSPORTS=hostproxy), or, on a network only "
-    "the job's hosts reach, set VKSHMEM_UCX_TRUSTED_NETWORK=1")
+    f"the job's hosts reach, set {TRUST_VAR}=1")
 _BITWISE = (AmoOp.AND, AmoOp.OR, AmoOp.XOR)
 
 if any(getattr(lib, f"VKU_{op.name}") != op.value for op in AmoOp):  # pragma: no cover
