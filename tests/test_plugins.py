@@ -147,6 +147,29 @@ def test_wrong_api_version_is_refused(monkeypatch: pytest.MonkeyPatch, tmp_path:
         "    register(TransportSpec(name='future', factory=None, api_version=99))\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     _fake(monkeypatch, [_ep("future", "future_nic")])
-    with pytest.warns(RuntimeWarning, match="API version 99"):
+    with pytest.warns(RuntimeWarning, match=r"built for plugin API 99\.0, this vkshmem implements "
+                      r"1\.\d+ \(another major"):
         reg = plugins.load_plugins(load({}))
     assert "future" not in reg.transports
+
+
+@pytest.mark.parametrize(("declared", "refused"), [
+    ("1.0", None), (1, None), ("1.99", "newer than the"), ("2.0", "another major version"),
+    ("x", "not a plugin API version"),
+])
+def test_plugin_api_version_is_semantic(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                        declared: object, refused: str | None) -> None:
+    name = f"versioned_nic_{abs(hash(repr(declared)))}"  # a module of its own for each case
+    (tmp_path / f"{name}.py").write_text(
+        "from vkshmem.plugin import TransportSpec, hookimpl\n"
+        "@hookimpl\n"
+        "def register_transports(register):\n"
+        f"    register(TransportSpec(name='versioned', factory=None, api_version={declared!r}))\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    _fake(monkeypatch, [_ep("versioned", name)])
+    if refused is None:
+        assert "versioned" in plugins.load_plugins(load({})).transports
+        return
+    with pytest.warns(RuntimeWarning, match=refused):
+        reg = plugins.load_plugins(load({}))
+    assert "versioned" not in reg.transports

@@ -44,6 +44,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .apiversion import API_VERSION
 from .domainarray import DomainArray
 from .errors import VkshmemError
 from .transport import AmoOp, SegmentInfo
@@ -54,7 +55,6 @@ if TYPE_CHECKING:
     from .config import Config
 
 __all__ = [
-    "DOMAIN_API_VERSION",
     "DomainArray",
     "DomainContext",
     "DomainExport",
@@ -63,8 +63,6 @@ __all__ = [
     "MemoryDomain",
 ]
 
-#: Version of this contract. A spec declaring another version is refused at load time.
-DOMAIN_API_VERSION = 1
 
 
 @dataclass(frozen=True)
@@ -86,7 +84,8 @@ class DomainSpec:
     factory: Callable[[DomainContext], MemoryDomain]
     family: str = "gpu"
     priority: int = 0
-    api_version: int = DOMAIN_API_VERSION
+    #: the plugin API version the spec was built for (:mod:`vkshmem.core.apiversion`)
+    api_version: str | int = API_VERSION
     accelerator: Callable[[Config], bool] | None = None
     available: Callable[[Config], bool] | None = None
     description: str = ""

@@ -15,11 +15,12 @@ from importlib import metadata
 import pluggy
 
 from . import hookspecs
+from .apiversion import check_api_version
 from .bootstrap.base import BootstrapSpec
 from .config import Config
-from .domain import DOMAIN_API_VERSION, DomainSpec
+from .domain import DomainSpec
 from .errors import PluginError
-from .transport import API_VERSION, TransportSpec
+from .transport import TransportSpec
 
 __all__ = ["GROUPS", "RESERVED_DOMAINS", "LoadedPlugin", "Registry", "load_plugins"]
 
@@ -94,15 +95,16 @@ def _load_one(config: Config, ep: metadata.EntryPoint, rec: LoadedPlugin, reg: R
         _fail(config.plugins_strict, f"plugin {ep.name!r} from {rec.distribution} failed to load: "
               f"{type(exc).__name__}: {exc}")
         return
-    versions = {TransportSpec: ("transport", API_VERSION, reg.transports),
-                DomainSpec: ("memory domain", DOMAIN_API_VERSION, reg.domains)}
+    tables = {TransportSpec: ("transport", reg.transports),
+              DomainSpec: ("memory domain", reg.domains)}
     for spec in found:
-        if type(spec) in versions:
-            what, version, table = versions[type(spec)]
-            if spec.api_version != version:
+        if type(spec) in tables:
+            what, table = tables[type(spec)]
+            refused = check_api_version(spec.api_version)
+            if refused:
                 _fail(config.plugins_strict,
-                      f"{what} {spec.name!r} from {rec.distribution} declares API version "
-                      f"{spec.api_version}, this vkshmem speaks {version}")
+                      f"{what} {spec.name!r} from {rec.distribution} {rec.version} is refused: "
+                      f"{refused}")
                 continue
         elif isinstance(spec, BootstrapSpec):
             table = reg.bootstraps

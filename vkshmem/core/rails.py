@@ -85,6 +85,7 @@ class TransportRoutes:
             amo_function=int(lib.vk_amo_address()),
             secret=self.bootstrap.secret,
             liveness_words=lv.address if (lv := getattr(self, "liveness", None)) else 0,
+            shm=self.config.shm,
         )
 
     def _open(self, spec: TransportSpec, rail: int, options: dict[str, str],

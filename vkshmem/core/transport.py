@@ -46,9 +46,11 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from .apiversion import API_VERSION
 from .errors import TransportError
 
 __all__ = [
+    "ALL_AMO_OPS",
     "ALL_OPS",
     "AMO",
     "API_VERSION",
@@ -62,8 +64,6 @@ __all__ = [
     "TransportSpec",
 ]
 
-#: Version of this contract. A spec declaring another major version is refused at load time.
-API_VERSION = 1
 
 
 class AmoOp(enum.IntEnum):
@@ -149,6 +149,10 @@ class TransportContext:
     failure detection is off. A transport's blocking waits may read it when they wake and give
     up (raising its TransportError, which the core turns into PeerFailedError) instead of
     waiting for a dead peer until their own timeout."""
+    shm: bool = True
+    """Whether the core's shared-memory path is on (``VKSHMEM_SHM``): PEs of one node then
+    reach each other's host heaps through it, so a transport need not connect them (and may,
+    where it is off, allocate the heap in its own registered memory)."""
 
 
 @dataclass(frozen=True)
@@ -172,7 +176,8 @@ class TransportSpec:
     name: str
     factory: Callable[[TransportContext], Transport]
     priority: int = 0
-    api_version: int = API_VERSION
+    #: the plugin API version the spec was built for (:mod:`vkshmem.core.apiversion`)
+    api_version: str | int = API_VERSION
     memory_kinds: frozenset[str] = frozenset({"host"})
     kind_ops: Mapping[str, frozenset[str]] = field(default_factory=dict, hash=False)
     reach: frozenset[str] = frozenset({"intra", "inter"})

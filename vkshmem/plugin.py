@@ -1,0 +1,119 @@
+"""The plugin kit: everything a transport or memory-domain plugin imports from vkshmem.
+
+A third party's plugin (and every in-tree one) imports this module, :mod:`vkshmem.testing`
+and the public API (:mod:`vkshmem.shmem`), nothing else of vkshmem; ``tests/test_structure.py``
+holds the in-tree plugins to it. A plugin registers its specs through the :data:`hookimpl`
+hooks, under the entry-point groups ``vkshmem.transports`` or ``vkshmem.domains``::
+
+    from vkshmem.plugin import TransportSpec, hookimpl
+
+    @hookimpl
+    def register_transports(register):
+        register(TransportSpec(name="mynic", factory=MyTransport, api_version=API_VERSION))
+
+Versioning: :data:`API_VERSION` is ``"major.minor"`` of this API. A spec declares the version
+it was built for (``api_version``; by default the version of the vkshmem it was imported
+from); at load time a spec of another major version, or of a newer minor one, is refused with
+a message naming both versions.
+
+Native code: :func:`get_include` is the folder holding ``vkshmem/plugin.h`` (the native ops
+table, the watch board and the status codes every native transport uses).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .core.apiversion import API_VERSION, check_api_version, parse_api_version
+from .core.auth import derive_key
+from .core.config import Config, parse_size
+from .core.dlpack import KDL_CPU, KDL_CUDA, cuda_array_interface, dlpack_capsule
+from .core.domain import (
+    DomainContext,
+    DomainExport,
+    DomainLink,
+    DomainSpec,
+    MemoryDomain,
+)
+from .core.domainarray import DomainArray
+from .core.errors import (
+    BootstrapError,
+    ConfigError,
+    FeatureNotAvailableError,
+    HeapExhaustedError,
+    InvalidArgumentError,
+    InvalidTypeError,
+    NotAllocatedError,
+    PeerFailedError,
+    PluginError,
+    TransportError,
+    ValueRangeError,
+    VkshmemError,
+    WaitTimeoutError,
+)
+from .core.hookspecs import hookimpl
+from .core.shmnames import job_shm_name
+from .core.transport import (
+    ALL_AMO_OPS,
+    ALL_OPS,
+    AMO,
+    RMA,
+    AmoOp,
+    CollectiveArgs,
+    PeerInfo,
+    SegmentInfo,
+    Transport,
+    TransportContext,
+    TransportSpec,
+)
+
+__all__ = [
+    "ALL_AMO_OPS",
+    "ALL_OPS",
+    "AMO",
+    "API_VERSION",
+    "KDL_CPU",
+    "KDL_CUDA",
+    "RMA",
+    "AmoOp",
+    "BootstrapError",
+    "CollectiveArgs",
+    "Config",
+    "ConfigError",
+    "DomainArray",
+    "DomainContext",
+    "DomainExport",
+    "DomainLink",
+    "DomainSpec",
+    "FeatureNotAvailableError",
+    "HeapExhaustedError",
+    "InvalidArgumentError",
+    "InvalidTypeError",
+    "MemoryDomain",
+    "NotAllocatedError",
+    "PeerFailedError",
+    "PeerInfo",
+    "PluginError",
+    "SegmentInfo",
+    "Transport",
+    "TransportContext",
+    "TransportError",
+    "TransportSpec",
+    "ValueRangeError",
+    "VkshmemError",
+    "WaitTimeoutError",
+    "check_api_version",
+    "cuda_array_interface",
+    "derive_key",
+    "dlpack_capsule",
+    "get_include",
+    "hookimpl",
+    "job_shm_name",
+    "parse_api_version",
+    "parse_size",
+]
+
+
+def get_include() -> str:
+    """The folder to put on a native plugin's include path: it holds ``vkshmem/plugin.h``."""
+    return str(Path(__file__).resolve().parent / "include")
