@@ -1,6 +1,6 @@
 """Build hook: compiles the native parts. With cffi, the core's helper (hardware atomics,
-copies, the peer table), the GPU domain's submission path (no Vulkan headers needed) and its
-CUDA calls on NVIDIA (no CUDA headers needed: libcuda is opened at run time); as
+copies, the peer table) and the GPU domain's submission path (no Vulkan headers needed; its
+CUDA calls on NVIDIA are vkshmem-cuda's, plugins/cuda); as
 a CPython extension, the core's per-call hot path ``vkshmem.core._fast`` (see
 ``vkshmem/core/csrc/fast.h``)."""
 
@@ -19,5 +19,4 @@ fast = Extension(
 
 setup(ext_modules=[fast],
       cffi_modules=["vkshmem/core/_native_build.py:ffibuilder",
-                    "vkshmem/gpu/_submit_build.py:ffibuilder",
-                    "vkshmem/gpu/_cuda_build.py:ffibuilder"])
+                    "vkshmem/gpu/_submit_build.py:ffibuilder"])

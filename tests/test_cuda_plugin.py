@@ -219,3 +219,40 @@ def test_cuda_cpu_map_setting_is_checked(cuda_installed: bool) -> None:
         assert map_mode() == "off" and CpuMaps.open(0, 1.0) is None
         mp.delenv("VKSHMEM_CUDA_CPU_MAP")
         assert map_mode() == "auto"
+
+
+def test_link_pieces(cuda_installed: bool) -> None:
+    """A CUDA link's piece (the Vulkan domain's, vkshmem_cuda.vulkan_accel): VKSHMEM_GPU_LINK_PIECE
+    where set (at least 4 KiB), else a quarter of the copy in 2 MiB steps, 2 to 32 MiB (the
+    bounce holds four of the largest)."""
+    from vkshmem_cuda.vulkan_accel.bounce import PIECE_MAX, piece_size
+
+    assert piece_size(0, 8) == 2 << 20
+    assert piece_size(0, 16 << 20) == 4 << 20
+    assert piece_size(0, 72 << 20) == 18 << 20
+    assert piece_size(0, 256 << 20) == PIECE_MAX == 32 << 20
+    assert piece_size(8 << 20, 1 << 30) == 8 << 20
+    assert piece_size(100, 1 << 20) == 4096
+
+
+def test_vulkan_accelerator_declared(cuda_installed: bool) -> None:
+    """The Vulkan domain's NVIDIA accelerations come from this plugin through the entry-point
+    group vkshmem.gpu_accelerators; they apply to NVIDIA devices only, and vkshmem info lists
+    them."""
+    from vkshmem.gpu.accel import _load, installed_accelerators
+    from vkshmem.plugin import GpuAccelerator
+
+    _load.cache_clear()
+    found = {e.name: e for e in installed_accelerators(load({}))}
+    assert found["cuda"].distribution == "vkshmem-cuda", found
+    accel = found["cuda"].accelerator
+    assert isinstance(accel, GpuAccelerator)
+
+    class Info:
+        vendor = "NVIDIA"
+
+    assert accel.applies(Info())
+    Info.vendor = "Mesa"
+    assert not accel.applies(Info())
+    denied = installed_accelerators(load({"VKSHMEM_PLUGINS_DENY": "vkshmem-cuda"}))
+    assert [e.accelerator for e in denied if e.name == "cuda"] == [None]

@@ -77,7 +77,7 @@ def test_gpu_ring_reduce(npes: int, run: str) -> None:
     assert r.stdout.count("gpu_ring_reduce ok") == npes, r.stdout
     if run == "linked":  # every PE's right neighbour is on the other GPU: its folds pushed
         assert r.stdout.count("folds pushed through a link: 0") == 0, r.stdout
-        if npes == 2:  # and two PEs took the pair's round (vkshmem/gpu/cudapair.py)
+        if npes == 2:  # and two PEs took the pair's round (vkshmem_cuda/vulkan_accel/pair.py)
             assert r.stdout.count("pair rounds: 0") == 0, r.stdout
     rings = 0 if npes == 1 else 12 if run == "noimport-small" else 8
     rings += 3 if (npes, run) == (2, "linked") else 0  # the script's three 64 MiB calls
@@ -172,12 +172,12 @@ def _cuda_gpus() -> int:
 def test_gpu_link(npes: int, heap: str) -> None:
     """tests/pe/gpu_link.py: GPU<->GPU and CPU<->GPU transfers of 1 B to 72 MiB with every
     peer. With the Vulkan domain on two or more NVIDIA GPUs (PEs spread over them) every PE
-    reaches the other GPUs' PEs through a CUDA link (vkshmem/gpu/cudalink.py): the peer's heap
-    mapped on this GPU where the heaps are CUDA's (``heap`` cuda, VKSHMEM_GPU_CUDA_HEAP=1),
-    through a bounce buffer where they are Vulkan's; elsewhere the same bytes go over the
-    direct route. ``cuda-bar``: a CUDA heap without the validation layer, so in the CPU-mapped
-    BAR type (VKSHMEM_GPU_BAR=auto), which each PE also maps for its small copies across GPUs
-    (vkshmem/gpu/peermap.py)."""
+    reaches the other GPUs' PEs through a CUDA link (vkshmem_cuda/vulkan_accel/link.py): the
+    peer's heap mapped on this GPU where the heaps are CUDA's (``heap`` cuda,
+    VKSHMEM_GPU_CUDA_HEAP=1), through a bounce buffer where they are Vulkan's; elsewhere the
+    same bytes go over the direct route. ``cuda-bar``: a CUDA heap without the validation
+    layer, so in the CPU-mapped BAR type (VKSHMEM_GPU_BAR=auto), which each PE also maps for
+    its small copies across GPUs (vkshmem/gpu/peermap.py)."""
     env = {**GPU_ENV, "VKSHMEM_GPU_SYMMETRIC_SIZE": "256M", "VKSHMEM_GPU_LINK_PIECE": "8M",
            "VKSHMEM_GPU_CUDA_HEAP": "0" if heap == "vulkan" else "1"}
     if heap == "cuda-bar":
@@ -190,19 +190,6 @@ def test_gpu_link(npes: int, heap: str) -> None:
         assert r.stdout.count("(0 direct") == (npes if heap == "vulkan" else 0), r.stdout
         mapped = r.stdout.count(" 0 CPU-mapped)")
         assert mapped == (0 if heap == "cuda-bar" else npes), r.stdout
-
-
-def test_link_pieces() -> None:
-    """A CUDA link's piece: VKSHMEM_GPU_LINK_PIECE where set (at least 4 KiB), else a quarter
-    of the copy in 2 MiB steps, 2 to 32 MiB (the bounce holds four of the largest)."""
-    from vkshmem.gpu.cudabounce import PIECE_MAX, piece_size
-
-    assert piece_size(0, 8) == 2 << 20
-    assert piece_size(0, 16 << 20) == 4 << 20
-    assert piece_size(0, 72 << 20) == 18 << 20
-    assert piece_size(0, 256 << 20) == PIECE_MAX == 32 << 20
-    assert piece_size(8 << 20, 1 << 30) == 8 << 20
-    assert piece_size(100, 1 << 20) == 4096
 
 
 def test_gpu_validation_errors_fail_the_job() -> None:

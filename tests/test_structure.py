@@ -97,3 +97,47 @@ def test_core_imports_no_plugin() -> None:
             bad = {m for m in _imports(path, top_level_only=False)
                    if not m.startswith("vkshmem.core")}
             assert not bad, f"{module} imports {sorted(bad)} (the core must import no plugin)"
+
+
+#: what CUDA code under vkshmem/ would import, load or call (vkshmem-cuda, plugins/cuda, holds
+#: all of it: the Vulkan domain's NVIDIA accelerations attach through vkshmem.gpu.accel)
+_CUDA_MODULES = ("cuda", "cupy", "pycuda", "vkshmem_cuda", "numba.cuda", "torch.cuda")
+_CUDA_C = (r'#\s*include\s*[<"](cuda|cuda_runtime|nvrtc)[\w.]*[>"]|\bcu[A-Z]\w*\s*\('
+           r'|libcuda|libnvrtc')
+
+
+def test_no_cuda_code_in_vkshmem() -> None:
+    """One home per vendor: no module of vkshmem imports (or loads by name) CUDA or
+    vkshmem-cuda, no file is named cuda*, and no C file includes CUDA's headers or calls its
+    driver (documentation strings may name CUDA)."""
+    import re
+
+    def imported(node: ast.AST) -> list[str]:
+        if isinstance(node, ast.Import):
+            return [a.name for a in node.names]
+        if isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            return [node.module]
+        if isinstance(node, ast.Call) and node.args and \
+                isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
+            name = ast.unparse(node.func)
+            if name.endswith(("import_module", "find_spec", "__import__", "CDLL", "dlopen",
+                              "LoadLibrary")):
+                return [node.args[0].value]
+        return []
+
+    bad: list[str] = []
+    for path in sorted(PKG.rglob("*")):
+        rel = path.relative_to(PKG.parent)
+        if "cuda" in path.name.lower() and path.name != "__pycache__":
+            bad.append(f"{rel}: named after CUDA")
+        if path.suffix == ".py":
+            for node in ast.walk(ast.parse(path.read_text())):
+                for name in imported(node):
+                    top = name.split(".")
+                    if any(top[:len(m.split("."))] == m.split(".") for m in _CUDA_MODULES) or \
+                            "libcuda" in name or "nvrtc" in name:
+                        bad.append(f"{rel}:{node.lineno}: loads {name}")  # type: ignore[attr-defined]
+        elif path.suffix in (".c", ".h", ".cu", ".cuh", ".cpp"):
+            text = re.sub(r"/\*.*?\*/|//[^\n]*", "", path.read_text(), flags=re.S)
+            bad.extend(f"{rel}: {m.group(0).strip()}" for m in re.finditer(_CUDA_C, text))
+    assert not bad, "CUDA code in vkshmem (it belongs in plugins/cuda):\n" + "\n".join(bad)

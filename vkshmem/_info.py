@@ -60,6 +60,7 @@ def main(args: argparse.Namespace) -> int:
         print(textwrap.fill(_carriage(spec, reg.transports.values()), 100,
                             initial_indent=" " * 16, subsequent_indent=" " * 16))
         _plugin_variables(spec.variables)
+    _gpu_accelerators(cfg)
     _gpu_devices()
     print(f"\nRoutes of a {args.npes}-PE job on this node (vkshmem run -n {args.npes}), per "
           "peer and domain (domains are opened here to show them):")
@@ -111,6 +112,30 @@ def _carriage(spec: Any, transports: Any) -> str:
              else "same-node peers")
     return (f"memory {'/'.join(sorted(kinds))}: {where} import it (direct); other peers: "
             + ("; ".join(parts) if parts else "the domain proxy (no transport installed)"))
+
+
+def _gpu_accelerators(cfg: Any) -> None:
+    """The vendor accelerations of the Vulkan domain (entry points ``vkshmem.gpu_accelerators``,
+    :mod:`vkshmem.gpu.accel`) with their variables."""
+    print("\nVulkan domain accelerators (entry points vkshmem.gpu_accelerators):")
+    try:
+        from .gpu.accel import installed_accelerators
+
+        found = installed_accelerators(cfg)
+    except Exception as exc:
+        print(f"   none usable: {exc}")
+        return
+    if not found:
+        print("   none installed: the vulkan domain is Vulkan-only (vkshmem-cuda, "
+              "plugins/cuda, adds NVIDIA's)")
+    for entry in found:
+        accel = entry.accelerator
+        if accel is None:
+            print(f"   {entry.name:12s} from {entry.distribution}: {entry.status}")
+            continue
+        print(f"   {entry.name:12s} from {entry.distribution}: {accel.status()}; "
+              f"{accel.description}")
+        _plugin_variables(accel.variables)
 
 
 def _gpu_devices() -> None:

@@ -66,12 +66,27 @@ from .core.transport import (
     TransportContext,
     TransportSpec,
 )
+from .gpu.accel import (
+    CONTROL_BYTES,
+    CONTROL_SLOT,
+    CONTROL_WORDS,
+    DomainAccelerator,
+    ExportInfo,
+    GpuAccelerator,
+    GpuError,
+    GpuMemory,
+    PeerMaps,
+    vulkan_initiator,
+)
 
 __all__ = [
     "ALL_AMO_OPS",
     "ALL_OPS",
     "AMO",
     "API_VERSION",
+    "CONTROL_BYTES",
+    "CONTROL_SLOT",
+    "CONTROL_WORDS",
     "KDL_CPU",
     "KDL_CUDA",
     "RMA",
@@ -80,12 +95,17 @@ __all__ = [
     "CollectiveArgs",
     "Config",
     "ConfigError",
+    "DomainAccelerator",
     "DomainArray",
     "DomainContext",
     "DomainExport",
     "DomainLink",
     "DomainSpec",
+    "ExportInfo",
     "FeatureNotAvailableError",
+    "GpuAccelerator",
+    "GpuError",
+    "GpuMemory",
     "HeapExhaustedError",
     "InvalidArgumentError",
     "InvalidTypeError",
@@ -93,6 +113,7 @@ __all__ = [
     "NotAllocatedError",
     "PeerFailedError",
     "PeerInfo",
+    "PeerMaps",
     "PluginError",
     "SegmentInfo",
     "Transport",
@@ -111,6 +132,7 @@ __all__ = [
     "job_shm_name",
     "parse_api_version",
     "parse_size",
+    "vulkan_initiator",
 ]
 
 

@@ -40,7 +40,7 @@ if me == 0:
             per_call(lambda s=s: shmem.put(g_dst[:s], g_src[:s], 1), warm=5))
         rows.setdefault("domain.copy", []).append(per_call(
             lambda s=s: dom.copy(peer_mem, g_dst.offset, dom.memory, g_src.offset, s)))
-    copier = dom._cuda_copier(top)
+    copier = dom.accel.copier(top)
     assert copier is not None, "no CUDA copier"
     dptr = copier.pointer(peer_mem) + g_dst.offset
     sptr = copier.pointer(dom.memory) + g_src.offset

@@ -2,7 +2,7 @@
 vkshmem run -n 2 tests/gpu/link_latency_probe.py``): where an 8-byte operation of the Vulkan
 domain between GPUs spends its time. PE 0 times, layer by layer, a GPU->GPU put, a CPU->GPU
 put and a fetch_add into PE 1's heap on the other GPU: through the API, through the CUDA link
-(:class:`~vkshmem.gpu.cudalink.CudaLink`) and through the C call under it; with the peer's
+(:class:`~vkshmem_cuda.vulkan_accel.link.CudaLink`) and through the C call under it; with the peer's
 heap CPU-mapped (:mod:`~vkshmem.gpu.peermap`) the small copies are CPU copies, timed against
 the CUDA copy. Last, what a Vulkan device of this process on the other GPU (what the mapping
 opens) costs in that GPU's memory."""

@@ -38,10 +38,10 @@ from typing import Any
 import numpy as np
 from pair_common import ok, pair_heaps
 from probe_timing import best_per_call
+from vkshmem_cuda.kernels import REDUCE_NAME, compile_kernel, reduce_source
+from vkshmem_cuda.vulkan_accel.fold import _Pointers
 
 from vkshmem import shmem
-from vkshmem.gpu.cudafold import _Pointers
-from vkshmem.gpu.cudakernels import REDUCE_NAME, compile_kernel, reduce_source
 
 N = 64 << 20  # float32 elements: 256 MiB
 HALF = N // 2

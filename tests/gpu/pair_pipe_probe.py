@@ -33,9 +33,9 @@ from typing import Any
 
 import numpy as np
 from pair_common import ok, pair_heaps
+from vkshmem_cuda.vulkan_accel.fold import _Pointers
 
 from vkshmem import shmem
-from vkshmem.gpu.cudafold import _Pointers
 
 N = 64 << 20  # float32 elements: 256 MiB
 HALF = N // 2

@@ -21,10 +21,10 @@ import time
 
 import numpy as np
 from cuda.bindings import driver as cu
+from vkshmem_cuda.kernels import compile_kernel
+from vkshmem_cuda.vmm import device_by_uuid
 
 from vkshmem.gpu import VulkanDevice
-from vkshmem.gpu.cudaheap import device_by_uuid
-from vkshmem.gpu.cudakernels import compile_kernel
 
 SPIN = r"""
 extern "C" __global__ void spin(volatile unsigned *flag, long long limit) {

@@ -17,7 +17,7 @@ the fd with ``cuImportExternalMemory``; a 128 MiB Vulkan copy on it 1068 GB/s (1
 Vulkan's own memory); GPU 1 puts into / gets from it 389 / 390 GB/s at 256 MiB (the plain VMM
 allocation 390 / 390), 356 / 360 at 64 MiB (363 / 366), 8 B in 9.1 / 9.3 us; GPU 1's bytes
 arrive. So the Vulkan domain's heap is such an allocation on NVIDIA
-(``vkshmem/gpu/cudaheap.py``)."""
+(``plugins/cuda/vkshmem_cuda/vmm.py``)."""
 
 from __future__ import annotations
 
@@ -27,9 +27,9 @@ from typing import Any
 
 import numpy as np
 from cuda.bindings import driver as cu
+from vkshmem_cuda.vmm import map_handle
 from vulkan_cuda_peer_probe import ok
 
-from vkshmem.gpu.cudaheap import map_handle
 from vkshmem.gpu.device import VulkanDevice
 
 N = 256 << 20

@@ -29,7 +29,7 @@ def per_call(fn: Callable[[], object]) -> float:
 if me == 0:
     link = heap.links[1]
     shmem.atomic_fetch_add(w[0:1], 1, 1)  # makes the copier and the service
-    copier = dom._copier
+    copier = dom.accel._copier
     svc = dom.cuda_service
     addr = link._ptr + w.offset
     rows = []

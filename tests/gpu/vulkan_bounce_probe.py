@@ -17,7 +17,8 @@ from events): the bytes arrive; 256 MiB: VMM peer copy 388 GB/s, the imported he
 / 167 / 88 GB/s (on GPU 0: 315 / 282 / 166 / 84); 16 MiB: 319 against 217 / 219 / 162 / 83
 (small pieces are bound by Python's issue, about 25 us per piece). An 8-byte host copy into
 GPU 1's imported heap from GPU 1's context: 8.1 us. So the Vulkan domain's links
-(vkshmem/gpu/cudabounce.py) issue the pieces in C, four in flight, the bounce on the peer's GPU."""
+(vkshmem_cuda/vulkan_accel/bounce.py) issue the pieces in C, four in flight, the bounce on
+the peer's GPU."""
 
 from __future__ import annotations
 
@@ -26,9 +27,8 @@ from typing import Any
 
 import numpy as np
 from cuda.bindings import driver as cu
+from vkshmem_cuda.vmm import map_handle
 from vulkan_cuda_peer_probe import ok, two_heaps
-
-from vkshmem.gpu.cudaheap import map_handle
 
 N = 256 << 20
 

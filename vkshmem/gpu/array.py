@@ -3,8 +3,9 @@
 What ``shmem.zeros(..., domain='gpu')`` returns there: a
 :class:`~vkshmem.core.domainarray.DomainArray` (offset, shape, dtype, views, ``to_numpy``,
 ``copy_from``, ...) plus what Vulkan adds: the device address kernels take. On NVIDIA GPUs it
-is also a DLPack tensor and has ``__cuda_array_interface__`` (the heap imported into CUDA, see
-:mod:`vkshmem.gpu.cudaview`): ``torch.from_dlpack(a)``, ``cupy.asarray(a)``, no copy.
+is also a DLPack tensor and has ``__cuda_array_interface__`` (the heap imported into CUDA by
+the domain's accelerator, :mod:`vkshmem.gpu.accel`: vkshmem-cuda): ``torch.from_dlpack(a)``,
+``cupy.asarray(a)``, no copy.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ class DeviceArray(DomainArray):
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]:
         try:
-            view = self.domain.cuda_view()
+            view = self.domain.accel.view()
         except BufferError as exc:
             raise AttributeError(f"no __cuda_array_interface__: {exc}") from None
         return cuda_array_interface(view.pointer + self.offset, self.shape, self.dtype)
@@ -43,13 +44,13 @@ class DeviceArray(DomainArray):
                    copy: Any = None) -> Any:
         """A DLPack capsule of this array's memory as CUDA sees it (NVIDIA; no copy).
         BufferError elsewhere, saying why."""
-        view = self.domain.cuda_view()
+        view = self.domain.accel.view()
         return dlpack_capsule(view.pointer + self.offset, self.shape, self.dtype, view.ordinal,
                               self, dl_device, copy)
 
     def __dlpack_device__(self) -> tuple[int, int]:
         """(kDLCUDA, the CUDA device); BufferError where the heap has no CUDA view."""
-        return (KDL_CUDA, self.domain.cuda_view().ordinal)
+        return (KDL_CUDA, self.domain.accel.view().ordinal)
 
     def __repr__(self) -> str:
         return (f"DeviceArray(shape={self.shape}, dtype={self.dtype}, offset={self.offset}, "

@@ -7,14 +7,16 @@ memory never opens a Vulkan device. This module implements the
 :class:`~vkshmem.core.domain.MemoryDomain` contract:
 
 - the segment: ``VKSHMEM_GPU_SYMMETRIC_SIZE`` bytes of exportable memory on this PE's device
-  (``VKSHMEM_GPU_DEVICE``, else local rank modulo GPUs; on NVIDIA a CUDA VMM allocation imported
-  into Vulkan, :mod:`~vkshmem.gpu.cudaheap`), exported as an opaque fd; peers on the same node
+  (``VKSHMEM_GPU_DEVICE``, else local rank modulo GPUs; where a vendor's accelerator supplies
+  it, its allocation imported into Vulkan), exported as an opaque fd; peers on the same node
   and device (``group`` = the device UUID) import it, peers on other GPUs of the node link to
-  it (``link_group`` ``cuda``, :mod:`~vkshmem.gpu.cudalink`);
+  it where the accelerator can (its ``link_group``);
 - local operations: staged or mapped copies (``VKSHMEM_GPU_MAPPED``), AMOs by a shader (or, on
   CPU drivers such as lavapipe, the core's CPU atomics on the mapping, which are atomic with
   the shader atomics there and 50x faster), reductions by ``reduce.comp``;
 - arrays: :class:`~vkshmem.gpu.array.DeviceArray`;
+- a vendor's accelerations (:mod:`vkshmem.gpu.accel`: vkshmem-cuda's on NVIDIA), attached
+  through :class:`~vkshmem.gpu.accel.DomainAccelerator` (Vulkan-only without one);
 - GPU-initiated communication (:meth:`VulkanDomain.get_initiator`) and validation-layer
   errors (``check_errors``).
 """
@@ -34,9 +36,8 @@ from vkshmem.core.domain import DomainContext, DomainExport, DomainSpec, MemoryD
 from vkshmem.core.errors import FeatureNotAvailableError
 from vkshmem.core.transport import AmoOp, SegmentInfo
 
+from .accel import DomainAccelerator, accelerator_for
 from .array import DeviceArray
-from .cudacopy import CudaCopier
-from .cudainterop import CudaInterop, address_of
 from .device import VulkanDevice
 from .errors import GpuError
 from .kernels import reduce_unsupported
@@ -44,15 +45,27 @@ from .memory import ExportInfo, GpuMemory
 from .segment import GpuSegment, open_segment
 
 if TYPE_CHECKING:
-    from .cudaheap import VmmHeap
+    from .accel import HeapMemory
     from .initiated import Initiator
 
-__all__ = ["VulkanDomain"]
+__all__ = ["VulkanDomain", "address_of"]
 
 log = logging.getLogger("vkshmem")
 
+#: what the domain answers, where no accelerator exposes them, for the counters and switches
+#: that scripts written for vkshmem-cuda's accelerator read on every device (tests/pe/
+#: gpu_cuda_copy.py): nothing taken over
+_UNACCELERATED: dict[str, Any] = {"cuda_amo": False, "cuda_copy_min": 0, "cuda_copies": 0,
+                                  "cuda_amos": 0, "cuda_service": None}
 
-class VulkanDomain(CudaInterop, MemoryDomain):
+
+def address_of(buf: Any) -> int:
+    """The address of a contiguous host buffer (read-only ones included): valid while the
+    caller holds ``buf`` (cffi's view of it costs a sixth of numpy's)."""
+    return int(_core_ffi.cast("uintptr_t", _core_ffi.from_buffer(buf)))
+
+
+class VulkanDomain(MemoryDomain):
     """The Vulkan GPU segment of one PE (see the module docstring)."""
 
     error_type = GpuError
@@ -69,7 +82,8 @@ class VulkanDomain(CudaInterop, MemoryDomain):
         #: same-device peers' heap fds (a duplicate each) and export infos, kept where kernels
         #: run on a launch device of their own, which imports them for direct access
         self.peer_exports: dict[int, tuple[int, ExportInfo]] = {}
-        self._init_cuda(cfg.gpu_cuda_copy, cfg.gpu_cuda_amo)
+        #: the vendor's accelerator of this domain (attached once the device is open)
+        self.accel = DomainAccelerator()
         self._seen_errors = 0
         #: use CPU mappings of host-visible GPU memory for copies, waits and zeroing
         self.mapped = cfg.gpu_mapped
@@ -81,12 +95,17 @@ class VulkanDomain(CudaInterop, MemoryDomain):
         #: fast, loads crawl
         self.bar_write_max = cfg.gpu_bar_write_max
         self.bar_read_max = cfg.gpu_bar_read_max
-        #: the heap's memory where CUDA supplies it (VKSHMEM_GPU_CUDA_HEAP; see cudaheap.py)
-        self.vmm: VmmHeap | None = None
+        #: the heap's memory where the accelerator supplies it (vkshmem-cuda: a CUDA VMM heap)
+        self.vmm: HeapMemory | None = None
         try:
             self.size = cfg.gpu_symmetric_size
+            spec = accelerator_for(self.device.info, cfg)
+            if spec is not None:
+                self.accel = spec.attach(self)
+            else:
+                self.accel.why = f"none installed applies to {self.device.name}"
             self.segment, refused = open_segment(self.device, self.seg_id, self.size,
-                                                 cfg.gpu_cuda_heap, self.my_pe)
+                                                 self.accel.make_heap, self.my_pe)
             self.vmm = self.segment.vmm
             if refused:  # the validation layer saw Vulkan refuse CUDA's fd: handled
                 self._seen_errors = len(self.device.validation_errors)
@@ -108,18 +127,43 @@ class VulkanDomain(CudaInterop, MemoryDomain):
                          self.device.name, exc)
         self.cpu_atomics = self.device.info.is_cpu and cfg.gpu_mapped
 
+    # -- the accelerator's own state, read and set through the domain (tests, probes) --------
+
+    def __getattr__(self, name: str) -> Any:
+        accel = self.__dict__.get("accel")
+        if accel is not None and name in accel.exposed:
+            return getattr(accel, name)
+        if name in _UNACCELERATED:
+            return _UNACCELERATED[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        accel = self.__dict__.get("accel")
+        if accel is not None and name in accel.exposed:
+            setattr(accel, name, value)
+        else:
+            object.__setattr__(self, name, value)
+
+    def dlpack_range(self) -> tuple[int, int, int, int] | None:
+        return self.accel.dlpack_range()
+
+    def link_peer(self, pe: int, fds: list[int], meta: bytes, group: str | None) -> Any:
+        """A link to ``pe``'s heap on another GPU, where the accelerator makes one (the
+        core's ``link_group`` route)."""
+        return self.accel.link_peer(pe, fds, meta, group)
+
     # -- the segment -------------------------------------------------------------------------
 
     def export(self) -> DomainExport:
         dev, seg = self.device, self.segment
         assert seg is not None
         group = dev.uuid.hex() if dev.has_external_memory_fd else None
-        link = self._link_group() if group is not None else None
+        link = self.accel.link_group() if group is not None else None
         return DomainExport([seg.fd], seg.export_info().pack(), group, link)
 
     def import_peer(self, pe: int, fds: list[int], meta: bytes) -> GpuMemory:
         info = ExportInfo.unpack(meta)
-        dup = self._dup_for_cuda(fds[0])
+        dup = self.accel.dup_peer_fd(fds[0])
         if self.device.queue_count < 2:  # kernels run on a device of their own: keep the fd
             self.peer_exports[pe] = (os.dup(fds[0]), info)
         try:
@@ -133,11 +177,11 @@ class VulkanDomain(CudaInterop, MemoryDomain):
             self._seen_errors = len(self.device.validation_errors)
             raise
         if dup >= 0:
-            self._keep_for_cuda(mem, dup, info)
+            self.accel.keep_peer(mem, dup, info)
         return mem
 
     def release_peer(self, handle: Any) -> None:
-        self._drop_for_cuda(handle)
+        self.accel.drop_peer(handle)
         handle.free()
 
     def _close_peer_exports(self) -> None:
@@ -156,30 +200,20 @@ class VulkanDomain(CudaInterop, MemoryDomain):
 
     def native_ops(self, address: int) -> bool:
         """The proxy's native rounds on this heap: on a CPU driver with cached mapped memory,
-        copies through the mapping and CPU atomics (the core's generic ops); on NVIDIA, CUDA's
-        copies and AMO kernel (small copies through the BAR mapping, as :meth:`write_nbi`
-        does); elsewhere none (the Python round)."""
+        copies through the mapping and CPU atomics (the core's generic ops); where the
+        accelerator has them (vkshmem-cuda: CUDA's copies and AMO kernel, small copies through
+        the BAR mapping, as :meth:`write_nbi` does) its; elsewhere none (the Python round)."""
         mem = self.memory
         if self.cpu_atomics and mem.host_address and mem.host_cached:
             _core.vk_mapped_domain_ops(_core_ffi.cast("struct vk_domain_ops *", address),
                                        mem.host_address, self.size)
             return True
-        if self.device.info.vendor != "NVIDIA" or self._copier is False or \
-                not self.cuda_copy_min:  # VKSHMEM_GPU_CUDA_COPY=0: copies stay on Vulkan
-            return False
-        copier = self._copier if isinstance(self._copier, CudaCopier) else self._open_copier()
-        if copier is None:
-            return False
-        mapped = mem.host_address if self.mapped and mem.host_visible else 0
-        wide = 1 << 62 if mem.host_cached else 0
-        copier.native_ops(address, self.size, mapped, max(wide, self.bar_write_max),
-                          max(wide, self.bar_read_max), self.cuda_amo)
-        return True
+        return self.accel.native_ops(address)
 
     def register_host(self, address: int, size: int) -> bool:
         """Import host memory mapped here (a same-node peer's proxy mailbox) into the device,
-        and register it with CUDA where the copier runs: copies to and from it are one DMA.
-        False where the driver cannot (copies of it are then staged)."""
+        and register it with the accelerator (CUDA, where its copier runs): copies to and from
+        it are one DMA. False where the driver cannot (copies of it are then staged)."""
         if not self.host_imported:
             return False
         try:
@@ -188,16 +222,16 @@ class VulkanDomain(CudaInterop, MemoryDomain):
             log.info("PE %d: host memory at 0x%x stays unimported on %s: %s", self.my_pe,
                      address, self.device.name, exc)
             return False
-        if self.device.info.vendor == "NVIDIA" and self._copier is not False:
-            self._pin_for_cuda(address, size)
+        self.accel.pin_host(address, size)
         return True
 
     def write(self, mem: GpuMemory, offset: int, src: Any) -> None:
         """Copy host bytes into ``mem``: CPU stores through the mapping where there is one
         (up to ``VKSHMEM_GPU_BAR_WRITE_MAX`` bytes for write-combined device memory), else a
-        GPU copy (through CUDA from ``VKSHMEM_GPU_CUDA_COPY`` bytes, where it can)."""
+        GPU copy (the accelerator's, where it takes the size: vkshmem-cuda's from
+        ``VKSHMEM_GPU_CUDA_COPY`` bytes)."""
         n = memoryview(src).nbytes
-        copier = self._cuda_copier(n)
+        copier = self.accel.copier(n)
         if copier is not None and (ptr := copier.pointer(mem)):
             mem.check_range(offset, n, "GPU write")
             copier.h2d(ptr + offset, address_of(src), n)
@@ -216,7 +250,7 @@ class VulkanDomain(CudaInterop, MemoryDomain):
         """Copy ``mem`` bytes into a host buffer: CPU loads through a cached mapping, or a
         write-combined one up to ``VKSHMEM_GPU_BAR_READ_MAX`` bytes; else a GPU copy."""
         n = memoryview(dst).nbytes
-        copier = self._cuda_copier(n)
+        copier = self.accel.copier(n)
         if copier is not None and (ptr := copier.pointer(mem)):
             mem.check_range(offset, n, "GPU read")
             copier.d2h(address_of(dst), ptr + offset, n)
@@ -226,12 +260,10 @@ class VulkanDomain(CudaInterop, MemoryDomain):
 
     def copy(self, dst: GpuMemory, dst_offset: int, src: GpuMemory, src_offset: int,
              nbytes: int) -> None:
-        """Device-to-device copy (both mapped: a memmove; through CUDA from
-        ``VKSHMEM_GPU_CUDA_COPY`` bytes, where it can, for disjoint ranges)."""
-        copier = self._copier
-        if copier.__class__ is not CudaCopier:  # not made yet, or not possible here
-            copier = self._cuda_copier(nbytes)
-        if copier is not None and nbytes >= self.cuda_copy_min > 0 and (
+        """Device-to-device copy (both mapped: a memmove; through the accelerator where it
+        takes the size, for disjoint ranges)."""
+        copier = self.accel.copier(nbytes)
+        if copier is not None and (
                 dst is not src or dst_offset + nbytes <= src_offset
                 or src_offset + nbytes <= dst_offset) and \
                 copier.copy(dst, dst_offset, src, src_offset, nbytes):
@@ -249,28 +281,28 @@ class VulkanDomain(CudaInterop, MemoryDomain):
 
     def write_nbi(self, mem: GpuMemory, offset: int, src: Any) -> None:
         """:meth:`write`, batched (completed by :meth:`quiet`) where it would be a GPU copy
-        from imported host memory (a symmetric host array); on NVIDIA, from
-        ``VKSHMEM_GPU_CUDA_COPY`` bytes, issued on CUDA's stream instead."""
+        from imported host memory (a symmetric host array); where the accelerator takes the
+        size, issued on its stream instead (vkshmem-cuda: CUDA's)."""
         n = memoryview(src).nbytes
         if self.mapped and mem.host_visible and (mem.host_cached or n <= self.bar_write_max):
             self.write(mem, offset, src)
-        elif not self._cuda_start(1, mem, offset, address_of(src), n):
+        elif not self._accel_start(1, mem, offset, address_of(src), n):
             self.device.write_nbi(mem, offset, src)
 
     def read_nbi(self, mem: GpuMemory, offset: int, dst: Any) -> None:
-        """:meth:`read`, batched where it would be a GPU copy into imported host memory (on
-        NVIDIA, from ``VKSHMEM_GPU_CUDA_COPY`` bytes, on CUDA's stream)."""
+        """:meth:`read`, batched where it would be a GPU copy into imported host memory (or
+        on the accelerator's stream where it takes the size)."""
         n = memoryview(dst).nbytes
         if self.mapped and mem.host_visible and (mem.host_cached or n <= self.bar_read_max):
             self.read(mem, offset, dst)
-        elif not self._cuda_start(2, mem, offset, address_of(dst), n):
+        elif not self._accel_start(2, mem, offset, address_of(dst), n):
             self.device.read_nbi(mem, offset, dst)
 
-    def _cuda_start(self, kind: int, mem: GpuMemory, offset: int, host: int, n: int) -> bool:
-        """Issue a host<->device copy on CUDA's stream (kind 1: to ``mem``, 2: from it) where
-        the copier is in use for that size and ``host`` is in the registered host heap; False
-        (nothing issued) otherwise."""
-        copier = self._cuda_copier(n)
+    def _accel_start(self, kind: int, mem: GpuMemory, offset: int, host: int, n: int) -> bool:
+        """Issue a host<->device copy on the accelerator's stream (kind 1: to ``mem``, 2:
+        from it) where its copier is in use for that size and ``host`` is in the registered
+        host heap; False (nothing issued) otherwise."""
+        copier = self.accel.copier(n)
         if copier is None or not copier.pinned(host, n):
             return False
         ptr = copier.pointer(mem)
@@ -294,11 +326,9 @@ class VulkanDomain(CudaInterop, MemoryDomain):
             self.device.copy_nbi(dst, dst_offset, src, src_offset, nbytes)
 
     def quiet(self) -> None:
-        """Complete the batched copies, on CUDA's stream and on Vulkan's queue
+        """Complete the batched copies, on the accelerator's stream and on Vulkan's queue
         (VKSHMEM_GPU_TIMEOUT bounds the Vulkan wait)."""
-        copier = self._copier
-        if copier.__class__ is CudaCopier:
-            copier.sync()
+        self.accel.sync()
         self.device.quiet_nbi()
 
     def flush(self) -> None:
@@ -311,7 +341,7 @@ class VulkanDomain(CudaInterop, MemoryDomain):
         if self.cpu_atomics and mem.host_address:
             return int(_core.vk_amo(mem.host_address + offset, int(op), width, operand,
                                     compare))
-        copier = self._cuda_amo()
+        copier = self.accel.amo_copier()
         if copier is not None:
             old = copier.amo(mem, offset, int(op), width, operand, compare)
             if old is not None:
@@ -388,7 +418,7 @@ class VulkanDomain(CudaInterop, MemoryDomain):
             return
         self.closed = True
         failure = self.stop_threads()
-        self._close_cuda()
+        self.accel.close()
         self._close_peer_exports()
         if self.segment is not None:
             try:

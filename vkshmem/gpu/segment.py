@@ -6,28 +6,29 @@ the :class:`~vkshmem.core.transport.SegmentInfo` a transport registers: ``kind``
 exported fd the segment owns, ``address`` the host address of the mapping (0 when the memory
 is not host-visible) and ``buffer`` the mapped bytes (empty when not host-visible: such a
 segment is reached through :meth:`VulkanDevice.write`/``read``/``copy`` or shaders).
-With a :class:`~vkshmem.gpu.cudaheap.VmmHeap` (NVIDIA) the memory is CUDA's, imported into
-Vulkan, and ``fd`` is CUDA's export of it (an opaque fd to Vulkan); such a segment exports no
-dma-buf (NVIDIA's Vulkan driver has none either), and holds :data:`CONTROL_BYTES` past the
-symmetric bytes for the PE's own use (the CUDA service kernel's request box, the two-GPU
-all-reduce's flag words).
+With a heap from a vendor's accelerator (:meth:`DomainAccelerator.make_heap
+<vkshmem.gpu.accel.DomainAccelerator.make_heap>`; vkshmem-cuda's CUDA VMM allocation on NVIDIA)
+the memory is the vendor's, imported into Vulkan, and ``fd`` is its export (an opaque fd to
+Vulkan); such a segment exports no dma-buf (NVIDIA's Vulkan driver has none either), and holds
+:data:`CONTROL_BYTES` past the symmetric bytes for the PE's own use (the accelerator's: the
+CUDA service kernel's request box, the two-GPU all-reduce's flag words).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import logging
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from vkshmem.core._native import lib as _core
 from vkshmem.core.transport import SegmentInfo
 
-from .cudaheap import VmmHeap
 from .errors import GpuError
 
 if TYPE_CHECKING:
+    from .accel import HeapMemory
     from .device import VulkanDevice
     from .memory import ExportInfo, GpuMemory
 
@@ -35,11 +36,11 @@ __all__ = ["CONTROL_BYTES", "CONTROL_SLOT", "CONTROL_WORDS", "GpuSegment", "open
 
 log = logging.getLogger("vkshmem")
 
-#: bytes a CUDA heap holds past its symmetric ones (within CUDA's rounding of the allocation
-#: to its 2 MiB granularity, or one granule more for a size that is a multiple of it), zeroed
-#: when it is made: :mod:`~vkshmem.gpu.cudaservice`'s
-#: request box from 0, and from :data:`CONTROL_WORDS` the words the two-GPU all-reduce's
-#: partners write (:mod:`~vkshmem.gpu.cudapair`), ``CONTROL_SLOT`` bytes per writing PE
+#: bytes an accelerator's heap holds past its symmetric ones (for CUDA's: within its rounding
+#: of the allocation to its 2 MiB granularity, or one granule more for a size that is a
+#: multiple of it), zeroed when it is made: vkshmem-cuda's service kernel's request box from
+#: 0, and from :data:`CONTROL_WORDS` the words its two-GPU all-reduce's partners write
+#: (``vkshmem_cuda.vulkan_accel.pair``), ``CONTROL_SLOT`` bytes per writing PE
 CONTROL_BYTES = 8192
 CONTROL_WORDS = 4608
 CONTROL_SLOT = 16
@@ -47,10 +48,11 @@ CONTROL_SLOT = 16
 
 class GpuSegment:
     """``size`` bytes of exportable memory on ``device`` with an exported opaque fd: Vulkan's
-    own, or all of ``vmm`` (which the caller keeps and closes after this segment)."""
+    own, or all of ``vmm`` (an accelerator's heap, which the caller keeps and closes after
+    this segment)."""
 
     def __init__(self, device: VulkanDevice, seg_id: int, size: int,
-                 vmm: VmmHeap | None = None) -> None:
+                 vmm: HeapMemory | None = None) -> None:
         self.device = device
         self.seg_id = seg_id
         self.size = size
@@ -97,24 +99,25 @@ class GpuSegment:
             self.dmabuf_fd = -1
 
 
-def open_segment(device: VulkanDevice, seg_id: int, size: int, cuda_heap: bool,
+def open_segment(device: VulkanDevice, seg_id: int, size: int,
+                 make_heap: Callable[[int], HeapMemory | None],
                  pe: int) -> tuple[GpuSegment, bool]:
-    """PE ``pe``'s heap on ``device``: CUDA's memory imported into Vulkan where ``cuda_heap``
-    (``VKSHMEM_GPU_CUDA_HEAP``) and CUDA can supply it (NVIDIA, cuda-bindings; the segment's
+    """PE ``pe``'s heap on ``device``: an accelerator's memory imported into Vulkan where
+    ``make_heap`` supplies it (:meth:`DomainAccelerator.make_heap
+    <vkshmem.gpu.accel.DomainAccelerator.make_heap>`: vkshmem-cuda's on NVIDIA; the segment's
     ``vmm``, which the caller closes after the segment), else Vulkan's; on the CPU-mapped BAR
     type where the device takes it and CPU and GPU see each other's writes through it. Also
-    whether Vulkan refused CUDA's fd (logged; the heap is Vulkan's then)."""
+    whether Vulkan refused the accelerator's fd (logged; the heap is Vulkan's then)."""
     vmm = None
-    if cuda_heap and device.info.vendor == "NVIDIA" and \
-            importlib.util.find_spec("cuda.bindings") is not None:
-        try:
-            vmm = VmmHeap(device.info.device_uuid, size + CONTROL_BYTES)
+    try:
+        vmm = make_heap(size + CONTROL_BYTES)
+        if vmm is not None:
             vmm.zero(size, CONTROL_BYTES)  # before any peer can write its words there
-        except Exception as exc:  # GpuError, or cuda-bindings without libcuda
-            log.info("PE %d: the GPU heap is Vulkan's: %s", pe, exc)
-            if vmm is not None:
-                vmm.close()
-                vmm = None
+    except Exception as exc:  # the accelerator's failure (e.g. no driver library): Vulkan's
+        log.info("PE %d: the GPU heap is Vulkan's: %s", pe, exc)
+        if vmm is not None:
+            vmm.close()
+            vmm = None
     refused = False
     try:
         try:
@@ -122,9 +125,10 @@ def open_segment(device: VulkanDevice, seg_id: int, size: int, cuda_heap: bool,
         except GpuError as exc:
             if vmm is None:
                 raise
-            log.warning("PE %d: %s did not import the GPU heap from CUDA (%s); Vulkan "
-                        "allocates it (VKSHMEM_GPU_CUDA_HEAP=0 skips the attempt)", pe,
-                        device.name, exc)
+            log.warning("PE %d: %s did not import the GPU heap from %s (%s); Vulkan "
+                        "allocates it (%s)", pe, device.name,
+                        getattr(vmm, "origin", "its accelerator"), exc,
+                        getattr(vmm, "skip_hint", "see vkshmem info"))
             vmm.close()
             vmm, refused = None, True
             seg = GpuSegment(device, seg_id, size)

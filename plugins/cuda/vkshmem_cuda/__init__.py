@@ -16,9 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from vkshmem.core.config import Config
-from vkshmem.core.domain import DomainContext, DomainSpec, MemoryDomain
-from vkshmem.core.hookspecs import hookimpl
+from vkshmem.plugin import Config, DomainContext, DomainSpec, MemoryDomain, hookimpl
 
 __all__ = ["SPEC", "include_dir", "register_domains"]
 

@@ -18,25 +18,28 @@ from pathlib import Path
 
 from cffi import FFI
 
+#: this plugin's C sources: the CUDA calls both of its users issue (csrc/cudacalls.[ch]: the
+#: driver table, copies, stream waits and the AMO launch), the Vulkan domain's links and
+#: two-GPU all-reduce round (cudalink.c, cudapair.c) and the service kernel's host side
+#: (cudasvc.[ch]); the cuda domain's own functions follow
+CSRC = Path(__file__).resolve().parent / "csrc"
 
-def _core_csrc() -> Path:
-    """vkshmem's ``gpu/csrc`` (the installed core's, else the source tree's beside this
-    plugin: an isolated build sees no installed vkshmem)."""
+
+def _core_include() -> Path:
+    """The folder of vkshmem's ``_native.h`` (``struct vk_domain_ops``, which cudacalls.c
+    fills): the installed vkshmem's, else the source tree's beside this plugin (an isolated
+    build sees no installed vkshmem)."""
     spec = importlib.util.find_spec("vkshmem")
     if spec is not None and spec.origin:
-        found = Path(spec.origin).parent / "gpu" / "csrc"
-        if (found / "cudacalls.c").is_file():
+        found = Path(spec.origin).parent / "core"
+        if (found / "_native.h").is_file():
             return found
-    return Path(__file__).resolve().parents[3] / "vkshmem" / "gpu" / "csrc"
+    return Path(__file__).resolve().parents[3] / "vkshmem" / "core"
 
 
-#: the CUDA calls the core's Vulkan domain uses too (vkshmem/gpu/csrc/cudacalls.[ch]): the
-#: driver table, copies, stream waits and the AMO launch; this helper's own functions follow
-#: (the service kernel's host side, cudasvc.c, is the core's module's only: see
-#: vkshmem.gpu.cudaservice)
-CUDA_CDEF = (_core_csrc() / "cudacalls.h").read_text()
-CUDA_SOURCE = "".join((_core_csrc() / name).read_text()
-                      for name in ("cudacalls.c", "cudalink.c", "cudapair.c"))
+CUDA_CDEF = (CSRC / "cudacalls.h").read_text() + (CSRC / "cudasvc.h").read_text()
+CUDA_SOURCE = "".join((CSRC / name).read_text()
+                      for name in ("cudacalls.c", "cudalink.c", "cudapair.c", "cudasvc.c"))
 
 CDEF = CUDA_CDEF + """
 int vkc_copy_staged(int to_device, uintptr_t ctx, uintptr_t stream, uint64_t dst,
@@ -104,7 +107,7 @@ int vkc_reduce(uintptr_t ctx, uintptr_t stream, uintptr_t fn, const uint64_t *ds
 ffibuilder = FFI()
 ffibuilder.cdef(CDEF)
 ffibuilder.set_source("vkshmem_cuda._ops", SOURCE, libraries=["dl"],
-                      include_dirs=[str(_core_csrc().parent.parent / "core")],  # _native.h
+                      include_dirs=[str(_core_include())],  # _native.h
                       extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"],
                       py_limited_api=True)
 

@@ -12,8 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from vkshmem.core.dlpack import KDL_CUDA, cuda_array_interface, dlpack_capsule
-from vkshmem.core.domainarray import DomainArray
+from vkshmem.plugin import KDL_CUDA, DomainArray, cuda_array_interface, dlpack_capsule
 
 if TYPE_CHECKING:
     from .domain import CudaDomain

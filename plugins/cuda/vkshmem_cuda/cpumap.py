@@ -43,7 +43,7 @@ class CpuMaps:
     docstring). :meth:`open` returns None where they cannot be had."""
 
     def __init__(self, maps: Any, cuda: Any) -> None:
-        self._maps = maps  # vkshmem.gpu.peermap.PeerMaps
+        self._maps = maps  # vkshmem.plugin.PeerMaps (the Vulkan domain's)
         self.pe: int = maps.pe
         self._ffi = cuda.ffi
         #: ``vkc_bar_copy(dst, src, nbytes, readback)``: a CPU copy through a mapping, the
@@ -59,14 +59,15 @@ class CpuMaps:
         if mode == "off":
             return None
         try:
-            from vkshmem.gpu import _cuda
-            from vkshmem.gpu.peermap import PeerMaps
+            from vkshmem.plugin import PeerMaps
+
+            from . import _ops
         except Exception as exc:  # no vulkan package, no loader, no helper build
             log.log(logging.WARNING if mode == "on" else logging.INFO,
                     "PE %d: the cuda heaps are not CPU-mapped (Vulkan: %s; %s=off skips "
                     "the attempt)", pe, exc, ENV_MAP)
             return None
-        return cls(PeerMaps(pe, timeout), _cuda)
+        return cls(PeerMaps(pe, timeout), _ops)
 
     def map(self, mapping: Mapping, fd: int, uuid: bytes) -> bool:
         """Map ``mapping`` (its allocation's POSIX fd, owned here; on the GPU with ``uuid``):

@@ -24,11 +24,17 @@ from typing import Any
 
 import numpy as np
 
-from vkshmem.core.dlpack import KDL_CUDA
-from vkshmem.core.domain import DomainContext, DomainExport, DomainSpec, MemoryDomain
-from vkshmem.core.errors import ConfigError, InvalidArgumentError
-from vkshmem.core.transport import AmoOp, SegmentInfo
-from vkshmem.gpu.cudaservice import BOX_BYTES
+from vkshmem.plugin import (
+    KDL_CUDA,
+    AmoOp,
+    ConfigError,
+    DomainContext,
+    DomainExport,
+    DomainSpec,
+    InvalidArgumentError,
+    MemoryDomain,
+    SegmentInfo,
+)
 
 from .array import CudaArray, PeerView
 from .cpumap import CpuMaps
@@ -37,6 +43,7 @@ from .pairreduce import PairReduce, Plan
 from .reducer import Reducer
 from .reductions import Reductions
 from .service import Service, service_mode
+from .service_kernel import BOX_BYTES
 
 __all__ = ["CudaDomain"]
 
@@ -52,7 +59,7 @@ def _env_int(name: str) -> int | None:
     if not text:
         return None
     try:
-        from vkshmem.core.config import parse_size
+        from vkshmem.plugin import parse_size
 
         return parse_size(text) if name == ENV_SIZE else int(text)
     except ValueError:
@@ -316,11 +323,11 @@ class CudaDomain(Reductions, MemoryDomain):
         Vulkan driver and the ``vulkan`` package (FeatureNotAvailableError says which is
         missing)."""
         if self.initiator is None:
-            from vkshmem.gpu.initiated import Initiator
+            from vkshmem.plugin import vulkan_initiator
 
             if self._runtime is None:
                 raise InvalidArgumentError("GPU kernels need the runtime (shmem.init)")
-            self.initiator = Initiator.for_fd(self._runtime, self.seg_id, self.device.uuid,
+            self.initiator = vulkan_initiator(self._runtime, self.seg_id, self.device.uuid,
                                               self.fd, self.local.size)
         return self.initiator
 

@@ -15,13 +15,13 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from vkshmem.core.errors import ConfigError, FeatureNotAvailableError, VkshmemError
-from vkshmem.gpu.cudaheap import map_handle
-from vkshmem.gpu.cudanative import NativeDomain
+from vkshmem.plugin import ConfigError, FeatureNotAvailableError, VkshmemError
 
 from ._ops import ffi as _ffi
 from ._ops import lib as _lib
 from .kernels import AMO_NAME, AMO_SOURCE, compile_kernel
+from .native import NativeDomain
+from .vmm import map_handle
 
 __all__ = ["CudaError", "Device", "Mapping", "check", "device_count", "host_address"]
 

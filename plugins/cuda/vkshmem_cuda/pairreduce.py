@@ -39,7 +39,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from vkshmem.core.errors import WaitTimeoutError
+from vkshmem.plugin import WaitTimeoutError
 
 from ._ops import ffi as _ffi
 from ._ops import lib as _lib

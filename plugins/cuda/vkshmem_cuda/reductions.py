@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from vkshmem.core.errors import InvalidArgumentError
+from vkshmem.plugin import InvalidArgumentError
 
 from .driver import Device, Mapping
 from .kernels import MAX_SOURCES, reduce_source

@@ -1,4 +1,4 @@
-"""The cuda domain's service kernel (:class:`vkshmem.gpu.cudaservice.CudaService`, vkshmem's
+"""The cuda domain's service kernel (:class:`vkshmem_cuda.service_kernel.CudaService`, vkshmem's
 own, which the Vulkan domain's AMOs use too): small copies and AMOs without a kernel launch or
 a stream wait.
 
@@ -21,10 +21,10 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from vkshmem.core.errors import ConfigError
-from vkshmem.gpu.cudaservice import CudaService
+from vkshmem.plugin import ConfigError
 
 from .driver import CudaError, env_choice
+from .service_kernel import CudaService
 
 if TYPE_CHECKING:
     from .driver import Device
@@ -53,7 +53,7 @@ def _idle_ns() -> int:
 
 class Service(CudaService):
     """The service kernel of one :class:`~.driver.Device`; its calls raise
-    :class:`~.driver.CudaError` (see :class:`~vkshmem.gpu.cudaservice.CudaService`).
+    :class:`~.driver.CudaError` (see :class:`~vkshmem_cuda.service_kernel.CudaService`).
     ``request_box``: (CPU address, device address) of ``BOX_BYTES`` in this PE's heap mapped
     on the CPU (:mod:`.cpumap`), where the kernel then polls for requests."""
 

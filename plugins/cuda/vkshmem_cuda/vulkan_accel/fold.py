@@ -2,8 +2,8 @@
 
 A ring all-reduce's last fold (``dst op= src`` in this PE's heap) is followed by a push of the
 result into the right member's heap; where that member's heap is mapped on this GPU (a direct
-:class:`~vkshmem.gpu.cudalink.CudaLink`), one pass of the reduce kernel
-(:func:`~vkshmem.gpu.cudakernels.reduce_source`: 16-byte loads of local memory, stores into
+:class:`~.link.CudaLink`), one pass of the reduce kernel
+(:func:`~vkshmem_cuda.kernels.reduce_source`: 16-byte loads of local memory, stores into
 both targets, the remote one across NVLink) does both, so the link carries the result while
 the GPU reads the operands instead of after.
 """
@@ -16,13 +16,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from vkshmem.core.errors import FeatureNotAvailableError
+from vkshmem.plugin import FeatureNotAvailableError, GpuError
 
-from .cudakernels import MAX_SOURCES, REDUCE_NAME, compile_kernel, reduce_source
-from .errors import GpuError
+from ..kernels import MAX_SOURCES, REDUCE_NAME, compile_kernel, reduce_source
 
 if TYPE_CHECKING:
-    from .cudaview import CudaView
+    from .view import CudaView
 
 __all__ = ["CudaFolds"]
 

@@ -1,8 +1,10 @@
-"""The Vulkan domain's CUDA side on NVIDIA: the heap viewed by CUDA (DLPack,
-``__cuda_array_interface__``; :mod:`.cudaview`) and bulk copies through CUDA
-(:mod:`.cudacopy`), as a mixin of :class:`~vkshmem.gpu.domain.VulkanDomain`. Everything here
-is made at first use and says why (``BufferError``, or an info log for the copies) where it
-cannot be: no NVIDIA driver, no ``cuda-bindings``, a device CUDA does not list."""
+"""The Vulkan domain's CUDA side on NVIDIA: the heap from CUDA's VMM (:mod:`..vmm`), the heap
+viewed by CUDA (DLPack, ``__cuda_array_interface__``; :mod:`.view`), bulk copies and AMOs
+through CUDA (:mod:`.copier`) and links to peers on other GPUs (:mod:`.link`), as the
+:class:`~vkshmem.plugin.DomainAccelerator` of a :class:`~vkshmem.gpu.domain.VulkanDomain`.
+Everything here is made at first use and says why (``BufferError``, or an info log for the
+copies) where it cannot be: no NVIDIA driver, no ``cuda-bindings``, a device CUDA does not
+list."""
 
 from __future__ import annotations
 
@@ -12,44 +14,45 @@ import os
 import threading
 from typing import TYPE_CHECKING, Any
 
-from vkshmem.core.dlpack import KDL_CUDA
+from vkshmem.plugin import (
+    CONTROL_BYTES,
+    CONTROL_WORDS,
+    KDL_CUDA,
+    DomainAccelerator,
+    ExportInfo,
+    GpuError,
+    PeerMaps,
+)
 
-from .cudacopy import CudaCopier
-from .cudahub import LinkHub, address_of
-from .cudalink import CudaLink
-from .cudaservice import BOX_BYTES
-from .cudaview import CudaView
-from .errors import GpuError
-from .memory import ExportInfo
-from .peermap import PeerMaps
-from .segment import CONTROL_BYTES, CONTROL_WORDS
+from ..service_kernel import BOX_BYTES
+from .copier import CudaCopier
+from .hub import LinkHub
+from .link import CudaLink
+from .view import CudaView
 
 if TYPE_CHECKING:
-    from vkshmem.core.domain import DomainContext
+    from ..service_kernel import CudaService
+    from ..vmm import VmmHeap
 
-    from .cudaheap import VmmHeap
-    from .cudaservice import CudaService
-    from .device import VulkanDevice
-    from .memory import GpuMemory
-
-__all__ = ["CudaInterop", "address_of"]
+__all__ = ["CudaInterop"]
 
 log = logging.getLogger("vkshmem")
 
 
-class CudaInterop:
-    """CUDA's view of the heap and the CUDA copier (mixed into the Vulkan domain, which
-    provides ``device``, ``memory``, ``size``, ``ctx``, ``my_pe`` and ``closed``)."""
+class CudaInterop(DomainAccelerator):
+    """CUDA's view of the heap, the CUDA copier and the links of the Vulkan domain ``dom``
+    (whose ``device``, ``memory``, ``size``, ``ctx``, ``my_pe``, ``closed`` and ``vmm`` it
+    reads at use)."""
 
-    device: VulkanDevice
-    memory: GpuMemory
-    size: int
-    ctx: DomainContext
-    my_pe: int
-    closed: bool
-    vmm: VmmHeap | None
+    #: read and set through the domain (``domain.cuda_amo = False``: tests, probes)
+    exposed = frozenset({"cuda_amo", "cuda_copy_min", "cuda_copies", "cuda_amos",
+                         "cuda_service", "cuda_view"})
 
-    def _init_cuda(self, copy_min: int, amo: bool) -> None:
+    def __init__(self, dom: Any) -> None:
+        super().__init__()
+        self.dom = dom
+        cfg = dom.ctx.config
+        copy_min, amo = cfg.gpu_cuda_copy, cfg.gpu_cuda_amo
         self._cuda: CudaView | None = None  # the heap as CUDA sees it (first use)
         self._cuda_error = ""
         self._cuda_lock = threading.Lock()
@@ -87,33 +90,33 @@ class CudaInterop:
 
     # -- peers' fds, for CUDA's import of their heaps ------------------------------------------
 
-    def _dup_for_cuda(self, fd: int) -> int:
+    def dup_peer_fd(self, fd: int) -> int:
         """A duplicate of a peer's fd where CUDA copies may want it (else -1)."""
         if self._copier is False or not (self.cuda_copy_min or self.cuda_amo) or \
-                self.device.info.vendor != "NVIDIA":
+                self.dom.device.info.vendor != "NVIDIA":
             return -1
         return os.dup(fd)
 
-    def _keep_for_cuda(self, mem: Any, fd: int, info: ExportInfo) -> None:
+    def keep_peer(self, mem: Any, fd: int, info: ExportInfo) -> None:
         if isinstance(self._copier, CudaCopier):
             self._copier.add_peer(mem, fd, info.size, info.dedicated, info.vmm)
         else:
             self._peer_fds[mem] = (fd, info.size, info.dedicated, info.vmm)
 
-    def _drop_for_cuda(self, mem: Any) -> None:
+    def drop_peer(self, mem: Any) -> None:
         if isinstance(self._copier, CudaCopier):
             self._copier.drop_peer(mem)
         pending = self._peer_fds.pop(mem, None)
         if pending is not None:
             os.close(pending[0])
 
-    # -- links to peers on other GPUs (see :mod:`vkshmem.gpu.cudalink`) -----------------------
+    # -- links to peers on other GPUs (see :mod:`.link`) -----------------------
 
-    def _link_group(self) -> str | None:
+    def link_group(self) -> str | None:
         """``cuda`` where this PE may link to other GPUs' peers (NVIDIA, cuda-bindings,
         ``VKSHMEM_GPU_CUDA_LINK``), else None: the core passes such peers' fds only between
         PEs that both say so."""
-        if not self.ctx.config.gpu_cuda_link or self.device.info.vendor != "NVIDIA" or \
+        if not self.dom.ctx.config.gpu_cuda_link or self.dom.device.info.vendor != "NVIDIA" or \
                 importlib.util.find_spec("cuda.bindings") is None:
             return None
         return "cuda"
@@ -129,17 +132,18 @@ class CudaInterop:
     def _link(self, fd: int, info: ExportInfo, uuid_hex: str) -> CudaLink | None:
         """A link to a peer's heap (its fd, owned here) on the GPU ``uuid_hex``, or None
         (logged once) where CUDA cannot make one."""
-        cfg = self.ctx.config
+        cfg = self.dom.ctx.config
         if self._hub is None:
             try:
                 self._hub = LinkHub(self.cuda_view(), cfg.gpu_link_piece,
                                     int(cfg.gpu_spin_us * 1000))
                 self._hub.timeout = cfg.gpu_timeout
-                if self.vmm is not None and self.memory.size - self.size >= CONTROL_BYTES:
-                    self._hub.control_off = self.size  # the two-GPU all-reduce's words
+                dom = self.dom
+                if dom.vmm is not None and dom.memory.size - dom.size >= CONTROL_BYTES:
+                    self._hub.control_off = self.dom.size  # the two-GPU all-reduce's words
             except (BufferError, GpuError) as exc:
                 log.info("PE %d: peers on other GPUs go through the domain proxy (%s)",
-                         self.my_pe, exc)
+                         self.dom.my_pe, exc)
                 self._hub = False
         if not isinstance(self._hub, LinkHub):
             os.close(fd)
@@ -153,7 +157,7 @@ class CudaInterop:
                 raise
         try:  # the link owns fd from here (closed on failure), not cpu
             link = CudaLink(self._hub, fd, info.size, info.dedicated, uuid_hex,
-                            self.check_range, info.vmm, self._cuda_amo)
+                            self.dom.check_range, info.vmm, self.amo_copier)
         except BaseException:
             if cpu >= 0:
                 os.close(cpu)
@@ -169,16 +173,16 @@ class CudaInterop:
     def _map_peer(self, link: CudaLink, fd: int, info: ExportInfo) -> None:
         """Map the link's peer heap on the CPU too (``fd`` owned here), for the small copies
         (:mod:`~vkshmem.gpu.peermap`)."""
-        cfg = self.ctx.config
+        cfg = self.dom.ctx.config
         if self._maps is None:
-            self._maps = PeerMaps(self.my_pe, cfg.gpu_timeout)
+            self._maps = PeerMaps(self.dom.my_pe, cfg.gpu_timeout)
         mem = self._maps.map(fd, info)
         if mem is not None:
-            local = self.memory.host_address if self.memory.host_visible else 0
-            link.attach_map(mem, local, self.memory.size, cfg.gpu_bar_write_max,
+            local = self.dom.memory.host_address if self.dom.memory.host_visible else 0
+            link.attach_map(mem, local, self.dom.memory.size, cfg.gpu_bar_write_max,
                             cfg.gpu_bar_read_max)
 
-    def _cuda_copier(self, nbytes: int) -> CudaCopier | None:
+    def copier(self, nbytes: int) -> CudaCopier | None:
         """The CUDA copier for a blocking copy of ``nbytes`` (None: take the Vulkan path)."""
         copier = self._copier
         if isinstance(copier, CudaCopier):
@@ -187,13 +191,13 @@ class CudaInterop:
             return None
         return self._open_copier()
 
-    def _cuda_amo(self) -> CudaCopier | None:
+    def amo_copier(self) -> CudaCopier | None:
         """The CUDA copier where AMOs go through CUDA (None: Vulkan shaders)."""
         copier = self._copier
         if copier is False or not self.cuda_amo:
             return None
         if copier is None:
-            if self.device.info.vendor != "NVIDIA":
+            if self.dom.device.info.vendor != "NVIDIA":
                 self._copier = False  # no CUDA here: not asked again
                 return None
             copier = self._open_copier()
@@ -217,42 +221,82 @@ class CudaInterop:
     def _make_copier(self) -> CudaCopier | bool:
         try:
             view = self.cuda_view()
-            host = self.ctx.host_heap
+            host = self.dom.ctx.host_heap
             heap = [(host.address, host.size)] if host else []
-            copier = CudaCopier(view, heap + self._host_ranges)
+            copier = CudaCopier(view, heap + self._host_ranges,
+                                self.dom.ctx.config.gpu_spin_us)
         except (BufferError, GpuError) as exc:
-            log.info("PE %d: GPU copies stay on Vulkan (%s)", self.my_pe, exc)
+            log.info("PE %d: GPU copies stay on Vulkan (%s)", self.dom.my_pe, exc)
             return False
-        cfg = self.ctx.config
+        cfg = self.dom.ctx.config
         if self.cuda_amo and cfg.gpu_cuda_service != "off":
-            flights = self.device.in_flight  # changed in place, per queue
+            flights = self.dom.device.in_flight  # changed in place, per queue
             copier.use_service(cfg.gpu_cuda_service, cfg.gpu_cuda_service_idle_us,
                                cfg.gpu_timeout, lambda: bool(flights[0] or flights[1]),
                                self._request_box(view))
-            self.device.on_submit = copier.park
+            self.dom.device.on_submit = copier.park
         return copier
 
     def _request_box(self, view: CudaView) -> tuple[int, int] | None:
         """Where the service kernel's requests go: the CUDA heap's control bytes past the
         symmetric ones (``CONTROL_BYTES``) where the CPU maps the heap (then the kernel polls
         GPU memory, not host memory across PCIe), else None (pinned host memory)."""
-        mem = self.memory
-        if self.vmm is None or not mem.host_visible or not mem.host_address or \
-                mem.size - self.size < CONTROL_BYTES or BOX_BYTES > CONTROL_WORDS:
+        mem = self.dom.memory
+        if self.dom.vmm is None or not mem.host_visible or not mem.host_address or \
+                mem.size - self.dom.size < CONTROL_BYTES or BOX_BYTES > CONTROL_WORDS:
             return None
-        return mem.host_address + self.size, view.pointer + self.size
+        return mem.host_address + self.dom.size, view.pointer + self.dom.size
 
-    def _pin_for_cuda(self, address: int, size: int) -> None:
+    def pin_host(self, address: int, size: int) -> None:
         """Register a host range for CUDA's DMA too (now, or when the copier is made)."""
+        if self.dom.device.info.vendor != "NVIDIA" or self._copier is False:
+            return
         self._host_ranges.append((address, size))
         if isinstance(self._copier, CudaCopier):
             self._copier.add_host(address, size)
 
+    def make_heap(self, nbytes: int) -> VmmHeap | None:
+        """The heap as a CUDA VMM allocation where ``VKSHMEM_GPU_CUDA_HEAP`` and CUDA can
+        supply it (NVIDIA, cuda-bindings; see :mod:`..vmm`), else None (Vulkan's)."""
+        dom = self.dom
+        if not dom.ctx.config.gpu_cuda_heap or dom.device.info.vendor != "NVIDIA" or \
+                importlib.util.find_spec("cuda.bindings") is None:
+            return None
+        from ..vmm import VmmHeap
+
+        return VmmHeap(dom.device.info.device_uuid, nbytes)
+
+    def native_ops(self, address: int) -> bool:
+        """The proxy's native rounds through CUDA's copies and AMO kernel (small copies
+        through the BAR mapping, as the domain's ``write_nbi`` does)."""
+        dom = self.dom
+        if dom.device.info.vendor != "NVIDIA" or self._copier is False or \
+                not self.cuda_copy_min:  # VKSHMEM_GPU_CUDA_COPY=0: copies stay on Vulkan
+            return False
+        copier = self._copier if isinstance(self._copier, CudaCopier) else self._open_copier()
+        if copier is None:
+            return False
+        mem = dom.memory
+        mapped = mem.host_address if dom.mapped and mem.host_visible else 0
+        wide = 1 << 62 if mem.host_cached else 0
+        copier.native_ops(address, dom.size, mapped, max(wide, dom.bar_write_max),
+                          max(wide, dom.bar_read_max), self.cuda_amo)
+        return True
+
+    def sync(self) -> None:
+        """Complete the copies issued on CUDA's stream."""
+        copier = self._copier
+        if copier.__class__ is CudaCopier:
+            copier.sync()
+
     # -- the heap viewed by CUDA ---------------------------------------------------------------
+
+    def view(self) -> CudaView:
+        return self.cuda_view()
 
     def cuda_view(self) -> CudaView:
         """This PE's heap imported into CUDA (made on first use, kept until close; see
-        :mod:`vkshmem.gpu.cudaview`); BufferError saying why where it cannot be."""
+        :mod:`.view`); BufferError saying why where it cannot be."""
         view = self._cuda
         if view is not None:
             return view
@@ -260,15 +304,15 @@ class CudaInterop:
             if self._cuda is None:
                 if self._cuda_error:
                     raise BufferError(self._cuda_error)
-                if self.closed:
+                if self.dom.closed:
                     raise BufferError("the GPU heap was released (finalize)")
                 try:
-                    if self.device.info.vendor != "NVIDIA":
+                    if self.dom.device.info.vendor != "NVIDIA":
                         raise BufferError(f"DeviceArrays are DLPack tensors only on NVIDIA GPUs "
                                           f"(CUDA imports the Vulkan heap); this is "
-                                          f"{self.device.name}: use to_numpy() for a copy")
-                    self._cuda = CudaView(self.memory, self.device.info.device_uuid,
-                                          self.vmm)
+                                          f"{self.dom.device.name}: use to_numpy() for a copy")
+                    self._cuda = CudaView(self.dom.memory, self.dom.device.info.device_uuid,
+                                          self.dom.vmm)
                 except BufferError as exc:
                     self._cuda_error = str(exc)
                     raise
@@ -277,9 +321,9 @@ class CudaInterop:
     def dlpack_range(self) -> tuple[int, int, int, int] | None:
         """Where the heap appears to DLPack consumers once CUDA has imported it."""
         view = self._cuda
-        return None if view is None else (KDL_CUDA, view.ordinal, view.pointer, self.size)
+        return None if view is None else (KDL_CUDA, view.ordinal, view.pointer, self.dom.size)
 
-    def _close_cuda(self) -> None:
+    def close(self) -> None:
         """Release the links' hub (after the core closed the links), the copier (peers'
         imports included) and the view."""
         if isinstance(self._hub, LinkHub):
@@ -288,7 +332,7 @@ class CudaInterop:
         if self._maps is not None:
             self._maps.close()
             self._maps = None
-        self.device.on_submit = None
+        self.dom.device.on_submit = None
         if isinstance(self._copier, CudaCopier):
             self._copier.close()
         self._copier = False

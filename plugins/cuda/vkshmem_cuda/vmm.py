@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .errors import GpuError
+from vkshmem.plugin import GpuError
 
 __all__ = ["VmmHeap", "device_by_uuid", "map_handle", "posix_fd_type"]
 
@@ -71,6 +71,10 @@ class VmmHeap:
     """``size`` bytes (rounded up to CUDA's granularity: :attr:`size`) of VMM memory on the
     GPU whose UUID is ``device_uuid``, mapped at :attr:`va` there. GpuError saying why where
     it cannot be made (no cuda-bindings, no such GPU, out of memory)."""
+
+    #: for the Vulkan domain's message where Vulkan refuses the import
+    origin = "CUDA"
+    skip_hint = "VKSHMEM_GPU_CUDA_HEAP=0 skips the attempt"
 
     def __init__(self, device_uuid: bytes, size: int) -> None:
         try:

@@ -22,11 +22,12 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from .cudaheap import device_by_uuid, map_handle, posix_fd_type
-from .memory import GpuMemory
+from vkshmem.plugin import GpuMemory
+
+from ..vmm import device_by_uuid, map_handle, posix_fd_type
 
 if TYPE_CHECKING:
-    from .cudaheap import VmmHeap
+    from ..vmm import VmmHeap
 
 __all__ = ["CudaView"]
 

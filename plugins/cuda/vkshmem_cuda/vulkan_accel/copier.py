@@ -6,14 +6,14 @@ about 8 µs and moves 55 GB/s from the same registered memory (``tests/gpu/dispa
 ``tests/gpu/hostcopy_probe.py``, ``tests/gpu/hugepage_probe.py``). Where ``cuda-bindings`` is
 installed and CUDA sees the Vulkan device (same UUID), :class:`CudaCopier` runs the Vulkan
 domain's blocking copies of ``VKSHMEM_GPU_CUDA_COPY`` bytes or more there: this PE's heap as
-CUDA imports it (:class:`~vkshmem.gpu.cudaview.CudaView`), each same-device peer's heap
+CUDA imports it (:class:`~.view.CudaView`), each same-device peer's heap
 imported from a duplicate of the fd the core passed (``cuImportExternalMemory``, made at the
 first copy that needs it), and the core's host heap registered (``cuMemHostRegister``), as
 are other host ranges the domain imports (peers' proxy mailboxes, :meth:`add_host`). Its
-AMOs are a one-thread CUDA kernel (:mod:`~vkshmem.gpu.cudakernels`, compiled by NVRTC at the
+AMOs are a one-thread CUDA kernel (:mod:`~vkshmem_cuda.kernels`, compiled by NVRTC at the
 first AMO; atomic with the Vulkan shaders' atomics on the same word, both being the GPU's)
 whose old value comes back through mapped pinned memory: a launch instead of a Vulkan
-submission. Each copy or AMO is one call into C (``vkshmem.gpu._cuda``, see
+submission. Each copy or AMO is one call into C (``vkshmem_cuda._ops``, see
 ``csrc/cudacalls.c``), GIL released, which spins ``VKSHMEM_GPU_SPIN_US`` before blocking. The
 Vulkan path stays for everything else: smaller copies, non-blocking ones (batched on the Vulkan
 queue, completed by ``quiet``), shaders, other vendors, and AMOs where NVRTC is missing.
@@ -31,16 +31,14 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from vkshmem.core.errors import FeatureNotAvailableError
+from vkshmem.plugin import FeatureNotAvailableError, GpuError
 
-from . import _cuda
-from .cudanative import NativeDomain
-from .cudaservice import CudaService
-from .env import DEFAULT_SPIN_US, ENV_SPIN, env_float
-from .errors import GpuError
+from .. import _ops
+from ..native import NativeDomain
+from ..service_kernel import CudaService
 
 if TYPE_CHECKING:
-    from .cudaview import CudaView
+    from .view import CudaView
 
 __all__ = ["CudaCopier"]
 
@@ -53,14 +51,15 @@ class CudaCopier:
     """CUDA copies between this PE's Vulkan heap, its same-device peers' heaps and host
     memory (see the module docstring). Raises GpuError when a CUDA call fails."""
 
-    def __init__(self, view: CudaView, hosts: list[tuple[int, int]]) -> None:
+    def __init__(self, view: CudaView, hosts: list[tuple[int, int]],
+                 spin_us: float = 200.0) -> None:
         self.view = view
         cu = self._cu = view.cu
         self._lock = threading.Lock()
         self.copies = 0  # how many copies went through CUDA (tests read it)
         self.amos = 0  # and how many AMOs
         view.make_current()
-        self._ffi, self._lib = _cuda.ffi, _cuda.lib
+        self._ffi, self._lib = _ops.ffi, _ops.lib
         self._copy_c = self._lib.vkc_copy  # bound once: the hot path's call
         self._started = False  # start() was used: sync() waits on the stream from then on
         if self._lib.vkc_load() != 0:
@@ -69,7 +68,7 @@ class CudaCopier:
         self._stream = self._check(cu.cuStreamCreate(
             cu.CUstream_flags.CU_STREAM_NON_BLOCKING), "cuStreamCreate")
         self._ctx_ptr, self._stream_ptr = int(view.context), int(self._stream)
-        self._spin_ns = int(env_float(ENV_SPIN, DEFAULT_SPIN_US) * 1000)
+        self._spin_ns = int(spin_us * 1000)  # VKSHMEM_GPU_SPIN_US
         # the AMO kernel (made at the first AMO; False: it cannot be) and its result words
         # in mapped pinned memory (old value, then the sequence number the kernel stores)
         self._amo_fn: int | bool = 0
@@ -237,7 +236,7 @@ class CudaCopier:
         return self._amo_fn is not False
 
     def _make_amo(self) -> int | bool:
-        from .cudakernels import AMO_NAME, AMO_SOURCE, compile_kernel
+        from ..kernels import AMO_NAME, AMO_SOURCE, compile_kernel
 
         cu = self._cu
         self.view.make_current()
@@ -270,14 +269,14 @@ class CudaCopier:
     def use_service(self, mode: str, idle_us: float, timeout: float,
                     vulkan_busy: Callable[[], bool],
                     request_box: tuple[int, int] | None = None) -> None:
-        """AMOs through the service kernel (:mod:`~vkshmem.gpu.cudaservice`; it ends after
+        """AMOs through the service kernel (:mod:`~vkshmem_cuda.service_kernel`; it ends after
         ``idle_us`` without one) where ``mode`` (``VKSHMEM_GPU_CUDA_SERVICE``) is ``on``, or
         ``auto`` and this PE has no peer on its GPU (made at the first AMO), and only while
         ``vulkan_busy()`` says the caller's Vulkan device has no work in flight: the GPU
         time-slices this CUDA context against the Vulkan device, so a resident kernel would
         hold that work up (a Vulkan kernel waiting for its own AMO included). The caller parks
         the kernel (:meth:`park`) at each Vulkan submission. ``request_box``: see
-        :class:`~vkshmem.gpu.cudaservice.CudaService`."""
+        :class:`~vkshmem_cuda.service_kernel.CudaService`."""
         self._svc_mode, self._svc_timeout, self._vulkan_busy = mode, timeout, vulkan_busy
         self._svc_box = request_box
         self._svc_idle_ns = int(idle_us * 1000)
@@ -335,7 +334,7 @@ class CudaCopier:
     def native_ops(self, address: int, size: int, mapped: int, write_max: int,
                    read_max: int, amo: bool) -> None:
         """Fill the core's ``struct vk_domain_ops`` at ``address`` for the domain proxy's
-        native rounds (:class:`~vkshmem.gpu.cudanative.NativeDomain`, made once, released by
+        native rounds (:class:`~vkshmem_cuda.native.NativeDomain`, made once, released by
         :meth:`close`): the segment's ``size``, its CPU mapping (0: none) with the sizes
         copied through it, and AMOs through CUDA where ``amo`` (else they stay in Python)."""
         self.view.make_current()

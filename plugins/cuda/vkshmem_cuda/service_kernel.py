@@ -1,16 +1,16 @@
 """The service kernel: small copies and AMOs on an NVIDIA GPU without a kernel launch or a
 stream wait, for the cuda domain (``vkshmem_cuda.service``) and the Vulkan domain's AMOs
-(:class:`~vkshmem.gpu.cudacopy.CudaCopier`).
+(:class:`~vkshmem_cuda.vulkan_accel.copier.CudaCopier`).
 
-A one-block kernel (:data:`~vkshmem.gpu.cudakernels.SERVICE_SOURCE`) stays resident on the
+A one-block kernel (:data:`~vkshmem_cuda.kernels.SERVICE_SOURCE`) stays resident on the
 GPU while requests keep coming and serves them from a mailbox in mapped pinned host memory:
 the host stores the request and its sequence number; the block copies (up to
-:data:`~vkshmem.gpu.cudakernels.SERVICE_MAX` bytes; host data travel inline in the mailbox,
+:data:`~vkshmem_cuda.kernels.SERVICE_MAX` bytes; host data travel inline in the mailbox,
 their first 128 bytes read together with the request's header) or runs the AMO, fences
 system-wide and stores the sequence number back, which the host sees with a load. An operation
 then costs the GPU's poll of host memory and its reply (about 5 µs from C on an H100) instead
 of a launch or an async copy plus a stream wait (9-16 µs from Python). The host side is one
-GIL-free C call per operation (``csrc/cudasvc.c``, in :mod:`vkshmem.gpu._cuda`).
+GIL-free C call per operation (``csrc/cudasvc.c``, in :mod:`vkshmem_cuda._ops`).
 
 The kernel ends after ``idle_ns`` without a request (so a device-wide synchronize of the
 application's waits at most that long) and when :meth:`CudaService.park` asks it to: the GPU
@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import _cuda
-from .cudakernels import SERVICE_MAX, SERVICE_NAME, SERVICE_SOURCE, SERVICE_THREADS, compile_kernel
+from . import _ops
+from .kernels import SERVICE_MAX, SERVICE_NAME, SERVICE_SOURCE, SERVICE_THREADS, compile_kernel
 
 __all__ = ["BOX_BYTES", "CudaService"]
 
@@ -54,7 +54,7 @@ class CudaService:
         self._cu, self._ctx = cu, ctx
         self._error, self._hint = error, off_hint
         self.timeout_ns = int(timeout * 1e9)
-        self._ffi, self._lib = _cuda.ffi, _cuda.lib
+        self._ffi, self._lib = _ops.ffi, _ops.lib
         self._h = self._ffi.NULL
         self._stream: Any = None
         self._box = 0

@@ -1,5 +1,4 @@
-/* The functions of cudasvc.c, as cffi's cdef reads them (vkshmem/gpu/_cuda_build.py only: the
-   service kernel's host side lives in the core's module, vkshmem.gpu._cuda). */
+/* The functions of cudasvc.c, as cffi's cdef reads them (vkshmem_cuda/_ops_build.py). */
 typedef struct vkc_svc vkc_svc;
 vkc_svc *vkc_svc_new(uintptr_t ctx, uintptr_t stream, uintptr_t fn, uintptr_t req,
                      uint64_t req_dev, uintptr_t rep, uint64_t rep_dev, unsigned threads,

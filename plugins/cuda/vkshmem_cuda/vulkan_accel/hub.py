@@ -1,6 +1,6 @@
-"""This GPU's side of the Vulkan domain's CUDA links (:mod:`~vkshmem.gpu.cudalink`): the heap
+"""This GPU's side of the Vulkan domain's CUDA links (:mod:`.link`): the heap
 as CUDA sees it, a stream and events of its own, the reduce kernels of folds, and a
-:class:`~vkshmem.gpu.cudabounce.RemoteGpu` per other GPU that a bounce link reaches."""
+:class:`~.bounce.RemoteGpu` per other GPU that a bounce link reaches."""
 
 from __future__ import annotations
 
@@ -11,19 +11,20 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import _cuda
-from .cudabounce import SLOTS, RemoteGpu
-from .cudafold import CudaFolds
-from .cudaheap import device_by_uuid
-from .errors import GpuError
+from vkshmem.plugin import GpuError
+
+from .. import _ops
+from ..vmm import device_by_uuid
+from .bounce import SLOTS, RemoteGpu
+from .fold import CudaFolds
 
 if TYPE_CHECKING:
-    from .cudaview import CudaView
+    from .view import CudaView
 
 __all__ = ["LinkHub", "address_of"]
 
 _DISABLE_TIMING = 2  # CU_EVENT_DISABLE_TIMING
-_ffi = _cuda.ffi
+_ffi = _ops.ffi
 
 
 def address_of(buf: Any) -> int:
@@ -42,10 +43,10 @@ class LinkHub:
         self.ordinal = view.ordinal
         self.piece = piece
         self.spin_ns = spin_ns
-        self._lib = _cuda.lib
+        self._lib = _ops.lib
         if self._lib.vkc_load() != 0:
             raise GpuError("a CUDA link: could not load "
-                           f"{_cuda.ffi.string(self._lib.vkc_missing()).decode()}")
+                           f"{_ops.ffi.string(self._lib.vkc_missing()).decode()}")
         self._lock = threading.Lock()
         #: one device copy at a time (this side's stream and events are shared by the links)
         self.copy_lock = threading.Lock()
@@ -129,7 +130,7 @@ class LinkHub:
         """``n`` events of the current context: (a C array of their handles, the handles)."""
         evs = [self.check(self.cu.cuEventCreate(_DISABLE_TIMING), "cuEventCreate")
                for _ in range(n)]
-        return _cuda.ffi.new("uintptr_t[]", [int(e) for e in evs]), evs
+        return _ops.ffi.new("uintptr_t[]", [int(e) for e in evs]), evs
 
     def ordinal_of(self, uuid_hex: str) -> int:
         """The CUDA device whose UUID the peer's Vulkan device has (its export group)."""

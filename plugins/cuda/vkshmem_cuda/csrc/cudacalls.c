@@ -1,5 +1,5 @@
 /* CUDA driver calls from C for vkshmem's GPU code: the Vulkan domain's copies and AMOs on
-   NVIDIA (vkshmem.gpu._cuda, built by vkshmem/gpu/_cuda_build.py) and the cuda domain plugin
+   NVIDIA (vkshmem_cuda.vulkan_accel) and the cuda domain plugin
    (plugins/cuda, whose helper compiles this file ahead of its own functions). Each call is
    one C call with the GIL released: make the context current if it is not, issue the copy or
    the kernel launch on the caller's stream, then spin on the stream (or on the AMO's

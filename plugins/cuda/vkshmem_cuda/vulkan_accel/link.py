@@ -2,7 +2,7 @@
 
 Vulkan memory cannot be imported on another GPU, and CUDA's import of it is not mapped for
 peer GPUs either (``tests/gpu/vulkan_cuda_peer_probe.py``); a CUDA VMM allocation is. So
-where the peer's heap is CUDA's (:mod:`~vkshmem.gpu.cudaheap`, ``VKSHMEM_GPU_CUDA_HEAP``) a
+where the peer's heap is CUDA's (:mod:`~vkshmem_cuda.vmm`, ``VKSHMEM_GPU_CUDA_HEAP``) a
 :class:`CudaLink` (a :class:`~vkshmem.core.domain.DomainLink`, route ``link``) maps it on this
 GPU (:attr:`CudaLink.direct`) and every operation is one step in this GPU's context:
 
@@ -14,10 +14,10 @@ GPU (:attr:`CudaLink.direct`) and every operation is one step in this GPU's cont
 * AMOs: the one-thread kernel of the domain's CUDA copier on the mapped word, atomic with the
   peer's own AMOs (both resolve at the owning GPU);
 * a ring all-reduce's last fold and the push after it: one pass of the reduce kernel writing
-  both targets (:mod:`~vkshmem.gpu.cudafold`).
+  both targets (:mod:`.fold`).
 
 Where the peer's heap is Vulkan's, or this GPU cannot map the other's memory, the link goes
-through a bounce buffer instead (:mod:`~vkshmem.gpu.cudabounce`, route ``link+proxy``: AMOs
+through a bounce buffer instead (:mod:`.bounce`, route ``link+proxy``: AMOs
 stay with the domain proxy). Every call is complete when it returns. Measured on 2 x H100
 through the API (``benchmarks/multi_gpu.py``, the ``vulkan`` job): 308 / 369 / 381 GB/s put at
 16 / 64 / 256 MiB with the direct link (CUDA's own peer copy 312 / 372 / 388), against 221 /
@@ -37,25 +37,23 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from vkshmem.core.domain import DomainLink
+from vkshmem.plugin import DomainLink, GpuError
 
-from . import _cuda
-from .cudabounce import SLOTS, RemoteGpu, piece_size
-from .cudahub import LinkHub, address_of
-from .cudapair import PairPlan, can_pair, pair_plan, pair_round
-from .errors import GpuError
+from .. import _ops
+from .bounce import SLOTS, RemoteGpu, piece_size
+from .hub import LinkHub, address_of
+from .pair import PairPlan, can_pair, pair_plan, pair_round
 
 if TYPE_CHECKING:
-    from vkshmem.core.transport import AmoOp
+    from vkshmem.plugin import AmoOp, GpuMemory
 
-    from .cudacopy import CudaCopier
-    from .memory import GpuMemory
+    from .copier import CudaCopier
 
 __all__ = ["CudaLink"]
 
 log = logging.getLogger("vkshmem")
 
-_bar = _cuda.lib.vkc_bar_copy  # CPU copies through BAR mappings (csrc/cudalink.c)
+_bar = _ops.lib.vkc_bar_copy  # CPU copies through BAR mappings (csrc/cudalink.c)
 _PAIR_PLANS = 64  # the distinct all-reduce call shapes whose pair rounds are kept
 
 
@@ -306,7 +304,7 @@ class CudaLink(DomainLink):
 
     def pair_reduce(self, index: int, pes: tuple[int, int], shares: Sequence[tuple[int, int]],
                     dst_off: int, src_off: int, op: str, dtype: Any) -> None:
-        """The two-GPU all-reduce's round (:mod:`~vkshmem.gpu.cudapair`), its plan kept per
+        """The two-GPU all-reduce's round (:mod:`.pair`), its plan kept per
         call shape: a repeated call goes from one lookup to the C call."""
         key = (index, pes, *shares, dst_off, src_off, op, dtype)
         plan = self._pair_plans.get(key)

@@ -31,13 +31,12 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from vkshmem.core.errors import WaitTimeoutError
+from vkshmem.plugin import CONTROL_BYTES, CONTROL_SLOT, CONTROL_WORDS, WaitTimeoutError
 
-from . import _cuda
-from .segment import CONTROL_BYTES, CONTROL_SLOT, CONTROL_WORDS
+from .. import _ops
 
 if TYPE_CHECKING:
-    from .cudahub import LinkHub
+    from .hub import LinkHub
 
 __all__ = ["MAX_PE", "PairPlan", "can_pair", "pair_plan", "pair_round"]
 
@@ -85,7 +84,7 @@ def pair_plan(hub: LinkHub, peer_ptr: int, index: int, pes: tuple[int, int],
     local, ctl = hub.view.pointer, hub.control_off + CONTROL_WORDS
     (lo, n), (plo, pn) = shares[index], shares[1 - index]
     own_src, pushed = local + src_off + lo * isz, local + dst_off + lo * isz
-    ffi = _cuda.ffi
+    ffi = _ops.ffi
     fn, grid, block = hub.fold_launch(op, dtype, n)
     # the peer's part is in this PE's target by then: fold it with this PE's, members' order
     return PairPlan(int(fn), grid, block, peer_ptr + dst_off + plo * isz,

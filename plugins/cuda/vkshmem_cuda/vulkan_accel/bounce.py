@@ -1,4 +1,4 @@
-"""The bounce path of the Vulkan domain's CUDA links (:mod:`~vkshmem.gpu.cudalink`), for a
+"""The bounce path of the Vulkan domain's CUDA links (:mod:`.link`), for a
 peer heap that this GPU cannot map: a Vulkan heap (``VKSHMEM_GPU_CUDA_HEAP=0``), or GPUs
 without peer access to each other's memory.
 
@@ -22,10 +22,10 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any
 
-from .cudaheap import map_handle
+from ..vmm import map_handle
 
 if TYPE_CHECKING:
-    from .cudahub import LinkHub
+    from .hub import LinkHub
 
 __all__ = ["PIECE_MAX", "PIECE_MIN", "SLOTS", "RemoteGpu", "piece_size"]
 

@@ -1,0 +1,257 @@
+"""The Vulkan domain's vendor accelerations: the declared interface, and their discovery.
+
+The ``vulkan`` domain runs on any vendor's Vulkan driver. A vendor package may accelerate it
+on its own GPUs (the heap from the vendor's allocator, bulk copies and AMOs through the
+vendor's API, links to same-node peers on other GPUs, the heap as a DLPack tensor): it
+subclasses :class:`GpuAccelerator` and declares an instance under the entry-point group
+:data:`ENTRY_POINT_GROUP`::
+
+    [project.entry-points."vkshmem.gpu_accelerators"]
+    mine = "my_package.accel:ACCELERATOR"
+
+The domain asks the accelerators in name order (``VKSHMEM_PLUGINS_ALLOW``/``_DENY`` apply, by
+entry-point or distribution name) for the first that :meth:`~GpuAccelerator.applies` to its
+device, and :meth:`~GpuAccelerator.attach`\\ es it: the :class:`DomainAccelerator` it returns
+is asked, at each operation, for what it takes over (``None``/``False``: Vulkan does it). With
+none installed (vkshmem-cuda provides the ``cuda`` one, for NVIDIA) the domain is Vulkan-only;
+``vkshmem info`` says which were found. Nothing here imports a vendor's API.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from functools import cache
+from importlib import metadata
+from typing import TYPE_CHECKING, Any, Protocol
+
+from .env import DEFAULT_SPIN_US, ENV_SPIN, env_float
+from .errors import GpuError
+from .memory import ExportInfo, GpuMemory
+from .peermap import PeerMaps
+from .segment import CONTROL_BYTES, CONTROL_SLOT, CONTROL_WORDS
+
+if TYPE_CHECKING:
+    from vkshmem.core.config import Config
+    from vkshmem.core.domain import DomainLink
+
+    from .physical import DeviceInfo
+
+__all__ = ["CONTROL_BYTES", "CONTROL_SLOT", "CONTROL_WORDS", "DEFAULT_SPIN_US", "ENTRY_POINT_GROUP",
+           "ENV_SPIN", "AcceleratorEntry", "Copier", "DomainAccelerator", "ExportInfo",
+           "GpuAccelerator", "GpuError", "GpuMemory", "HeapMemory", "PeerMaps",
+           "accelerator_for", "env_float", "installed_accelerators", "vulkan_initiator"]
+
+log = logging.getLogger("vkshmem")
+
+#: the entry-point group of the Vulkan domain's accelerators
+ENTRY_POINT_GROUP = "vkshmem.gpu_accelerators"
+
+
+class HeapMemory(Protocol):
+    """A vendor's allocation the domain imports into Vulkan as its heap (opaque fd)."""
+
+    size: int  #: bytes (at least what was asked)
+
+    def export_fd(self) -> int:
+        """A new opaque fd of the whole allocation (the caller owns it)."""
+
+    def zero(self, offset: int, nbytes: int) -> None:
+        """Zero ``nbytes`` at ``offset``."""
+
+    def close(self) -> None:
+        """Release the allocation (after Vulkan's import of it is freed)."""
+
+
+class Copier(Protocol):
+    """What the domain calls on the copier a :class:`DomainAccelerator` hands out; every call
+    is complete when it returns (but :meth:`start`, completed by :meth:`DomainAccelerator.sync`)."""
+
+    def pointer(self, mem: GpuMemory) -> int:
+        """The device address of ``mem`` in the vendor's API (0: not reachable there)."""
+
+    def h2d(self, dst: int, src: int, nbytes: int) -> None: ...
+
+    def d2h(self, dst: int, src: int, nbytes: int) -> None: ...
+
+    def copy(self, dst: GpuMemory, dst_offset: int, src: GpuMemory, src_offset: int,
+             nbytes: int) -> bool:
+        """A device copy; False where it cannot (Vulkan copies then)."""
+
+    def pinned(self, host: int, nbytes: int) -> bool:
+        """Whether ``nbytes`` at host address ``host`` are registered for DMA."""
+
+    def start(self, kind: int, dst: int, src: int, nbytes: int) -> None:
+        """Issue a copy (kind 1: host to device, 2: device to host) without waiting."""
+
+    def amo(self, mem: GpuMemory, offset: int, op: int, width: int, operand: int,
+            compare: int) -> int | None:
+        """One AMO on ``mem``: the old value, or None (Vulkan's shader does it then)."""
+
+
+class DomainAccelerator:
+    """One Vulkan domain's acceleration (:meth:`GpuAccelerator.attach`). This base class is
+    the Vulkan-only domain's: it takes nothing over; a vendor's overrides what it does."""
+
+    #: attributes of the accelerator that read and set through the domain (counters and
+    #: switches tests and probes use: ``domain.<name>``)
+    exposed: frozenset[str] = frozenset()
+
+    def __init__(self, why: str = "no GPU accelerator is installed") -> None:
+        self.why = why
+
+    def make_heap(self, nbytes: int) -> HeapMemory | None:
+        """The heap's memory (``nbytes``, the symmetric bytes and :data:`CONTROL_BYTES`),
+        or None: Vulkan allocates it. Raising is logged and Vulkan allocates it too."""
+        return None
+
+    def copier(self, nbytes: int) -> Copier | None:
+        """The copier for a blocking copy of ``nbytes`` (None: Vulkan copies)."""
+        return None
+
+    def amo_copier(self) -> Copier | None:
+        """The copier for an AMO (None: Vulkan's shaders)."""
+        return None
+
+    def native_ops(self, address: int) -> bool:
+        """Fill the proxy's native ops table at ``address`` (``struct vk_domain_ops``) for
+        this heap; False where this accelerator does not."""
+        return False
+
+    def sync(self) -> None:
+        """Complete what :meth:`Copier.start` issued (the domain's ``quiet``)."""
+
+    def pin_host(self, address: int, size: int) -> None:
+        """Host memory the domain imported (a peer's proxy mailbox): register it for DMA."""
+
+    def dup_peer_fd(self, fd: int) -> int:
+        """A duplicate of a same-device peer's heap fd where copies may want it, else -1."""
+        return -1
+
+    def keep_peer(self, mem: GpuMemory, fd: int, info: ExportInfo) -> None:
+        """The peer's heap ``mem`` (Vulkan's import) and the duplicate :meth:`dup_peer_fd`
+        gave (owned here from now on)."""
+        os.close(fd)
+
+    def drop_peer(self, mem: GpuMemory) -> None:
+        """Forget a peer's heap (before Vulkan's import of it is freed)."""
+
+    def link_group(self) -> str | None:
+        """The domain's ``link_group`` (see :class:`~vkshmem.core.domain.DomainExport`)."""
+        return None
+
+    def link_peer(self, pe: int, fds: list[int], meta: bytes,
+                  group: str | None) -> DomainLink | None:
+        """A link to ``pe``'s heap on another GPU (``fds`` owned here), or None."""
+        for fd in fds:
+            os.close(fd)
+        return None
+
+    def view(self) -> Any:
+        """The heap as the vendor's compute API sees it (``pointer``, ``ordinal``), for
+        DLPack and ``__cuda_array_interface__``; BufferError saying why where it cannot be."""
+        raise BufferError(f"DeviceArrays are DLPack tensors only where a GPU accelerator "
+                          f"imports the heap ({self.why}): use to_numpy() for a copy")
+
+    def dlpack_range(self) -> tuple[int, int, int, int] | None:
+        """Where the heap appears to DLPack consumers (see :meth:`view`), or None."""
+        return None
+
+    def close(self) -> None:
+        """Release everything (after the core closed the links)."""
+
+
+class GpuAccelerator(ABC):
+    """A vendor's acceleration of the Vulkan domain (see the module docstring)."""
+
+    #: its name (the entry point's), and one line for ``vkshmem info``
+    name: str = ""
+    description: str = ""
+    #: its own environment variables: (name, default, doc), listed by ``vkshmem info``
+    variables: tuple[tuple[str, str, str], ...] = ()
+
+    @abstractmethod
+    def applies(self, info: DeviceInfo) -> bool:
+        """Whether it accelerates the Vulkan device ``info`` (its vendor's)."""
+
+    @abstractmethod
+    def attach(self, domain: Any) -> DomainAccelerator:
+        """Its accelerator of ``domain`` (a :class:`~vkshmem.gpu.domain.VulkanDomain`, whose
+        ``device``, ``memory``, ``size``, ``ctx``, ``my_pe``, ``mapped``, ``vmm``, ... it
+        reads at use: attach comes before the heap is made)."""
+
+    def status(self) -> str:
+        """Whether it can work here, for ``vkshmem info`` (e.g. a missing library)."""
+        return "installed"
+
+
+@dataclass
+class AcceleratorEntry:
+    """One entry point of :data:`ENTRY_POINT_GROUP` and what became of it."""
+
+    name: str
+    distribution: str
+    accelerator: GpuAccelerator | None
+    status: str
+
+
+@cache
+def _load(allow: tuple[str, ...], deny: tuple[str, ...],
+          strict: bool) -> tuple[AcceleratorEntry, ...]:
+    found = []
+    for ep in sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+        dist = ep.dist.name if ep.dist is not None else "?"
+        names = {ep.name, dist}
+        if names & set(deny):
+            found.append(AcceleratorEntry(ep.name, dist, None, "denied (VKSHMEM_PLUGINS_DENY)"))
+            continue
+        if allow and not names & set(allow):
+            found.append(AcceleratorEntry(ep.name, dist, None,
+                                          "not allowed (VKSHMEM_PLUGINS_ALLOW)"))
+            continue
+        try:
+            accel = ep.load()
+            if isinstance(accel, type):
+                accel = accel()
+            if not isinstance(accel, GpuAccelerator):
+                raise TypeError(f"{ep.value} is not a GpuAccelerator")
+        except Exception as exc:  # a third party's bug must not take the job down
+            message = (f"GPU accelerator {ep.name!r} from {dist} failed to load: "
+                       f"{type(exc).__name__}: {exc}")
+            if strict:
+                from vkshmem.core.errors import PluginError
+
+                raise PluginError(message + " (VKSHMEM_PLUGINS_STRICT=1 makes this an error)") \
+                    from exc
+            warnings.warn(message + "; skipped", RuntimeWarning, stacklevel=3)
+            found.append(AcceleratorEntry(ep.name, dist, None, f"failed: {exc}"))
+            continue
+        found.append(AcceleratorEntry(ep.name, dist, accel, "loaded"))
+    return tuple(found)
+
+
+def installed_accelerators(config: Config) -> tuple[AcceleratorEntry, ...]:
+    """Every entry point of :data:`ENTRY_POINT_GROUP` (loaded once per process and filter)."""
+    return _load(tuple(config.plugins_allow), tuple(config.plugins_deny),
+                 bool(config.plugins_strict))
+
+
+def accelerator_for(info: DeviceInfo, config: Config) -> GpuAccelerator | None:
+    """The first installed accelerator that applies to the device ``info``, or None."""
+    for entry in installed_accelerators(config):
+        if entry.accelerator is not None and entry.accelerator.applies(info):
+            return entry.accelerator
+    return None
+
+
+def vulkan_initiator(runtime: Any, seg_id: int, device_uuid: bytes, fd: int, size: int) -> Any:
+    """GPU-initiated communication (Vulkan kernels, the request ring and its service) on
+    another domain's heap: the Vulkan device whose UUID is ``device_uuid`` imports the opaque
+    fd ``fd`` (a duplicate is taken) of ``size`` bytes (see :mod:`vkshmem.gpu.initiated`)."""
+    from .initiated import Initiator
+
+    return Initiator.for_fd(runtime, seg_id, device_uuid, fd, size)
+
