@@ -118,8 +118,8 @@ def variables_page() -> str:
             if not keep(name):
                 continue
             default = f"`{var.default}`" if var.default else "unset"
-            out += [f"```{{envvar}} {name}", "```", "",
-                    f"*{var.kind}*, default {default}. {_md(var.doc)}", ""]
+            out += [f"```{{envvar}} {name}", f"*{var.kind}*, default {default}. {_md(var.doc)}",
+                    "```", ""]
     out += ["## Variables of the plugins", "",
             "Each transport and memory domain declares its own variables "
             "(`TransportSpec.variables`, `DomainSpec.variables`); `vkshmem info` lists them "
@@ -133,7 +133,7 @@ def variables_page() -> str:
                     "user guide).", ""]
         for name, default, doc in variables:
             shown = f"`{default}`" if default else "unset"
-            out += [f"```{{envvar}} {name}", "```", "", f"default {shown}. {_md(doc)}", ""]
+            out += [f"```{{envvar}} {name}", f"default {shown}. {_md(doc)}", "```", ""]
     return "\n".join(out)
 
 
