@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Build the documentation site (docs/) into docs/_build/html, warnings as errors.
-# Installs the `docs` extra (Sphinx, MyST, furo) into .venv when it is missing; the pages that
+# Installs the `docs` extra (Sphinx, MyST, furo, matplotlib for the plots) into .venv when it is missing; the pages that
 # come from the code (variables, CLI, performance tables) are generated during the build by
 # docs/_ext/vkshmem_docs.py. Open docs/_build/html/index.html afterwards.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
 [ -x "$PY" ] || PY=python3
-if ! "$PY" -c 'import sphinx, myst_parser, furo' 2>/dev/null; then
+if ! "$PY" -c 'import sphinx, myst_parser, furo, matplotlib' 2>/dev/null; then
     echo "docs.sh: installing the docs extra of pyproject.toml into $("$PY" -c 'import sys; print(sys.prefix)')" >&2
     # the requirements of pyproject.toml's `docs` extra (not `pip install -e .[docs]`, which
     # would rebuild vkshmem itself)

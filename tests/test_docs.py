@@ -19,7 +19,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 HTML = ROOT / "docs" / "_build" / "html"
-DOCS_REQS = ("sphinx", "myst_parser", "furo")
+DOCS_REQS = ("sphinx", "myst_parser", "furo", "matplotlib")
 
 
 def _have_sphinx() -> bool:
