@@ -352,7 +352,19 @@ def header_page() -> str:
     return "*No native plugin header in this tree.*\n"
 
 
+def testing_page() -> str:
+    """The reference of ``vkshmem.testing`` (the plugins' contract suites) where the tree has
+    it, else a note (the page builds either way)."""
+    import importlib.util
+
+    if importlib.util.find_spec("vkshmem.testing") is None:
+        return "*`vkshmem.testing` is not in this tree.*\n"
+    return ("```{eval-rst}\n.. automodule:: vkshmem.testing\n   :members:\n"
+            "   :imported-members:\n```\n")
+
+
 def generate(app: Any = None) -> None:
+    _write("testing.md", testing_page())
     _write("plugin-h.md", header_page())
     for name, rel in READMES.items():
         _write(f"readme-{name}.md", readme_page(rel))
