@@ -14,4 +14,5 @@ if ! "$PY" -c 'import sphinx, myst_parser, furo, matplotlib' 2>/dev/null; then
     mapfile -t REQS < <("$PY" -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["docs"]))')
     "$PY" -m pip install -q --disable-pip-version-check "${REQS[@]}"
 fi
-exec "$PY" -m sphinx -W --keep-going -q -b html docs docs/_build/html "$@"
+# -E: read every page again, so each run reports every warning (not only those of changed pages)
+exec "$PY" -m sphinx -E -W --keep-going -q -b html docs docs/_build/html "$@"
