@@ -56,6 +56,9 @@ def _md(text: str) -> str:
 # ---------------------------------------------------------------- variables
 
 
+GROUPS = ("vkshmem.transports", "vkshmem.domains", "vkshmem.gpu_accelerators")
+
+
 def _plugin_specs() -> list[tuple[str, str, Any]]:
     """``(distribution, group, spec)`` of every transport and memory domain: those installed
     (entry points), then those of the source tree (``plugins/*``, vkshmem's own) that are not,
@@ -63,22 +66,25 @@ def _plugin_specs() -> list[tuple[str, str, Any]]:
     from importlib import metadata
 
     found: list[tuple[str, str, Any]] = []
-    seen: set[str] = set()
+    seen: set[tuple[str, str]] = set()
 
     def collect(dist: str, group: str, module: Any) -> None:
-        hook = {"vkshmem.transports": "register_transports",
-                "vkshmem.domains": "register_domains"}[group]
         specs: list[Any] = []
-        fn = getattr(module, hook, None)
-        if fn is None:
-            return
-        fn(register=specs.append)
+        if group == "vkshmem.gpu_accelerators":  # the entry point names an instance
+            specs.append(module)
+        else:
+            hook = {"vkshmem.transports": "register_transports",
+                    "vkshmem.domains": "register_domains"}[group]
+            fn = getattr(module, hook, None)
+            if fn is None:
+                return
+            fn(register=specs.append)
         for spec in specs:
-            if spec.name not in seen:
-                seen.add(spec.name)
+            if (group, spec.name) not in seen:
+                seen.add((group, spec.name))
                 found.append((dist, group, spec))
 
-    for group in ("vkshmem.transports", "vkshmem.domains"):
+    for group in GROUPS:
         for ep in metadata.entry_points(group=group):
             try:
                 collect(ep.dist.name if ep.dist else "?", group, ep.load())
@@ -88,14 +94,17 @@ def _plugin_specs() -> list[tuple[str, str, Any]]:
         meta = tomllib.loads(pyproject.read_text())
         project = meta.get("project", {})
         for group, eps in project.get("entry-points", {}).items():
-            if group not in ("vkshmem.transports", "vkshmem.domains"):
+            if group not in GROUPS:
                 continue
             for _name, target in eps.items():
-                modname = target.split(":")[0]
+                modname, _, attr = target.partition(":")
                 if str(pyproject.parent) not in sys.path:
                     sys.path.append(str(pyproject.parent))
                 try:
-                    collect(project.get("name", "?"), group, importlib.import_module(modname))
+                    obj = importlib.import_module(modname)
+                    if attr:
+                        obj = getattr(obj, attr)
+                    collect(project.get("name", "?"), group, obj)
                 except Exception as exc:
                     print(f"vkshmem_docs: {modname}: {exc}", file=sys.stderr)
     return found
@@ -109,7 +118,7 @@ def variables_page() -> str:
     groups = [
         ("Heap, start-up and plugins", lambda n: not n.startswith("VKSHMEM_GPU_")
          and n not in _LAUNCH),
-        ("GPU memory (the GPU domains)", lambda n: n.startswith("VKSHMEM_GPU_")),
+        ("GPU memory (every GPU domain)", lambda n: n.startswith("VKSHMEM_GPU_")),
         ("Set by the launcher, and the job's secret", lambda n: n in _LAUNCH),
     ]
     for title, keep in groups:
@@ -121,13 +130,15 @@ def variables_page() -> str:
             out += [f"```{{envvar}} {name}", f"*{var.kind}*, default {default}. {_md(var.doc)}",
                     "```", ""]
     out += ["## Variables of the plugins", "",
-            "Each transport and memory domain declares its own variables "
-            "(`TransportSpec.variables`, `DomainSpec.variables`); `vkshmem info` lists them "
-            "under the plugin with their values. The plugin reads and checks them itself.", ""]
+            "Each transport, memory domain and accelerator declares its own variables "
+            "(`TransportSpec.variables`, `DomainSpec.variables`, `GpuAccelerator.variables`); "
+            "`vkshmem info` lists them under the plugin with their values. The plugin reads "
+            "and checks them itself.", ""]
     seen = set(registry)
     for dist, group, spec in _plugin_specs():
         variables = tuple(getattr(spec, "variables", ()) or ())
-        what = "transport" if group.endswith("transports") else "memory domain"
+        what = {"vkshmem.transports": "transport", "vkshmem.domains": "memory domain",
+                "vkshmem.gpu_accelerators": "accelerator of the Vulkan domain"}[group]
         out += [f"### {what} `{spec.name}` ({dist})", ""]
         if not variables:
             out += ["No variables of its own (its rail options, if any, are in the "
