@@ -6,6 +6,9 @@ from collections.abc import Iterator
 
 import pytest
 
+# the plugin kit's contract checks assert: their failures explain themselves
+pytest.register_assert_rewrite("vkshmem.testing")
+
 
 @pytest.fixture(autouse=True)
 def no_new_errors(request: pytest.FixtureRequest) -> Iterator[None]:

@@ -15,13 +15,13 @@ from __future__ import annotations
 import struct
 import sys
 
-from segments import Segment
-from transport_contract import Job
 from vkshmem_ofi._ofi import lib
 from vkshmem_ofi._transport import OfiTransport
 
 from vkshmem.core.errors import TransportError
 from vkshmem.core.transport import AmoOp, PeerInfo, SegmentInfo
+from vkshmem.testing import Segment
+from vkshmem.testing.transport import Job
 
 SEG = 5
 SIZE = 1 << 16

@@ -1,8 +1,9 @@
 """The memory-domain plugin contract through a real out-of-tree domain: the ``file`` domain of
-examples/example-domain, pip-installed from its folder as a user would, is discovered, gets a
-segment, and carries puts, gets, AMOs, signals and collectives at 1, 2 and 4 PEs — over the
-shm path (peers map each other's file) and with it off (transports that register host memory
-carry it: hostproxy, UCX)."""
+examples/example-domain, pip-installed from its folder as a user would, runs the contract of
+:mod:`vkshmem.testing` (:class:`~vkshmem.testing.DomainContract`: puts, gets, AMOs, signals and
+collectives at 1, 2 and 4 PEs over the shm path, where peers map each other's file, and with it
+off, where hostproxy or UCX carry it), with its routes stated exactly; then what is its own:
+linked peers, a transport carrying only RMA, its variables in ``vkshmem info``."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from test_multipe import MODES, check_run, launch
 
 from vkshmem.core import plugins
 from vkshmem.core.config import load
+from vkshmem.testing import DOMAIN_MODES, DomainContract, DomainUnderTest
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "example-domain"
 
@@ -47,15 +49,17 @@ def test_discovered_through_its_entry_point(domain_installed: None) -> None:
     assert sorted(reg.domains) == ["file", "vulkan"]  # the Vulkan domain registers the same way
 
 
-@pytest.mark.parametrize("mode", ["shm", "hostproxy", "ucx-sm"])
-@pytest.mark.parametrize("npes", [1, 2, 4])
-def test_file_domain_carries_traffic(domain_installed: None, npes: int, mode: str) -> None:
-    r = launch("domain_file", npes, MODES[mode])
-    check_run(r, "domain_file", npes, mode)
-    want = "direct" if mode == "shm" else MODES[mode]["VKSHMEM_TRANSPORTS"]
-    for pe in range(npes):
-        routes = ["direct" if q == pe else want for q in range(npes)]
-        assert f"PE {pe} file domain: {routes}" in r.stdout, r.stdout
+class TestFileDomainContract(DomainContract):
+    """The memory-domain contract on the installed ``file`` domain."""
+
+    @pytest.fixture
+    def vkshmem_domain(self, domain_installed: None) -> DomainUnderTest:
+        return DomainUnderTest.from_registry("file")
+
+    def expected_route(self, mode: str, pe: int, peer: int) -> str | None:
+        """Peers map each other's file (shm), or the one transport carries it."""
+        return "direct" if mode == "shm" or pe == peer else DOMAIN_MODES[mode][
+            "VKSHMEM_TRANSPORTS"]
 
 
 @pytest.mark.parametrize("link", ["1", "amo"])
@@ -84,12 +88,6 @@ def test_transport_carrying_rma_only_sends_amos_through_the_proxy(domain_install
     for pe in range(npes):
         routes = ["direct" if q == pe else "ucx+proxy" for q in range(npes)]
         assert f"PE {pe} file domain: {routes}" in r.stdout, r.stdout
-
-
-def test_denied_domain_is_a_clear_error(domain_installed: None) -> None:
-    r = launch("domain_file", 1, {"VKSHMEM_PLUGINS_DENY": "vkshmem-example-domain"})
-    assert r.returncode != 0
-    assert "unknown memory domain 'file'" in r.stderr, r.stderr
 
 
 def test_info_shows_the_domain_and_its_routes(domain_installed: None) -> None:

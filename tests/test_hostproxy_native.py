@@ -25,8 +25,9 @@ from vkshmem.core.errors import TransportError
 from vkshmem.core.transport import PeerInfo
 
 pytest.importorskip("vkshmem_hostproxy")
-from transport_contract import context
 from vkshmem_hostproxy import HostProxyTransport
+
+from vkshmem.testing.transport import context
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -20,9 +20,10 @@ import pytest
 from vkshmem.core.transport import AmoOp, PeerInfo
 
 pytest.importorskip("vkshmem_hostproxy")
-import transport_contract as contract
-from transport_contract import context
 from vkshmem_hostproxy import HostProxyTransport
+
+from vkshmem.testing import transport as contract
+from vkshmem.testing.transport import context
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -23,12 +23,13 @@ from vkshmem.core.errors import TransportError
 from vkshmem.core.transport import PeerInfo
 
 pytest.importorskip("vkshmem_hostproxy")
-import transport_contract as contract
 from test_hostproxy_unit import REP, REQ, SEG_SIZES, Job, raw_connect, recv_exact
-from transport_contract import context
 from vkshmem_hostproxy import HostProxyTransport
 from vkshmem_hostproxy._client import hp_mac
 from vkshmem_hostproxy._server import lib as hp
+
+from vkshmem.testing import transport as contract
+from vkshmem.testing.transport import context
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -22,11 +22,12 @@ from vkshmem.core.errors import ConfigError, TransportError
 from vkshmem.core.transport import AmoOp, PeerInfo
 
 hostproxy = pytest.importorskip("vkshmem_hostproxy")
-import transport_contract as contract  # noqa: E402
-from transport_contract import context, fd_count, thread_count  # noqa: E402
 from vkshmem_hostproxy import HostProxyTransport  # noqa: E402
 from vkshmem_hostproxy._client import hp_mac  # noqa: E402
 from vkshmem_hostproxy._server import lib as hp  # noqa: E402
+
+from vkshmem.testing import transport as contract  # noqa: E402
+from vkshmem.testing.transport import context, fd_count, thread_count  # noqa: E402
 
 pytestmark = pytest.mark.timeout(120)
 

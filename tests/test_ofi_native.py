@@ -26,9 +26,10 @@ from vkshmem.core.errors import ConfigError, TransportError
 from vkshmem.core.transport import AmoOp
 
 pytest.importorskip("vkshmem_ofi")
-import transport_contract as contract
 from test_ofi_unit import PROVIDERS, Job
 from vkshmem_ofi._ofi import lib as vko
+
+from vkshmem.testing import transport as contract
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -17,8 +17,9 @@ from vkshmem.core.transport import AmoOp
 
 pytest.importorskip("vkshmem_ofi")
 from test_ofi_unit import Job, context
-from transport_contract import word
 from vkshmem_ofi._transport import OfiTransport
+
+from vkshmem.testing.transport import word
 
 pytestmark = pytest.mark.timeout(120)
 

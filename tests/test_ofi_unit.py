@@ -24,11 +24,12 @@ from vkshmem.core.plugins import load_plugins
 from vkshmem.core.transport import AMO, RMA, AmoOp, PeerInfo, SegmentInfo, TransportContext
 
 vkshmem_ofi = pytest.importorskip("vkshmem_ofi")
-import transport_contract as contract  # noqa: E402
-from segments import Segment  # noqa: E402
-from transport_contract import word  # noqa: E402
 from vkshmem_ofi._ofi import lib as vko  # noqa: E402
 from vkshmem_ofi._transport import OfiTransport  # noqa: E402
+
+from vkshmem.testing import Segment  # noqa: E402
+from vkshmem.testing import transport as contract  # noqa: E402
+from vkshmem.testing.transport import word  # noqa: E402
 
 pytestmark = pytest.mark.timeout(180)
 

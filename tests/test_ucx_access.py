@@ -9,11 +9,11 @@ import re
 import pytest
 
 pytest.importorskip("vkshmem_ucx")
-import transport_contract as contract
 from vkshmem_ucx._access import TRUST_VAR, job_devices, restrict
 from vkshmem_ucx._transport import UNREACHABLE_HINT, UcxTransport
 
 from vkshmem.core.errors import ConfigError
+from vkshmem.testing import transport as contract
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -30,11 +30,12 @@ from vkshmem.core.transport import (
 )
 
 vkshmem_ucx = pytest.importorskip("vkshmem_ucx")
-import transport_contract as contract  # noqa: E402
-from segments import Segment  # noqa: E402
-from transport_contract import amo_model, run_threads, set_word, thread_count, word  # noqa: E402
 from vkshmem_ucx._transport import UcxTransport, ucx_version  # noqa: E402
 from vkshmem_ucx._ucx import lib as vku  # noqa: E402
+
+from vkshmem.testing import Segment  # noqa: E402
+from vkshmem.testing import transport as contract  # noqa: E402
+from vkshmem.testing.transport import amo_model, run_threads, set_word, thread_count, word  # noqa: E402
 
 pytestmark = pytest.mark.timeout(120)
 

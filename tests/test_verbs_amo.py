@@ -15,9 +15,10 @@ import pytest
 from vkshmem.core.transport import AmoOp
 
 pytest.importorskip("vkshmem_verbs")
-import transport_contract as contract
 from vkshmem_verbs._transport import amo_table
 from vkshmem_verbs._verbs import ffi, lib
+
+from vkshmem.testing import transport as contract
 
 pytestmark = pytest.mark.timeout(120)
 NIC = ffi.cast("vkv_nic_fn", lib.vkv_cpu_nic_address())

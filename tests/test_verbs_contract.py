@@ -22,12 +22,13 @@ from vkshmem.core.errors import ConfigError, TransportError
 from vkshmem.core.transport import AmoOp
 
 pytest.importorskip("vkshmem_verbs")
-import transport_contract as contract
 from rdma import rdma_device
-from transport_contract import word
 from vkshmem_verbs._options import Options
 from vkshmem_verbs._transport import VerbsTransport
 from vkshmem_verbs._verbs import ffi, lib
+
+from vkshmem.testing import transport as contract
+from vkshmem.testing.transport import word
 
 DEVICE, WHY = rdma_device()
 pytestmark = pytest.mark.timeout(180)

@@ -18,12 +18,13 @@ from vkshmem.core.plugins import load_plugins
 from vkshmem.core.transport import AmoOp
 
 vkshmem_verbs = pytest.importorskip("vkshmem_verbs")
-import transport_contract as contract  # noqa: E402
 from rdma import rdma_device  # noqa: E402
 from vkshmem_verbs._conn import ETHERNET, IB, ConnData, PortInfo, SegKey, path  # noqa: E402
 from vkshmem_verbs._options import parse_options  # noqa: E402
 from vkshmem_verbs._transport import VerbsTransport  # noqa: E402
 from vkshmem_verbs._verbs import ffi, lib  # noqa: E402
+
+from vkshmem.testing import transport as contract  # noqa: E402
 
 pytestmark = pytest.mark.timeout(120)
 NO_DEVICE = pytest.mark.skipif(rdma_device()[0] is not None, reason="this machine has an "

@@ -9,7 +9,8 @@ Its memory is CPU-addressable (``SegmentInfo.kind == "host"``), so its arrays ar
 arrays: the core registers the segment in its address table, same-node peers map each other's
 file through the fd the core passes over Unix sockets (the shm path), and transports that
 register host memory (hostproxy, ucx) carry it to the others. Allocate with
-``shmem.zeros(n, dtype, domain="file")``. Pure Python, no compiler.
+``shmem.zeros(n, dtype, domain="file")``. Pure Python, no compiler; it imports
+:mod:`vkshmem.plugin` only, and its tests (``tests/``) run :mod:`vkshmem.testing`.
 
 With ``VKSHMEM_FILE_DOMAIN_LINK=1`` it shows the other same-node route of the contract: each
 PE exports its own ``group`` and a common ``link_group``, so the core hands same-node peers'
@@ -30,10 +31,18 @@ from typing import Any
 
 import numpy as np
 
-from vkshmem.core.domain import DomainContext, DomainExport, DomainLink, DomainSpec, MemoryDomain
-from vkshmem.core.errors import ConfigError, InvalidArgumentError
-from vkshmem.core.hookspecs import hookimpl
-from vkshmem.core.transport import AmoOp, SegmentInfo
+from vkshmem.plugin import (
+    AmoOp,
+    ConfigError,
+    DomainContext,
+    DomainExport,
+    DomainLink,
+    DomainSpec,
+    InvalidArgumentError,
+    MemoryDomain,
+    SegmentInfo,
+    hookimpl,
+)
 
 __all__ = ["SPEC", "FileDomain", "FileLink", "register_domains"]
 

@@ -6,7 +6,8 @@ the segment's remote key), then does puts and gets as ``memoryview`` copies and 
 the core's native ``vk_amo`` through :mod:`ctypes`. It counts the operations it carries and,
 with the rail option ``stats=PATH``, writes them as JSON to ``PATH.<pe>`` when it is closed.
 
-Pure Python, no compiler: see ``README.md`` for the walk-through of how it was written.
+Pure Python, no compiler: see ``README.md`` for the walk-through of how it was written. It
+imports :mod:`vkshmem.plugin` only; its tests (``tests/``) run :mod:`vkshmem.testing`.
 Select it with ``VKSHMEM_RAIL0=example`` (or ``VKSHMEM_RAIL0=example:stats=/tmp/counts``).
 """
 
@@ -22,15 +23,17 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from vkshmem.core.errors import ConfigError, InvalidArgumentError, TransportError
-from vkshmem.core.hookspecs import hookimpl
-from vkshmem.core.transport import (
+from vkshmem.plugin import (
     AmoOp,
+    ConfigError,
+    InvalidArgumentError,
     PeerInfo,
     SegmentInfo,
     Transport,
     TransportContext,
+    TransportError,
     TransportSpec,
+    hookimpl,
 )
 
 __all__ = ["SPEC", "ExampleTransport", "register_transports"]
@@ -43,7 +46,7 @@ _RKEY = struct.Struct("<qiQ")
 _MASKS = {4: 0xFFFF_FFFF, 8: 0xFFFF_FFFF_FFFF_FFFF}
 
 #: ``uint64_t vk_amo(uintptr_t addr, int op, int width, uint64_t operand, uint64_t compare)``
-#: from the core's ``_native.h``; ctypes releases the GIL around the call.
+#: (``vkshmem/plugin.h``, ``vkshmem.plugin.get_include()``); ctypes releases the GIL.
 AmoFunction = ctypes.CFUNCTYPE(
     ctypes.c_uint64, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_uint64,
     ctypes.c_uint64,
