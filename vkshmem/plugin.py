@@ -52,6 +52,8 @@ from .core.errors import (
     WaitTimeoutError,
 )
 from .core.hookspecs import hookimpl
+from .core.nativetransport import STATUS, NativeTransport, status_message
+from .core.pluginbuild import FoundLibrary, header_cdef, locate_library, plugin_cdef
 from .core.shmnames import job_shm_name
 from .core.transport import (
     ALL_AMO_OPS,
@@ -90,6 +92,7 @@ __all__ = [
     "KDL_CPU",
     "KDL_CUDA",
     "RMA",
+    "STATUS",
     "AmoOp",
     "BootstrapError",
     "CollectiveArgs",
@@ -103,6 +106,7 @@ __all__ = [
     "DomainSpec",
     "ExportInfo",
     "FeatureNotAvailableError",
+    "FoundLibrary",
     "GpuAccelerator",
     "GpuError",
     "GpuMemory",
@@ -110,6 +114,7 @@ __all__ = [
     "InvalidArgumentError",
     "InvalidTypeError",
     "MemoryDomain",
+    "NativeTransport",
     "NotAllocatedError",
     "PeerFailedError",
     "PeerInfo",
@@ -128,10 +133,14 @@ __all__ = [
     "derive_key",
     "dlpack_capsule",
     "get_include",
+    "header_cdef",
     "hookimpl",
     "job_shm_name",
+    "locate_library",
     "parse_api_version",
     "parse_size",
+    "plugin_cdef",
+    "status_message",
     "vulkan_initiator",
 ]
 

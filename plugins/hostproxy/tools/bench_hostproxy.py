@@ -15,10 +15,10 @@ import statistics
 import time
 from collections.abc import Callable
 
-from vkshmem.core._native import lib as native
 from vkshmem_hostproxy import HostProxyTransport
 
-from vkshmem.core.transport import AmoOp, PeerInfo, SegmentInfo, TransportContext
+from vkshmem.plugin import AmoOp, PeerInfo, SegmentInfo
+from vkshmem.testing import context
 
 SIZE = 64 << 20
 
@@ -53,7 +53,7 @@ def main() -> None:
     opts = {"addr": "127.0.0.1", "spin": str(args.spin)}
     segs, trs, peers = [], [], {}
     for pe in range(2):
-        ctx = TransportContext(pe, 2, 0, opts, "node0", "127.0.0.1", native.vk_amo_address())
+        ctx = context(pe, 2, 0, opts)  # what the core gives PE pe of a 2-PE job on one node
         tr = HostProxyTransport(ctx)
         m, info, fd = _segment()
         segs.append((m, info, fd))

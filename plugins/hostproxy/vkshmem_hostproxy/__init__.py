@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from vkshmem.core.hookspecs import hookimpl
+from vkshmem.plugin import hookimpl
 
 from ._transport import DEFAULT_TIMEOUT, OPTIONS, SPEC, HostProxyTransport
 

@@ -22,7 +22,7 @@ import weakref
 from types import TracebackType
 from typing import Any
 
-from vkshmem.core.errors import InvalidArgumentError, TransportError
+from vkshmem.plugin import STATUS, InvalidArgumentError, TransportError
 
 from ._options import NAME
 from ._server import ffi, lib
@@ -30,6 +30,9 @@ from ._server import ffi, lib
 __all__ = ["Client", "hp_mac"]
 
 _M64 = (1 << 64) - 1
+#: statuses of the C client (vkshmem/plugin.h) that are the caller's mistake
+_INVALID = frozenset(STATUS[name] for name in ("SEG", "BOUNDS", "ALIGN", "AMO"))
+_INTR = STATUS["INTR"]
 _OFF_MAX = (1 << 63) - 1
 _interrupt = threading.local()  # the exception a signal handler raised in a client's wait
 _check_signals = ctypes.pythonapi.PyErr_CheckSignals
@@ -91,14 +94,14 @@ class Client:
 
     def error(self, rc: int) -> BaseException:
         """The exception for status ``rc`` of a call that this thread just made."""
-        if rc == lib.HPC_EINTR:
+        if rc == _INTR:
             exc = getattr(_interrupt, "exc", None)
             _interrupt.exc = None
             return exc if exc is not None else KeyboardInterrupt()
         buf = ffi.new("char[]", lib.HPC_MSGLEN)
         status = lib.hpc_last_error(buf, lib.HPC_MSGLEN)
         msg = ffi.string(buf).decode(errors="replace")
-        if rc in (lib.HPC_ERANGE, lib.HPC_EARG):
+        if rc in _INVALID:
             return InvalidArgumentError(msg)
         return TransportError(NAME, msg, status=status or None)
 

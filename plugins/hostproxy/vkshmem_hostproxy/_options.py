@@ -6,8 +6,7 @@ from __future__ import annotations
 import socket
 from typing import NamedTuple
 
-from vkshmem.core.errors import ConfigError, TransportError
-from vkshmem.core.transport import TransportContext
+from vkshmem.plugin import ConfigError, TransportContext, TransportError
 
 __all__ = ["DEFAULT_TIMEOUT", "NAME", "OPTIONS", "Options", "listen", "parse_options"]
 

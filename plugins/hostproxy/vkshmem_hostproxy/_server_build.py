@@ -4,23 +4,36 @@ The C sources live in ``csrc/``, built as one translation unit: ``hp_server.c`` 
 ``hp_loop.c`` (the server thread: a connection's requests; the epoll loop and the server's
 lifetime), ``hp_conn.c`` and ``hp_client.c`` (the client: every request a PE sends, from Python
 or from the core's compiled hot path; its declarations are read from ``hp_client.h``) and
-``hp_auth.c`` (HMAC-SHA256 for the handshake that admits peers). It needs the core's
-``_native.h`` (the ``vk_amo_fn`` type and AMO op codes): found next to an importable
-``vkshmem`` package, or in the vkshmem source tree this plugin sits in (``plugins/hostproxy``
-of the vkshmem repository), which is what an isolated ``pip install`` of the in-tree plugin
-sees.
+``hp_auth.c`` (HMAC-SHA256 for the handshake that admits peers). It includes vkshmem's
+``vkshmem/plugin.h`` (``struct vk_native_ops``, the ``vk_amo_fn`` type, the AMO op codes and
+the ``VK_ST_*`` statuses), found through the plugin kit (``vkshmem.plugin.get_include``) of
+an importable ``vkshmem``, or of the vkshmem source tree this plugin sits in
+(``plugins/hostproxy`` of the vkshmem repository), which is what an isolated ``pip install``
+of the in-tree plugin sees.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import re
+import sys
 from pathlib import Path
 
 from cffi import FFI
 
 HERE = Path(__file__).resolve().parent
 CSRC = HERE / "csrc"
+
+try:  # vkshmem installed where the build runs (--no-build-isolation, or a wheel of it)
+    from vkshmem.plugin import get_include, header_cdef, plugin_cdef
+except ImportError:  # an isolated build of the in-tree plugin: the kit of this source tree
+    _kit_path = HERE.parents[2] / "vkshmem" / "core" / "pluginbuild.py"
+    _spec = importlib.util.spec_from_file_location("_vkshmem_pluginbuild", _kit_path)
+    if _spec is None or _spec.loader is None:
+        raise
+    _kit = sys.modules[_spec.name] = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(_kit)
+    get_include, header_cdef = _kit.include_dir, _kit.header_cdef
+    plugin_cdef = _kit.plugin_cdef
 
 CDEF = """
 #define HP_REQ_SIZE ...
@@ -67,48 +80,13 @@ extern "Python" int _hpc_signalled(void);
 """
 
 
-def header_cdef(path: Path) -> str:
-    """The declarations of a C header as cffi's cdef takes them: comments, include guards and
-    includes dropped, each ``#define NAME value`` as ``#define NAME ...``, and struct forward
-    declarations given as structs of unknown layout (cffi learns it when compiling)."""
-    text = re.sub(r"/\*.*?\*/", "", path.read_text(), flags=re.S)
-    out = []
-    for line in text.splitlines():
-        if line.startswith(("#ifndef", "#endif", "#include")) or re.fullmatch(r"#define \w+_H",
-                                                                              line):
-            continue
-        if m := re.match(r"#define (\w+) ", line):
-            line = f"#define {m[1]} ..."
-        elif m := re.match(r"struct (\w+);$", line):
-            line = f"struct {m[1]} {{ ...; }};"
-        out.append(line)
-    return "\n".join(out)
-
-
-def core_include_dir() -> str:
-    """The directory holding vkshmem's ``_native.h``."""
-    candidates = []
-    spec = importlib.util.find_spec("vkshmem")
-    if spec is not None and spec.submodule_search_locations:
-        candidates += [Path(p) / "core" for p in spec.submodule_search_locations]
-    candidates.append(HERE.parents[2] / "vkshmem" / "core")  # the vkshmem source tree
-    for path in candidates:
-        if (path / "_native.h").is_file():
-            return str(path)
-    raise RuntimeError(
-        "vkshmem-hostproxy: cannot find vkshmem's _native.h (looked in "
-        + ", ".join(map(str, candidates))
-        + "); install vkshmem first and build with --no-build-isolation"
-    )
-
-
 ffibuilder = FFI()
-ffibuilder.cdef(CDEF + header_cdef(CSRC / "hp_client.h"))
+ffibuilder.cdef(plugin_cdef() + CDEF + header_cdef(CSRC / "hp_client.h"))
 ffibuilder.set_source(
     "vkshmem_hostproxy._server",
     "".join((CSRC / f).read_text()
             for f in ("hp_server.c", "hp_loop.c", "hp_auth.c", "hp_conn.c", "hp_client.c")),
-    include_dirs=[str(CSRC), core_include_dir()],
+    include_dirs=[str(CSRC), get_include()],
     extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter"],
     libraries=["pthread"],
 )

@@ -27,7 +27,7 @@ exception from a signal handler) during a wait retires that request's connection
 out of step with the server); the next request to that PE opens a fresh one.
 
 Admission: a server serves a connection only after it proved that it knows the job's secret
-(``TransportContext.secret``, see :mod:`vkshmem.core.auth`) and proves the same back, by a
+(``TransportContext.secret``, see :func:`vkshmem.plugin.derive_key`) and proves the same back, by a
 challenge-response with HMAC-SHA256 (``csrc/hp_server.h`` describes the exchange); the client
 checks the server's proof before sending anything else. The server drops a connection that
 does not authenticate within 10 s (or ``timeout``, if shorter), keeps at most 64 authenticating
@@ -44,15 +44,15 @@ import weakref
 from collections.abc import Mapping
 from typing import Any
 
-from vkshmem.core.auth import derive_key
-from vkshmem.core.errors import TransportError
-from vkshmem.core.transport import (
+from vkshmem.plugin import (
     AmoOp,
+    NativeTransport,
     PeerInfo,
     SegmentInfo,
-    Transport,
     TransportContext,
+    TransportError,
     TransportSpec,
+    derive_key,
 )
 
 from ._client import Client
@@ -68,15 +68,17 @@ def _destroy_server(handle: Any) -> None:
     lib.hp_destroy(handle)
 
 
-class HostProxyTransport(Transport):
+class HostProxyTransport(NativeTransport):
     """A hostproxy transport on one rail of one PE (see the module docstring)."""
 
     spec: TransportSpec
+    name = NAME
 
     def __init__(self, context: TransportContext) -> None:
+        self.native_init()  # nothing is held: every call completes or copies (see put)
         self.context = context
         opts = parse_options(context)
-        self._timeout = opts.timeout
+        self._timeout = self.native_timeout = opts.timeout
         sock = listen(opts.host, opts.port, max(128, context.n_pes))
         bound = sock.getsockname()
         self._port: int = bound[1]
@@ -94,7 +96,7 @@ class HostProxyTransport(Transport):
             raise TransportError(NAME, ffi.string(err).decode(errors="replace"))
         sock.detach()  # the server owns the listening socket now
         self._srv: Any = srv
-        self._finalizer: weakref.finalize | None = weakref.finalize(self, _destroy_server, srv)
+        self._finalizer: weakref.finalize | None = self.own(_destroy_server, srv)
         self._targets: dict[int, tuple[str, int, dict[int, int]]] = {}
         self._locals: dict[int, tuple[int, int]] = {}  # this PE's segments: address, size
         self._client = self._new_client()
@@ -138,7 +140,7 @@ class HostProxyTransport(Transport):
             raise TransportError(NAME, f"segment id {segment.seg_id} is out of range "
                                  f"(0..{lib.HP_MAX_SEGS - 1})")
         rc = lib.hp_register(self._srv, segment.seg_id, segment.address, segment.size)
-        if rc == -2:
+        if rc == lib.VK_ST_BUSY:
             raise TransportError(NAME, f"segment id {segment.seg_id} is already registered "
                                  "with other memory")
         self._locals[segment.seg_id] = (segment.address, segment.size)

@@ -7,8 +7,12 @@ import threading
 import weakref
 from typing import Any
 
-from vkshmem.core.errors import InvalidArgumentError, TransportError
-from vkshmem.core.transport import AmoOp, TransportContext
+from vkshmem.plugin import (
+    AmoOp,
+    NativeTransport,
+    TransportContext,
+    TransportError,
+)
 
 from . import NAME
 from ._ofi import ffi, lib
@@ -17,7 +21,6 @@ from ._options import Options
 __all__ = ["DataPath", "Shared", "status"]
 
 _M64 = (1 << 64) - 1
-_ERANGE = (lib.VKO_ESEG, lib.VKO_EBOUNDS, lib.VKO_EALIGN, lib.VKO_EAMO)
 _from_buffer = ffi.from_buffer
 _new = ffi.new
 _put = lib.vko_put
@@ -49,14 +52,13 @@ class Shared:
                                 context.amo_function)
 
 
-class DataPath:
-    """put/get/AMO/fence/quiet, contexts and close, over the native endpoint ``self._e``."""
+class DataPath(NativeTransport):
+    """put/get/AMO/fence/quiet, contexts and close, over the native endpoint ``self._e``
+    (held buffers: the native quiet defers to Python's while any are, ``vko_held_flag``)."""
 
+    name = NAME
     _e: Any
     _closed: bool
-    _held: list[Any]
-    _held_flag: Any  # vko_held_flag(_e): set while _held is not empty (the native quiet defers)
-    _graveyard: list[Any]
     _root: Any
     _ctx_finalizer: weakref.finalize | None
     _shared: Shared
@@ -69,46 +71,34 @@ class DataPath:
             raise TransportError(NAME, "the transport is closed")
         return e
 
-    def _error(self, rc: int, what: str, pe: int, seg: int, offset: int, n: int) -> Exception:
-        """The exception for return code ``rc`` of ``what`` (e.g. 'put to') PE ``pe``."""
-        sh = self._shared
-        if rc == lib.VKO_ECLOSED:
-            return TransportError(NAME, "the transport is closed")
-        if rc == lib.VKO_EPEER:
-            return TransportError(NAME, f"PE {pe} is not reachable through ofi "
-                                  f"({sh.provider}) on rail {sh.context.rail}")
-        if rc in _ERANGE:
-            return self._range_error(rc, pe, seg, offset, n)
-        where = f"{what} PE {pe} (segment {seg}, offset {offset}, {n} bytes) over {sh.provider}"
-        if rc == lib.VKO_ETIMEDOUT:
-            return TransportError(NAME, f"{where}: no completion within {sh.options.timeout:g} "
-                                  "s (the peer may be dead or stuck; the rail option timeout= "
-                                  "sets this limit)", status=status(rc))
-        if rc == lib.VKO_EFAILED:
-            return TransportError(NAME, f"{where}: abandoned, a PE of the job failed",
-                                  status=status(rc))
-        last = ffi.string(lib.vko_last_error(sh.ctx)).decode(errors="replace") if sh.ctx else ""
-        return TransportError(NAME, f"{where} failed" + (f": {last}" if last else ""),
-                              status=status(rc))
+    @property
+    def native_timeout(self) -> float:  # type: ignore[override]
+        return self._shared.options.timeout
 
-    def _range_error(self, rc: int, pe: int, seg: int, offset: int,
-                     n: int) -> InvalidArgumentError:
-        if rc == lib.VKO_EAMO:
-            return InvalidArgumentError(f"ofi: AMO width {n} (4 or 8 bytes only)")
-        if rc == lib.VKO_EALIGN:
-            return InvalidArgumentError(f"ofi: AMO at offset {offset} is not aligned to its "
-                                        f"width {n}")
-        segs = self._shared.peers.get(pe, {})
-        if seg not in segs:
-            return InvalidArgumentError(f"ofi: PE {pe} has no segment {seg} registered")
-        return InvalidArgumentError(f"ofi: {n} bytes at offset {offset} are outside segment "
-                                    f"{seg} of PE {pe} ({segs[seg]} bytes)")
+    def status_text(self, rc: int) -> str:
+        return status(rc)
+
+    def where(self, doing: str, pe: int, seg: int, offset: int, nbytes: int) -> str:
+        return (f"{doing} PE {pe} (segment {seg}, offset {offset}, {nbytes} bytes) over "
+                f"{self._shared.provider}")
+
+    def unreachable(self, pe: int) -> str:
+        sh = self._shared
+        return f"PE {pe} is not reachable through ofi ({sh.provider}) on rail {sh.context.rail}"
+
+    def segment_size(self, pe: int, seg: int) -> int | None:
+        return self._shared.peers.get(pe, {}).get(seg)
+
+    def error_detail(self, rc: int) -> str:
+        """libfabric's last error message, and the provider (for quiet and fence)."""
+        sh = self._shared
+        return ffi.string(lib.vko_last_error(sh.ctx)).decode(errors="replace") if sh.ctx else ""
 
     def _check(self, offset: int, what: str, pe: int, seg: int, n: int) -> Any:
         e = self._e
         if e is None or offset < 0:
-            raise self._error(lib.VKO_ECLOSED if e is None else lib.VKO_EBOUNDS, what, pe, seg,
-                              offset, n)
+            raise self.status_error(lib.VK_ST_CLOSED if e is None else lib.VK_ST_BOUNDS, what,
+                                    pe, seg, offset, n)
         return e
 
     # -- data path ------------------------------------------------------------------------
@@ -119,9 +109,9 @@ class DataPath:
         buf = _from_buffer(src)
         rc = _put(e, pe, seg, offset, buf, len(buf), 0)
         if rc:
-            if rc == lib.VKO_ETIMEDOUT:
-                self._graveyard.append(buf)  # the provider may still read it
-            raise self._error(rc, "put to", pe, seg, offset, len(buf))
+            if rc == lib.VK_ST_TIMEDOUT:
+                self.bury(buf)  # the provider may still read it
+            raise self.status_error(rc, "put to", pe, seg, offset, len(buf))
 
     def put_nbi(self, pe: int, seg: int, offset: int, src: memoryview) -> None:
         """Start a put; ``src`` is kept referenced (and must stay unchanged) until quiet."""
@@ -129,10 +119,9 @@ class DataPath:
         buf = _from_buffer(src)
         rc = _put(e, pe, seg, offset, buf, len(buf), 1)
         if rc:
-            raise self._error(rc, "put to", pe, seg, offset, len(buf))
+            raise self.status_error(rc, "put to", pe, seg, offset, len(buf))
         if len(buf) > lib.VKO_BOUNCE:
-            self._held.append(buf)
-            self._held_flag[0] = 1
+            self.hold(buf)
 
     def get(self, pe: int, seg: int, offset: int, dst: memoryview) -> None:
         """``fi_readmsg``; returns with ``dst`` filled (after this endpoint's writes)."""
@@ -140,9 +129,9 @@ class DataPath:
         buf = _from_buffer(dst, require_writable=True)
         rc = _get(e, pe, seg, offset, buf, len(buf), 0)
         if rc:
-            if rc == lib.VKO_ETIMEDOUT:
-                self._graveyard.append(buf)  # the provider may still write into it
-            raise self._error(rc, "get from", pe, seg, offset, len(buf))
+            if rc == lib.VK_ST_TIMEDOUT:
+                self.bury(buf)  # the provider may still write into it
+            raise self.status_error(rc, "get from", pe, seg, offset, len(buf))
 
     def get_nbi(self, pe: int, seg: int, offset: int, dst: memoryview) -> None:
         """Start a get; ``dst`` is kept referenced and filled by quiet."""
@@ -150,9 +139,8 @@ class DataPath:
         buf = _from_buffer(dst, require_writable=True)
         rc = _get(e, pe, seg, offset, buf, len(buf), 1)
         if rc:
-            raise self._error(rc, "get from", pe, seg, offset, len(buf))
-        self._held.append(buf)
-        self._held_flag[0] = 1
+            raise self.status_error(rc, "get from", pe, seg, offset, len(buf))
+        self.hold(buf)
 
     def amo(
         self, pe: int, seg: int, offset: int, op: AmoOp, width: int,
@@ -167,7 +155,7 @@ class DataPath:
                 and offset + width <= local[1]:
             rc = lib.vko_settle_puts(e)  # ordered after this endpoint's puts, as remotely
             if rc:
-                raise self._error(rc, "AMO on", pe, seg, offset, width)
+                raise self.status_error(rc, "AMO on", pe, seg, offset, width)
             code = AmoOp.SWAP if op == AmoOp.SET else op  # a fetching SET returns the old word
             old = sh.cpu_amo(local[0] + offset, int(code), width, operand & _M64,
                              compare & _M64)
@@ -175,7 +163,7 @@ class DataPath:
         out = _new("uint64_t *")
         rc = _amo(e, pe, seg, offset, op, width, operand & _M64, compare & _M64, fetch, out)
         if rc:
-            raise self._error(rc, "AMO on", pe, seg, offset, width)
+            raise self.status_error(rc, "AMO on", pe, seg, offset, width)
         return int(out[0]) if fetch else 0
 
     def fence(self) -> None:
@@ -184,29 +172,26 @@ class DataPath:
         ordering (``stats()["fence"]``; the rail option ``fence=quiet`` always waits)."""
         rc = lib.vko_fence(self._live())
         if rc:
-            raise self.native_error(rc, "fence", -1, -1, 0, 0, None)
+            raise self.status_error(rc, "fence")
 
     def quiet(self) -> None:
         """Every operation this endpoint issued so far is complete at its target (and every
         non-blocking get has filled its buffer)."""
         e = self._live()
-        held, self._held = self._held, []
-        self._held_flag[0] = 0
+        held = self.release_held()
         rc = lib.vko_quiet(e)
         if rc:
-            if rc in (lib.VKO_ETIMEDOUT, lib.VKO_EFAILED):
-                self._graveyard.extend(held)  # the provider may still read or write them
-            raise self._quiet_error(rc)
+            if rc in (lib.VK_ST_TIMEDOUT, lib.VK_ST_FAILED):
+                self.bury(*held)  # the provider may still read or write them
+            raise self.status_error(rc, "quiet")
 
-    def _quiet_error(self, rc: int) -> TransportError:
-        sh = self._shared
-        last = ffi.string(lib.vko_last_error(sh.ctx)).decode(errors="replace") if sh.ctx else ""
-        return TransportError(NAME, "quiet: " + (
-            f"no completion within {sh.options.timeout:g} s (a peer may be dead or stuck; "
-            "the rail option timeout= sets this limit)" if rc == lib.VKO_ETIMEDOUT
-            else "abandoned, a PE of the job failed" if rc == lib.VKO_EFAILED
-            else f"an operation failed over {sh.provider}" + (f": {last}" if last else "")),
-            status=status(rc))
+    def completion_error(self, rc: int, doing: str = "quiet") -> TransportError:
+        err = super().completion_error(rc, doing)
+        if rc in (lib.VK_ST_TIMEDOUT, lib.VK_ST_FAILED, lib.VK_ST_CLOSED):
+            return err
+        detail = self.error_detail(rc)
+        return TransportError(NAME, f"{doing}: an operation failed over {self._shared.provider}"
+                              + (f": {detail}" if detail else ""), status=status(rc))
 
     # -- the core's compiled hot path -----------------------------------------------------
 
@@ -220,18 +205,6 @@ class DataPath:
         if e is None or not self._shared.options.native:
             return 0
         return int(lib.vko_native_ops(e))
-
-    def native_error(self, status: int, doing: str, pe: int, seg: int, offset: int,
-                     nbytes: int, buffer: object) -> BaseException:
-        """The exception :meth:`put`/:meth:`get`/:meth:`amo`/:meth:`quiet`/:meth:`fence`
-        raise for native status ``status``."""
-        if status in (lib.VKO_ETIMEDOUT, lib.VKO_EFAILED) and buffer is not None:
-            self._graveyard.append(buffer)  # the provider may still read or write it
-        if doing == "quiet":
-            return self._quiet_error(status)
-        if doing == "fence":
-            return self._error(status, "fence towards", -1, -1, 0, 0)
-        return self._error(status, doing, pe, seg, offset, nbytes)
 
     # -- contexts, introspection, shutdown ------------------------------------------------
 
@@ -247,8 +220,7 @@ class DataPath:
         ep = object.__new__(type(self))
         ep._e = None
         ep._closed = False
-        ep._held = []
-        ep._graveyard = []
+        ep.native_init()
         ep._shared = sh
         ep._root = self  # keeps the fabric alive as long as this endpoint
         ep._ctx_finalizer = None
@@ -300,7 +272,7 @@ class DataPath:
         e, self._e = self._e, None
         if e is not None:
             lib.vko_ep_close(e)
-        self._held = []
+        self.drop_held()  # the endpoint (and its held flag) is gone
         if self._ctx_finalizer is not None:
             self._ctx_finalizer()
             self._ctx_finalizer = None

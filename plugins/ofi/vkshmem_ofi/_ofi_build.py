@@ -4,6 +4,8 @@ The C source is ``csrc/vko.c`` (which includes ``vko_setup.c``, ``vko_query.c`` 
 ``vko_data.c``). The data path of libfabric (``fi_writemsg``, ``fi_atomicmsg``, ...) is static
 inline in its headers, so the binding must be compiled (API mode); ABI mode could not call it.
 
+The cdef is read from ``csrc/vko.h`` and vkshmem's ``vkshmem/plugin.h`` (the plugin kit's
+``header_cdef``/``plugin_cdef``); the libfabric is found by the kit's ``locate_library``.
 ``VKSHMEM_OFI_PREFIX`` chooses the libfabric at build time: unset or ``/usr`` for Debian's
 ``libfabric-dev`` (1.17 on Debian 12), or a site prefix holding ``include/rdma/fabric.h`` and
 ``libfabric.so`` in ``lib/<multiarch>``, ``lib64`` or ``lib`` (an rpath is added). The dma-buf
@@ -12,8 +14,8 @@ registration path is compiled only where the headers define ``FI_MR_DMABUF`` (li
 
 from __future__ import annotations
 
-import os
-import sysconfig
+import importlib.util
+import sys
 from pathlib import Path
 
 from cffi import FFI
@@ -21,42 +23,24 @@ from cffi import FFI
 HERE = Path(__file__).resolve().parent
 CSRC = HERE / "csrc"
 PREFIX_VAR = "VKSHMEM_OFI_PREFIX"
-_DEFAULT_LIB_DIRS = {"/lib", "/usr/lib", "/lib64", "/usr/lib64"}
 
+try:  # vkshmem installed where the build runs (--no-build-isolation, or a wheel of it)
+    from vkshmem.plugin import get_include, header_cdef, locate_library, plugin_cdef
+except ImportError:  # an isolated build of the in-tree plugin: the kit of this source tree
+    _kit_path = HERE.parents[2] / "vkshmem" / "core" / "pluginbuild.py"
+    _spec = importlib.util.spec_from_file_location("_vkshmem_pluginbuild", _kit_path)
+    if _spec is None or _spec.loader is None:
+        raise
+    _kit = sys.modules[_spec.name] = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(_kit)
+    get_include, header_cdef = _kit.include_dir, _kit.header_cdef
+    locate_library, plugin_cdef = _kit.locate_library, _kit.plugin_cdef
 
-def _cdef(header: Path) -> str:
-    """The cdef, from the header itself: preprocessor lines dropped, integer ``#define VKO_*``
-    constants left for the compiler to fill in."""
-    out = []
-    for line in header.read_text().splitlines():
-        words = line.split()
-        if line.startswith("#define VKO_") and len(words) >= 3:
-            out.append(f"#define {words[1]} ...")
-        elif not line.startswith("#"):
-            out.append(line)
-    return "\n".join(out)
-
-
-def locate_libfabric() -> tuple[Path, Path, list[str], str]:
-    """(include dir, library dir, rpaths, description) of the libfabric to build against."""
-    prefix = Path(os.environ.get(PREFIX_VAR, "").strip() or "/usr").expanduser()
-    include = prefix / "include"
-    multiarch = sysconfig.get_config_var("MULTIARCH") or ""
-    dirs = [prefix / "lib" / multiarch] if multiarch else []
-    dirs += [prefix / "lib64", prefix / "lib"]
-    found = [d for d in dirs if (d / "libfabric.so").exists()]
-    if not (include / "rdma" / "fabric.h").is_file() or not found:
-        raise RuntimeError(
-            f"vkshmem-ofi: {PREFIX_VAR}={prefix} holds no libfabric development files (need "
-            f"{include}/rdma/fabric.h and libfabric.so in one of "
-            f"{', '.join(map(str, dirs))}); on Debian: apt-get install libfabric-dev")
-    lib = found[0]
-    default = str(lib) in _DEFAULT_LIB_DIRS or str(lib.parent) in _DEFAULT_LIB_DIRS
-    return include, lib, [] if default else [str(lib)], f"the libfabric in {prefix}"
-
-
-INCLUDE, LIBDIR, RPATHS, BUILT_WITH = locate_libfabric()
-CDEF = _cdef(CSRC / "vko.h") + "\nconst char *vko_built_with(void);\n"
+FOUND = locate_library("vkshmem-ofi", "fabric", "rdma/fabric.h", prefix_var=PREFIX_VAR,
+                       hint="on Debian: apt-get install libfabric-dev")
+BUILT_WITH = f"the libfabric in {FOUND.prefix}"
+CDEF = (plugin_cdef() + "\n" + header_cdef(CSRC / "vko.h", constants=("VKO_",))
+        + "\nconst char *vko_built_with(void);\n")
 
 ffibuilder = FFI()
 ffibuilder.cdef(CDEF)
@@ -64,11 +48,11 @@ ffibuilder.set_source(
     "vkshmem_ofi._ofi",
     (CSRC / "vko.c").read_text()
     + f'\nconst char *vko_built_with(void) {{ return "{BUILT_WITH}"; }}\n',
-    include_dirs=[str(CSRC), str(INCLUDE)],
-    library_dirs=[str(LIBDIR)],
+    include_dirs=[str(CSRC), get_include(), str(FOUND.include)],
+    library_dirs=[str(FOUND.lib)],
     libraries=["fabric", "pthread"],
     extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter"],
-    extra_link_args=["-Wl,--disable-new-dtags"] + [f"-Wl,-rpath,{r}" for r in RPATHS],
+    extra_link_args=FOUND.link_args(),
 )
 
 if __name__ == "__main__":

@@ -5,8 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from vkshmem.core.errors import ConfigError
-from vkshmem.core.transport import AmoOp, TransportContext
+from vkshmem.plugin import AmoOp, ConfigError, TransportContext
 
 from . import NAME, OPTIONS, PROVIDER_VAR
 

@@ -40,15 +40,14 @@ import weakref
 from collections.abc import Mapping
 from typing import Any
 
-from vkshmem.core.errors import TransportError
-from vkshmem.core.shmnames import job_shm_name
-from vkshmem.core.transport import (
+from vkshmem.plugin import (
     AmoOp,
     PeerInfo,
     SegmentInfo,
-    Transport,
     TransportContext,
+    TransportError,
     TransportSpec,
+    job_shm_name,
 )
 
 from . import NAME, SPEC
@@ -83,7 +82,7 @@ def _close_ctx(ctx: Any) -> None:
 
 
 
-class OfiTransport(DataPath, Transport):
+class OfiTransport(DataPath):
     """An ofi transport on one rail of one PE (or one context endpoint of it)."""
 
     spec: TransportSpec = SPEC
@@ -91,8 +90,7 @@ class OfiTransport(DataPath, Transport):
     def __init__(self, context: TransportContext) -> None:
         self._e: Any = None
         self._closed = False
-        self._held: list[Any] = []  # buffers of non-blocking operations, until quiet
-        self._graveyard: list[Any] = []  # buffers of operations that timed out (never freed)
+        self.native_init()  # buffers of non-blocking operations, until quiet
         self._root: OfiTransport | None = None
         self._ctx_finalizer: weakref.finalize | None = None
         opts = parse_options(context)
@@ -110,7 +108,7 @@ class OfiTransport(DataPath, Transport):
         sh.ctx = ctx
         lib.vko_set_self(ctx, context.my_pe, getattr(context, "liveness_words", 0))
         lib.vko_set_context_endpoints(ctx, int(opts.contexts == "own"))
-        self._ctx_finalizer = weakref.finalize(self, _close_ctx, ctx)
+        self._ctx_finalizer = self.own(_close_ctx, ctx)
         try:
             sh.provider = ffi.string(lib.vko_provider(ctx)).decode()
             self._check_keys()
@@ -130,7 +128,7 @@ class OfiTransport(DataPath, Transport):
             raise TransportError(NAME, f"cannot open an endpoint on {self._shared.provider}: "
                                  f"{ffi.string(err).decode()}")
         self._e = e
-        self._held_flag = lib.vko_held_flag(e)
+        self.set_held_flag(lib.vko_held_flag(e))
 
     def _check_keys(self) -> None:
         """Say so where the provider's memory keys hold fewer than 64 random bits: keys are

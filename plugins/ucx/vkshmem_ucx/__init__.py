@@ -6,7 +6,7 @@ e.g. ``VKSHMEM_TRANSPORTS=ucx`` or ``VKSHMEM_RAIL0=ucx:tls=tcp,self:dev=eth0``. 
 
 Importing this package does not load UCX: the spec is always offered (so ``vkshmem info``
 lists it), and the native module is loaded when the transport is first opened. A UCX that
-cannot load then fails with a :class:`~vkshmem.core.errors.TransportError` that says what to
+cannot load then fails with a :class:`~vkshmem.plugin.TransportError` that says what to
 install.
 """
 
@@ -16,9 +16,7 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from vkshmem.core.errors import TransportError
-from vkshmem.core.hookspecs import hookimpl
-from vkshmem.core.transport import RMA, AmoOp, TransportContext, TransportSpec
+from vkshmem.plugin import RMA, AmoOp, TransportContext, TransportError, TransportSpec, hookimpl
 
 from ._access import TRUST_VAR
 

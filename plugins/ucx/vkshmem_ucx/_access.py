@@ -27,7 +27,7 @@ import socket
 import struct
 from collections.abc import Mapping
 
-from vkshmem.core.errors import ConfigError
+from vkshmem.plugin import ConfigError
 
 __all__ = ["TRUST_VAR", "UNCHECKED", "job_devices", "restrict"]
 

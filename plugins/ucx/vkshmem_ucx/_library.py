@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from vkshmem.core.errors import TransportError
+from vkshmem.plugin import TransportError
 
 from . import NAME
 from ._ucx import ffi, lib

@@ -6,9 +6,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from vkshmem.core.config import load as load_config
-from vkshmem.core.errors import ConfigError
-from vkshmem.core.transport import TransportContext
+from vkshmem.plugin import ConfigError, TransportContext
 
 from . import OPTIONS
 from ._access import restrict, trusted_default
@@ -112,10 +110,8 @@ def parse_options(context: TransportContext) -> Options:
                    direct == "on", domain_amo, trusted)
 
 
-def heap_unshared() -> bool:
-    """Whether no same-node peer maps this PE's memfd segments (``VKSHMEM_SHM=0``): then UCX
-    may allocate them in place (rail option ``heap=auto``)."""
-    try:
-        return not load_config().shm
-    except ConfigError:
-        return False
+def heap_unshared(context: TransportContext) -> bool:
+    """Whether no same-node peer maps this PE's memfd segments (the core's shm path is off,
+    ``VKSHMEM_SHM=0``: ``TransportContext.shm``): then UCX may allocate them in place (rail
+    option ``heap=auto``)."""
+    return not context.shm

@@ -14,8 +14,7 @@ import struct
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from vkshmem.core.errors import TransportError
-from vkshmem.core.transport import AMO, PeerInfo, SegmentInfo
+from vkshmem.plugin import AMO, PeerInfo, SegmentInfo, TransportError
 
 from . import NAME, SPEC
 from ._library import status as _status
@@ -60,8 +59,10 @@ class Segments:
         buf = ffi.new("char[]", lib.VKU_RKEY_MAX)
         size = ffi.new("size_t *", lib.VKU_RKEY_MAX)
         heap = sh.options.heap
-        alloc = _new("int *", int(segment.fd >= 0 and not cuda and not sh.connected and (
-            heap == "ucx" or (heap == "auto" and sh.context.rail == 0 and heap_unshared()))))
+        in_place = heap == "ucx" or (heap == "auto" and sh.context.rail == 0
+                                     and heap_unshared(sh.context))
+        alloc = _new("int *", int(segment.fd >= 0 and not cuda and not sh.connected
+                                  and in_place))
         rc = lib.vku_mem_map(sh.ctx, segment.address, segment.size, segment.fd, int(cuda),
                              alloc, buf, size)
         if rc:

@@ -40,11 +40,12 @@ import threading
 import weakref
 from typing import Any
 
-from vkshmem.core.errors import InvalidArgumentError, TransportError
-from vkshmem.core.transport import (
+from vkshmem.plugin import (
     AmoOp,
-    Transport,
+    InvalidArgumentError,
+    NativeTransport,
     TransportContext,
+    TransportError,
     TransportSpec,
 )
 
@@ -78,7 +79,7 @@ _new = ffi.new
 _put = lib.vku_put
 _get = lib.vku_get
 _amo = lib.vku_amo
-_ERANGE = (lib.VKU_ESEG, lib.VKU_EBOUNDS, lib.VKU_EALIGN, lib.VKU_EAMO)
+_CLOSED, _BOUNDS = lib.VK_ST_CLOSED, lib.VK_ST_BOUNDS
 
 
 def _destroy_ctx(ctx: Any) -> None:
@@ -113,16 +114,16 @@ class _Shared:
                                 context.amo_function)
 
 
-class UcxTransport(Segments, Transport):
+class UcxTransport(Segments, NativeTransport):
     """A ucx transport on one rail of one PE (or one context endpoint of it)."""
 
     spec: TransportSpec = SPEC
+    name = NAME
 
     def __init__(self, context: TransportContext) -> None:
         self._w: Any = None
         self._closed = False
-        self._held: list[Any] = []  # buffers of non-blocking operations, until quiet
-        self._graveyard: list[Any] = []  # buffers of operations that timed out (never freed)
+        self.native_init()  # buffers of non-blocking operations, until quiet
         self._root: UcxTransport | None = None  # set on context endpoints
         self._worker_finalizer: weakref.finalize | None = None
         self._ctx_finalizer: weakref.finalize | None = None
@@ -139,7 +140,7 @@ class UcxTransport(Segments, Transport):
             raise TransportError(NAME, f"cannot open UCX ({ffi.string(err).decode()}) with "
                                  f"{settings or 'no rail settings'}")
         sh.ctx = ctx
-        self._ctx_finalizer = weakref.finalize(self, _destroy_ctx, ctx)
+        self._ctx_finalizer = self.own(_destroy_ctx, ctx)
         lib.vku_set_liveness(ctx, getattr(context, "liveness_words", 0))
         lib.vku_set_direct(ctx, context.amo_function, int(opts.direct))
         try:
@@ -158,7 +159,7 @@ class UcxTransport(Segments, Transport):
         if w == ffi.NULL:
             raise TransportError(NAME, f"cannot create a UCP worker: {ffi.string(err).decode()}")
         self._w = w
-        self._held_flag = lib.vku_held_flag(w)
+        self.set_held_flag(lib.vku_held_flag(w))
 
     def _selftest(self, mode: str) -> None:
         """Detect (and work around) UCX releases whose AND/OR/XOR write wrong values."""
@@ -203,43 +204,31 @@ class UcxTransport(Segments, Transport):
             raise TransportError(NAME, "the transport is closed")
         return w
 
-    def _error(self, rc: int, what: str, pe: int, seg: int, offset: int,
-               n: int) -> Exception:
-        """The exception for return code ``rc`` of ``what`` (e.g. 'put to') PE ``pe``."""
-        if rc == lib.VKU_ECLOSED:
-            return TransportError(NAME, "the transport is closed")
-        if rc == lib.VKU_EPEER:
-            return TransportError(NAME, f"PE {pe} is not reachable through ucx on rail "
-                                  f"{self._shared.context.rail} (it published no address)")
-        if rc in _ERANGE:
-            return self._range_error(rc, pe, seg, offset, n)
-        where = f"{what} PE {pe} (segment {seg}, offset {offset}, {n} bytes)"
-        if rc == lib.VKU_ETIMEDOUT:
-            return TransportError(
-                NAME, f"{where}: no completion within {self._shared.options.timeout:g} s (the "
-                "peer may be dead or stuck; the rail option timeout= sets this limit)",
-                status=_status(rc))
-        if rc == lib.VKU_EFAILED:
-            return TransportError(NAME, f"{where}: abandoned, a PE of the job failed",
-                                  status=_status(rc))
-        if rc == _UCS_ERR_UNREACHABLE and not self._shared.options.trusted:
+    @property
+    def native_timeout(self) -> float:  # type: ignore[override]
+        return self._shared.options.timeout
+
+    def status_text(self, rc: int) -> str:
+        return _status(rc)  # vku_status_string: the VK_ST_* codes and UCX's ucs_status_t
+
+    def unreachable(self, pe: int) -> str:
+        return (f"PE {pe} is not reachable through ucx on rail {self._shared.context.rail} "
+                "(it published no address)")
+
+    def segment_size(self, pe: int, seg: int) -> int | None:
+        segs = self._shared.peers.get(pe, (b"", {}))[1]
+        return segs[seg][1] if seg in segs else None
+
+    def status_error(self, rc: int, doing: str, pe: int = -1, seg: int = -1, offset: int = 0,
+                     nbytes: int = 0) -> BaseException:
+        """:meth:`NativeTransport.status_error`, with why UCX may not reach a PE."""
+        if rc == _UCS_ERR_UNREACHABLE and not self._shared.options.trusted \
+                and doing not in ("quiet", "fence"):
+            where = self.where(doing, pe, seg, offset, nbytes)
             return TransportError(
                 NAME, f"{where}: UCX has no transport to that PE ({UNREACHABLE_HINT})",
                 status=_status(rc))
-        return TransportError(NAME, f"{where} failed", status=_status(rc))
-
-    def _range_error(self, rc: int, pe: int, seg: int, offset: int,
-                     n: int) -> InvalidArgumentError:
-        if rc == lib.VKU_EAMO:
-            return InvalidArgumentError(f"ucx: AMO width {n} (4 or 8 bytes only)")
-        if rc == lib.VKU_EALIGN:
-            return InvalidArgumentError(f"ucx: AMO at offset {offset} is not aligned to its "
-                                        f"width {n}")
-        segs = self._shared.peers.get(pe, (b"", {}))[1]
-        if seg not in segs:
-            return InvalidArgumentError(f"ucx: PE {pe} has no segment {seg} registered")
-        return InvalidArgumentError(f"ucx: {n} bytes at offset {offset} are outside segment "
-                                    f"{seg} of PE {pe} ({segs[seg][1]} bytes)")
+        return super().status_error(rc, doing, pe, seg, offset, nbytes)
 
     # -- data path ------------------------------------------------------------------------
 
@@ -247,53 +236,51 @@ class UcxTransport(Segments, Transport):
         """``ucp_put_nbx``; returns once ``src`` is reusable (local completion)."""
         w = self._w
         if w is None or offset < 0:
-            raise self._error(lib.VKU_ECLOSED if w is None else lib.VKU_EBOUNDS, "put to", pe,
-                              seg, offset, src.nbytes)
+            raise self.status_error(_CLOSED if w is None else _BOUNDS, "put to", pe,
+                                    seg, offset, src.nbytes)
         buf = _from_buffer(src)
         rc = _put(w, pe, seg, offset, buf, len(buf), 0)
         if rc:
-            if rc == lib.VKU_ETIMEDOUT:
-                self._graveyard.append(buf)  # UCX may still read it
-            raise self._error(rc, "put to", pe, seg, offset, len(buf))
+            if rc == lib.VK_ST_TIMEDOUT:
+                self.bury(buf)  # UCX may still read it
+            raise self.status_error(rc, "put to", pe, seg, offset, len(buf))
 
     def put_nbi(self, pe: int, seg: int, offset: int, src: memoryview) -> None:
         """Start a put; ``src`` is kept referenced (and must stay unchanged) until quiet."""
         w = self._w
         if w is None or offset < 0:
-            raise self._error(lib.VKU_ECLOSED if w is None else lib.VKU_EBOUNDS, "put to", pe,
-                              seg, offset, src.nbytes)
+            raise self.status_error(_CLOSED if w is None else _BOUNDS, "put to", pe,
+                                    seg, offset, src.nbytes)
         buf = _from_buffer(src)
         rc = _put(w, pe, seg, offset, buf, len(buf), 1)
         if rc:
-            raise self._error(rc, "put to", pe, seg, offset, len(buf))
-        self._held.append(buf)
-        self._held_flag[0] = 1  # the core's quiet in C must call quiet() to release it
+            raise self.status_error(rc, "put to", pe, seg, offset, len(buf))
+        self.hold(buf)  # the core's quiet in C must call quiet() to release it
 
     def get(self, pe: int, seg: int, offset: int, dst: memoryview) -> None:
         """``ucp_get_nbx``; returns with ``dst`` filled."""
         w = self._w
         if w is None or offset < 0:
-            raise self._error(lib.VKU_ECLOSED if w is None else lib.VKU_EBOUNDS, "get from",
-                              pe, seg, offset, dst.nbytes)
+            raise self.status_error(_CLOSED if w is None else _BOUNDS, "get from", pe,
+                                    seg, offset, dst.nbytes)
         buf = _from_buffer(dst, require_writable=True)
         rc = _get(w, pe, seg, offset, buf, len(buf), 0)
         if rc:
-            if rc == lib.VKU_ETIMEDOUT:
-                self._graveyard.append(buf)  # UCX may still write into it
-            raise self._error(rc, "get from", pe, seg, offset, len(buf))
+            if rc == lib.VK_ST_TIMEDOUT:
+                self.bury(buf)  # UCX may still write into it
+            raise self.status_error(rc, "get from", pe, seg, offset, len(buf))
 
     def get_nbi(self, pe: int, seg: int, offset: int, dst: memoryview) -> None:
         """Start a get; ``dst`` is kept referenced and filled by quiet."""
         w = self._w
         if w is None or offset < 0:
-            raise self._error(lib.VKU_ECLOSED if w is None else lib.VKU_EBOUNDS, "get from",
-                              pe, seg, offset, dst.nbytes)
+            raise self.status_error(_CLOSED if w is None else _BOUNDS, "get from", pe,
+                                    seg, offset, dst.nbytes)
         buf = _from_buffer(dst, require_writable=True)
         rc = _get(w, pe, seg, offset, buf, len(buf), 1)
         if rc:
-            raise self._error(rc, "get from", pe, seg, offset, len(buf))
-        self._held.append(buf)
-        self._held_flag[0] = 1  # the core's quiet in C must call quiet() to release it
+            raise self.status_error(rc, "get from", pe, seg, offset, len(buf))
+        self.hold(buf)  # the core's quiet in C must call quiet() to release it
 
     def amo(
         self, pe: int, seg: int, offset: int, op: AmoOp, width: int,
@@ -302,8 +289,8 @@ class UcxTransport(Segments, Transport):
         """``ucp_atomic_op_nbx`` (see the module docstring for how each op maps)."""
         w = self._w
         if w is None or offset < 0:
-            raise self._error(lib.VKU_ECLOSED if w is None else lib.VKU_EBOUNDS, "AMO on",
-                              pe, seg, offset, width)
+            raise self.status_error(_CLOSED if w is None else _BOUNDS, "AMO on", pe,
+                                    seg, offset, width)
         sh = self._shared
         if seg in sh.device:
             raise InvalidArgumentError(f"ucx: segment {seg} is CUDA device memory, on which "
@@ -321,7 +308,7 @@ class UcxTransport(Segments, Transport):
         out = _new("uint64_t *")
         rc = _amo(w, pe, seg, offset, op, width, operand & _M64, compare & _M64, fetch, out)
         if rc:
-            raise self._error(rc, "AMO on", pe, seg, offset, width)
+            raise self.status_error(rc, "AMO on", pe, seg, offset, width)
         return out[0] if fetch else 0
 
     def native_ops(self) -> int:
@@ -338,41 +325,21 @@ class UcxTransport(Segments, Transport):
             lib.vku_native_ops(w, ops)
         return int(ffi.cast("uintptr_t", ops))
 
-    def native_error(self, status: int, doing: str, pe: int, seg: int, offset: int,
-                     nbytes: int, buffer: object) -> BaseException:
-        """The exception :meth:`put`/:meth:`get`/:meth:`amo` raise for ``status``."""
-        if status == lib.VKU_ETIMEDOUT and buffer is not None:
-            self._graveyard.append(buffer)  # UCX may still read or write it
-        if doing == "quiet":
-            return self._quiet_error(status)
-        if doing == "fence":
-            return TransportError(NAME, "fence failed", status=_status(status))
-        return self._error(status, doing, pe, seg, offset, nbytes)
-
     def fence(self) -> None:
         """``ucp_worker_fence``: operations issued before reach each PE before later ones."""
         rc = lib.vku_fence(self._live())
         if rc:
-            raise TransportError(NAME, "fence failed", status=_status(rc))
+            raise self.status_error(rc, "fence")
 
     def quiet(self) -> None:
         """Flush the worker: every operation issued so far is complete at its target (and
         every non-blocking get has filled its buffer)."""
         w = self._live()
-        held, self._held = self._held, []  # only operations issued before this point
-        self._held_flag[0] = 0
+        held = self.release_held()  # only operations issued before this point
         rc = lib.vku_quiet(w)
         if rc:
-            self._graveyard.extend(held)  # UCX may still read or write them
-            raise self._quiet_error(rc)
-
-    def _quiet_error(self, rc: int) -> TransportError:
-        return TransportError(NAME, "quiet: "
-                              + ("no completion within "
-                                 f"{self._shared.options.timeout:g} s (a peer may be dead "
-                                 "or stuck; the rail option timeout= sets this limit)"
-                                 if rc == lib.VKU_ETIMEDOUT else "an operation failed"),
-                              status=_status(rc))
+            self.bury(*held)  # UCX may still read or write them
+            raise self.status_error(rc, "quiet")
 
     # -- contexts, introspection, shutdown ------------------------------------------------
 
@@ -384,14 +351,13 @@ class UcxTransport(Segments, Transport):
         ep = object.__new__(UcxTransport)
         ep._w = None
         ep._closed = False
-        ep._held = []
-        ep._graveyard = []
+        ep.native_init()
         ep._shared = sh
         ep._root = self  # keeps the UCP context alive as long as this endpoint
         ep._ctx_finalizer = None  # the UCP context belongs to the transport
         ep._worker_finalizer = None
         ep._open_worker()
-        ep._worker_finalizer = weakref.finalize(ep, _destroy_worker, ep._w)
+        ep._worker_finalizer = ep.own(_destroy_worker, ep._w)
         try:
             with sh.lock:
                 peers = dict(sh.peers)
@@ -443,7 +409,7 @@ class UcxTransport(Segments, Transport):
             self._worker_finalizer = None
         if w is not None:
             lib.vku_worker_destroy(w, 1 if force else 0)
-        self._held = []
+        self.drop_held()  # the worker (and its held flag) is gone
         if self._ctx_finalizer is not None:
             self._ctx_finalizer()
             self._ctx_finalizer = None

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 import sysconfig
 from pathlib import Path
 
@@ -26,23 +27,29 @@ from cffi import FFI
 HERE = Path(__file__).resolve().parent
 CSRC = HERE / "csrc"
 PREFIX_VAR = "VKSHMEM_UCX_PREFIX"
-_DEFAULT_LIB_DIRS = {"/lib", "/usr/lib", "/lib64", "/usr/lib64"}
 
-def _cdef(header: Path) -> str:
-    """The cdef, from the header itself (one place for the interface): preprocessor lines
-    dropped, integer ``#define VKU_*`` constants left for the compiler to fill in."""
-    out = []
-    for line in header.read_text().splitlines():
-        words = line.split()
-        if line.startswith("#define VKU_") and len(words) >= 3:
-            out.append(f"#define {words[1]} ...")
-        elif not line.startswith("#"):
-            out.append(line)
-    return "\n".join(out)
-
+try:  # vkshmem installed where the build runs (--no-build-isolation, or a wheel of it)
+    from vkshmem.plugin import (
+        FoundLibrary,
+        get_include,
+        header_cdef,
+        locate_library,
+        plugin_cdef,
+    )
+except ImportError:  # an isolated build of the in-tree plugin: the kit of this source tree
+    _kit_path = HERE.parents[2] / "vkshmem" / "core" / "pluginbuild.py"
+    _spec = importlib.util.spec_from_file_location("_vkshmem_pluginbuild", _kit_path)
+    if _spec is None or _spec.loader is None:
+        raise
+    _kit = sys.modules[_spec.name] = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(_kit)
+    get_include, header_cdef = _kit.include_dir, _kit.header_cdef
+    locate_library, plugin_cdef = _kit.locate_library, _kit.plugin_cdef
+    FoundLibrary = _kit.FoundLibrary
 
 # vku_built_with is generated below, with the UCX this build found
-CDEF = _cdef(CSRC / "vku.h") + "\nconst char *vku_built_with(void);\n"
+CDEF = (plugin_cdef() + "\n" + header_cdef(CSRC / "vku.h", constants=("VKU_",))
+        + "\nconst char *vku_built_with(void);\n")
 
 
 def _wheel_root() -> Path:
@@ -58,42 +65,23 @@ def _wheel_root() -> Path:
 
 
 def locate_ucx() -> tuple[Path, Path, list[str], str]:
-    """(include dir, library dir, rpaths, description) of the UCX to build against."""
+    """(include dir, library dir, link arguments, description) of the UCX to build against."""
     choice = os.environ.get(PREFIX_VAR, "").strip() or "wheel"
     if choice == "wheel":
         root = _wheel_root()
-        include, lib = root / "include", root / "lib"
+        lib = root / "lib"
         rpaths = ["$ORIGIN/../libucx/lib",  # installed next to this package in site-packages
                   str(Path(sysconfig.get_paths()["purelib"]) / "libucx" / "lib")]
         if "pip-build-env" not in str(lib):  # not a throw-away isolated build environment
             rpaths.append(str(lib))
-        what = "the libucx-cu12 wheel"
-    else:
-        prefix = Path(choice).expanduser()
-        include = prefix / "include"
-        multiarch = sysconfig.get_config_var("MULTIARCH") or ""
-        dirs = [prefix / "lib" / multiarch] if multiarch else []
-        dirs += [prefix / "lib64", prefix / "lib"]
-        found = [d for d in dirs if (d / "libucp.so").exists()]
-        if not (include / "ucp" / "api" / "ucp.h").is_file() or not found:
-            raise RuntimeError(
-                f"vkshmem-ucx: {PREFIX_VAR}={choice} holds no UCX development files "
-                f"(need {include}/ucp/api/ucp.h and libucp.so in one of "
-                f"{', '.join(map(str, dirs))}); on Debian: apt-get install libucx-dev"
-            )
-        lib = found[0]
-        default = str(lib) in _DEFAULT_LIB_DIRS or (multiarch and lib.name == multiarch
-                                                    and str(lib.parent) in _DEFAULT_LIB_DIRS)
-        rpaths = [] if default else [str(lib)]
-        what = f"the UCX in {prefix}"
-    seen: list[str] = []
-    for r in rpaths:
-        if r not in seen:
-            seen.append(r)
-    return include, lib, seen, what
+        found = FoundLibrary(root, root / "include", lib)
+        return found.include, found.lib, found.link_args(rpaths), "the libucx-cu12 wheel"
+    found = locate_library("vkshmem-ucx", "ucp", "ucp/api/ucp.h", prefix_var=PREFIX_VAR,
+                           hint="on Debian: apt-get install libucx-dev")
+    return found.include, found.lib, found.link_args(), f"the UCX in {found.prefix}"
 
 
-INCLUDE, LIBDIR, RPATHS, BUILT_WITH = locate_ucx()
+INCLUDE, LIBDIR, LINK_ARGS, BUILT_WITH = locate_ucx()
 #: the helper's C, one translation unit (statics are shared), in this order
 SOURCES = ("vku.c", "vku_ctx.c", "vku_worker.c", "vku_ops.c", "vku_native.c")
 
@@ -103,14 +91,14 @@ ffibuilder.set_source(
     "vkshmem_ucx._ucx",
     "\n".join((CSRC / part).read_text() for part in SOURCES)
     + f'\nconst char *vku_built_with(void) {{ return "{BUILT_WITH}"; }}\n',
-    include_dirs=[str(CSRC), str(INCLUDE)],
+    include_dirs=[str(CSRC), get_include(), str(INCLUDE)],
     library_dirs=[str(LIBDIR)],
     libraries=["ucp", "ucs", "pthread"],
     # -Wno-sign-compare: UCX's own headers (UCS_PTR_IS_ERR) trip it.
     extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter",
                         "-Wno-sign-compare"],
     # DT_RPATH (not RUNPATH): the UCX built against wins over a stray LD_LIBRARY_PATH.
-    extra_link_args=["-Wl,--disable-new-dtags"] + [f"-Wl,-rpath,{r}" for r in RPATHS],
+    extra_link_args=LINK_ARGS,
 )
 
 if __name__ == "__main__":

@@ -16,9 +16,7 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from vkshmem.core.errors import TransportError
-from vkshmem.core.hookspecs import hookimpl
-from vkshmem.core.transport import AmoOp, TransportContext, TransportSpec
+from vkshmem.plugin import AmoOp, TransportContext, TransportError, TransportSpec, hookimpl
 
 if TYPE_CHECKING:
     from ._transport import VerbsTransport

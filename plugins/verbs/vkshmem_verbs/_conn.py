@@ -9,7 +9,7 @@ import secrets
 import struct
 from dataclasses import dataclass
 
-from vkshmem.core.errors import TransportError
+from vkshmem.plugin import TransportError
 
 from . import NAME
 from ._options import Options

@@ -7,7 +7,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from vkshmem.core.errors import ConfigError
+from vkshmem.plugin import ConfigError
 
 from . import NAME, OPTIONS
 

@@ -27,14 +27,15 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from vkshmem.core.config import load as load_config
-from vkshmem.core.errors import ConfigError, InvalidArgumentError, TransportError
-from vkshmem.core.transport import (
+from vkshmem.plugin import (
     AmoOp,
+    ConfigError,
+    InvalidArgumentError,
+    NativeTransport,
     PeerInfo,
     SegmentInfo,
-    Transport,
     TransportContext,
+    TransportError,
     TransportSpec,
 )
 
@@ -75,13 +76,16 @@ def _missing_device(opts: Options) -> TransportError:
                           "choose another transport (VKSHMEM_TRANSPORTS / VKSHMEM_RAIL<n>)")
 
 
-class VerbsTransport(Transport):
+class VerbsTransport(NativeTransport):
     """The verbs transport on one rail of one PE."""
 
     spec: TransportSpec = SPEC
+    name = NAME
 
     def __init__(self, context: TransportContext) -> None:
+        self.native_init()
         self._me, self._n, self._rail = context.my_pe, context.n_pes, context.rail
+        self._shm = context.shm  # the core's shm path: same-node peers' AMOs are CPU atomics
         self._opts = opts = parse_options(context.rail, context.options)
         self._closed = False
         self._d: Any = ffi.NULL
@@ -91,6 +95,7 @@ class VerbsTransport(Transport):
         self._connected: set[int] = set()
         self._mixed_amo_error: str | None = None
         self._timeout_ms = int(opts.timeout * 1000)
+        self.native_timeout = opts.timeout
         self._d, self.device = self._open_device(opts)
         device = self.device
         err = ffi.new("char[]", lib.VKV_ERRLEN)
@@ -161,7 +166,7 @@ class VerbsTransport(Transport):
         """Connect the QP of every peer that published data (once) and record its keys."""
         self._live()
         err = ffi.new("char[]", lib.VKV_ERRLEN)
-        shm = load_config().shm
+        shm = self._shm
         for pe, info in peers.items():
             if info.address is None:
                 continue
@@ -204,16 +209,24 @@ class VerbsTransport(Transport):
                                        f"segment {seg} of PE {pe} ({key.size} bytes)")
         return self._qps[pe], key
 
+    def status_error(self, rc: int, doing: str, pe: int = -1, seg: int = -1, offset: int = 0,
+                     nbytes: int = 0) -> BaseException:
+        """The exception for status ``rc`` (``VK_ST_*`` or ``-errno``) of ``doing`` PE ``pe``:
+        :meth:`NativeTransport.status_error` for a closed transport, else naming the device
+        and libibverbs' last error."""
+        if rc == lib.VK_ST_TIMEDOUT:
+            return TransportError(NAME, f"{doing} PE {pe}: no completion in "
+                                  f"{self._opts.timeout:g} s ({self._opts.source('timeout')})",
+                                  status=rc)
+        if rc == lib.VK_ST_CLOSED:
+            return super().status_error(rc, doing, pe, seg, offset, nbytes)
+        why = ffi.string(lib.vkv_last_error(self._d)).decode() if self._d != ffi.NULL else ""
+        return TransportError(NAME, f"{doing} PE {pe} failed on {self.device}: "
+                              f"{why or os.strerror(abs(rc))}", status=rc)
+
     def _check(self, rc: int, doing: str, pe: int) -> None:
-        if rc == 0:
-            return
-        if rc == lib.VKV_ETIMEDOUT:
-            raise TransportError(NAME, f"{doing} PE {pe}: no completion in "
-                                 f"{self._opts.timeout:g} s ({self._opts.source('timeout')})",
-                                 status=rc)
-        why = ffi.string(lib.vkv_last_error(self._d)).decode() or os.strerror(abs(rc))
-        raise TransportError(NAME, f"{doing} PE {pe} failed on {self.device}: {why}",
-                             status=rc)
+        if rc:
+            raise self.status_error(rc, doing, pe)
 
     def put(self, pe: int, seg: int, offset: int, src: memoryview) -> None:
         self._put(pe, seg, offset, src, 0)

@@ -10,8 +10,8 @@ must be compiled (API mode). It builds against ``/usr/include/infiniband/verbs.h
 
 from __future__ import annotations
 
-import os
-import sysconfig
+import importlib.util
+import sys
 from pathlib import Path
 
 from cffi import FFI
@@ -19,7 +19,19 @@ from cffi import FFI
 HERE = Path(__file__).resolve().parent
 CSRC = HERE / "csrc"
 PREFIX_VAR = "VKSHMEM_VERBS_PREFIX"
-_DEFAULT_LIB_DIRS = {"/lib", "/usr/lib", "/lib64", "/usr/lib64"}
+
+try:  # vkshmem installed where the build runs (--no-build-isolation, or a wheel of it)
+    from vkshmem.plugin import get_include, header_cdef, locate_library, plugin_cdef
+except ImportError:  # an isolated build of the in-tree plugin: the kit of this source tree
+    _kit_path = HERE.parents[2] / "vkshmem" / "core" / "pluginbuild.py"
+    _spec = importlib.util.spec_from_file_location("_vkshmem_pluginbuild", _kit_path)
+    if _spec is None or _spec.loader is None:
+        raise
+    _kit = sys.modules[_spec.name] = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(_kit)
+    get_include, header_cdef = _kit.include_dir, _kit.header_cdef
+    locate_library, plugin_cdef = _kit.locate_library, _kit.plugin_cdef
+
 #: libibverbs constants the Python side and the tests use (values from the header)
 CONSTANTS = (
     "IBV_WR_RDMA_WRITE IBV_WR_RDMA_READ IBV_WR_ATOMIC_FETCH_AND_ADD IBV_WR_ATOMIC_CMP_AND_SWP "
@@ -34,39 +46,10 @@ CONSTANTS = (
 ).split()
 
 
-def _cdef(header: Path) -> str:
-    """The cdef, from the header itself: preprocessor lines dropped, integer ``#define VKV_*``
-    constants left for the compiler to fill in."""
-    out = []
-    for line in header.read_text().splitlines():
-        words = line.split()
-        if line.startswith("#define VKV_") and len(words) >= 3:
-            out.append(f"#define {words[1]} ...")
-        elif not line.startswith("#"):
-            out.append(line)
-    return "\n".join(out)
-
-
-def locate_verbs() -> tuple[Path, Path, list[str]]:
-    """(include dir, library dir, rpaths) of the libibverbs to build against."""
-    prefix = Path(os.environ.get(PREFIX_VAR, "").strip() or "/usr").expanduser()
-    include = prefix / "include"
-    multiarch = sysconfig.get_config_var("MULTIARCH") or ""
-    dirs = [prefix / "lib" / multiarch] if multiarch else []
-    dirs += [prefix / "lib64", prefix / "lib"]
-    found = [d for d in dirs if (d / "libibverbs.so").exists()]
-    if not (include / "infiniband" / "verbs.h").is_file() or not found:
-        raise RuntimeError(
-            f"vkshmem-verbs: {PREFIX_VAR}={prefix} holds no libibverbs development files "
-            f"(need {include}/infiniband/verbs.h and libibverbs.so in one of "
-            f"{', '.join(map(str, dirs))}); on Debian: apt-get install libibverbs-dev")
-    lib = found[0]
-    default = str(lib) in _DEFAULT_LIB_DIRS or str(lib.parent) in _DEFAULT_LIB_DIRS
-    return include, lib, [] if default else [str(lib)]
-
-
-INCLUDE, LIBDIR, RPATHS = locate_verbs()
-CDEF = ((CSRC / "vkv_cdef.h").read_text() + "\n" + _cdef(CSRC / "vkv.h") + "\n"
+FOUND = locate_library("vkshmem-verbs", "ibverbs", "infiniband/verbs.h",
+                       prefix_var=PREFIX_VAR, hint="on Debian: apt-get install libibverbs-dev")
+CDEF = ((CSRC / "vkv_cdef.h").read_text() + "\n" + plugin_cdef() + "\n"
+        + header_cdef(CSRC / "vkv.h", constants=("VKV_",)) + "\n"
         + "\n".join(f"static const int {name};" for name in CONSTANTS) + "\n")
 
 ffibuilder = FFI()
@@ -74,11 +57,11 @@ ffibuilder.cdef(CDEF)
 ffibuilder.set_source(
     "vkshmem_verbs._verbs",
     (CSRC / "vkv.c").read_text(),
-    include_dirs=[str(CSRC), str(INCLUDE)],
-    library_dirs=[str(LIBDIR)],
+    include_dirs=[str(CSRC), get_include(), str(FOUND.include)],
+    library_dirs=[str(FOUND.lib)],
     libraries=["ibverbs", "pthread"],
     extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter"],
-    extra_link_args=["-Wl,--disable-new-dtags"] + [f"-Wl,-rpath,{r}" for r in RPATHS],
+    extra_link_args=FOUND.link_args(),
 )
 
 if __name__ == "__main__":

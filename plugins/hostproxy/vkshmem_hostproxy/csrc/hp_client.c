@@ -9,8 +9,8 @@
 
 static int range_error(hpc_conn *k, uint32_t seg, int64_t off, uint64_t n, uint64_t size) {
     if (size == UINT64_MAX)
-        return fail(HPC_ERANGE, 0, "hostproxy: %s has no segment %u registered", k->where, seg);
-    return fail(HPC_ERANGE, 0, "hostproxy: %llu bytes at offset %lld are outside segment %u of "
+        return fail(VK_ST_SEG, 0, "hostproxy: %s has no segment %u registered", k->where, seg);
+    return fail(VK_ST_BOUNDS, 0, "hostproxy: %llu bytes at offset %lld are outside segment %u of "
                 "%s (%llu bytes)", (unsigned long long)n, (long long)off, seg, k->where,
                 (unsigned long long)size);
 }
@@ -42,7 +42,7 @@ static hpc_conn *begin(hpc_client *c, int32_t pe, uint32_t seg, int64_t off, uin
 /* The address of [off, off + n) in this PE's segment seg, or NULL (status in *rc). */
 static unsigned char *local(hpc_client *c, uint32_t seg, int64_t off, uint64_t n, int *rc) {
     if (__atomic_load_n(&c->closed, __ATOMIC_ACQUIRE)) { /* the segments may be gone */
-        *rc = fail(HPC_ECLOSED, 0, "the transport is closed");
+        *rc = fail(VK_ST_CLOSED, 0, "the transport is closed");
         return NULL;
     }
     uintptr_t base = seg < HP_MAX_SEGS ? __atomic_load_n(&c->local_base[seg], __ATOMIC_ACQUIRE)
@@ -50,10 +50,10 @@ static unsigned char *local(hpc_client *c, uint32_t seg, int64_t off, uint64_t n
     uint64_t size = base ? c->local_size[seg] : UINT64_MAX;
     if (!base || off < 0 || (uint64_t)off > size || n > size - (uint64_t)off) {
         if (size == UINT64_MAX)
-            *rc = fail(HPC_ERANGE, 0, "hostproxy: this PE (%d) has no segment %u registered",
+            *rc = fail(VK_ST_SEG, 0, "hostproxy: this PE (%d) has no segment %u registered",
                        c->my_pe, seg);
         else
-            *rc = fail(HPC_ERANGE, 0, "hostproxy: %llu bytes at offset %lld are outside "
+            *rc = fail(VK_ST_BOUNDS, 0, "hostproxy: %llu bytes at offset %lld are outside "
                        "segment %u of this PE (%d) (%llu bytes)", (unsigned long long)n,
                        (long long)off, seg, c->my_pe, (unsigned long long)size);
         return NULL;
@@ -99,7 +99,7 @@ static int do_get(hpc_client *c, int32_t pe, uint32_t seg, int64_t off, void *ds
         size_t got;
         rc = recv_all(c, k, iov, n ? 2 : 1, "getting", &got);
         /* a rejection (a short reply, then the end of the stream) */
-        if (rc == HPC_EBROKEN && got >= HP_REP_SIZE && (int32_t)rd32(rep) < 0)
+        if (rc == VK_ST_BROKEN && got >= HP_REP_SIZE && (int32_t)rd32(rep) < 0)
             rc = check_reply(k, rep, NULL);
         else if (!rc)
             rc = check_reply(k, rep, NULL);
@@ -115,7 +115,7 @@ static int do_amo(hpc_client *c, int32_t pe, uint32_t seg, int64_t off, int op, 
     hpc_conn *k = NULL;
     unsigned char *p = NULL;
     if (width != 4 && width != 8)
-        return fail(HPC_EARG, 0, "hostproxy: AMO width %d (4 or 8 bytes only)", width);
+        return fail(VK_ST_AMO, 0, "hostproxy: AMO width %d (4 or 8 bytes only)", width);
     if (pe == c->my_pe) {
         if (!(p = local(c, seg, off, (uint64_t)width, &rc))) return rc;
     } else {
@@ -123,7 +123,7 @@ static int do_amo(hpc_client *c, int32_t pe, uint32_t seg, int64_t off, int op, 
         if ((rc = in_range(c, k, seg, off, (uint64_t)width)) != 0) return rc;
     }
     if (off % width)
-        return fail(HPC_EARG, 0, "hostproxy: AMO at offset %lld is not aligned to its width %d",
+        return fail(VK_ST_ALIGN, 0, "hostproxy: AMO at offset %lld is not aligned to its width %d",
                     (long long)off, width);
     uint64_t mask = width == 8 ? UINT64_MAX : 0xffffffffu;
     if (p) { /* this PE's word: the core's atomic, as the server applies peers' AMOs */
@@ -181,7 +181,7 @@ static int do_quiet(hpc_client *c) {
     first[0] = 0;
     for (int i = 0; i < n; i++) /* PE order: concurrent quiets lock in the same order */
         pthread_mutex_lock(&pending[i]->lock);
-    for (int i = 0; i < n && rc != HPC_EINTR; i++) {
+    for (int i = 0; i < n && rc != VK_ST_INTR; i++) {
         hpc_conn *k = pending[i];
         int r = 0;
         if (k->broken[0]) r = unusable(k);
@@ -192,18 +192,18 @@ static int do_quiet(hpc_client *c) {
             first_status = last_status;
             memcpy(first, last_msg, sizeof first);
         }
-        if (r == HPC_EINTR) rc = r;
+        if (r == VK_ST_INTR) rc = r;
     }
     for (int i = 0; i < n; i++) {
         hpc_conn *k = pending[i];
         if (!sent[i]) continue;
-        if (rc == HPC_EINTR) { /* its flush reply will never be read */
+        if (rc == VK_ST_INTR) { /* its flush reply will never be read */
             if (!k->broken[0]) conn_retire(c, k, "a request on it was interrupted");
             continue;
         }
         int r = read_reply(c, k, "waiting for a flush", NULL);
         if (!r) k->dirty = 0;
-        if (r == HPC_EINTR) rc = r;
+        if (r == VK_ST_INTR) rc = r;
         else if (r && !rc) {
             rc = r;
             first_status = last_status;
@@ -211,8 +211,8 @@ static int do_quiet(hpc_client *c) {
         }
     }
     for (int i = 0; i < n; i++) pthread_mutex_unlock(&pending[i]->lock);
-    if (rc && rc != HPC_EINTR) fail(rc, first_status, "%s", first);
-    else if (rc == HPC_EINTR) fail(rc, EINTR, "interrupted");
+    if (rc && rc != VK_ST_INTR) fail(rc, first_status, "%s", first);
+    else if (rc == VK_ST_INTR) fail(rc, EINTR, "interrupted");
     free(sent);
     free(pending);
     return rc;
@@ -313,12 +313,12 @@ hpc_client *hpc_create(int32_t my_pe, int32_t n_pes, int rail, const unsigned ch
 }
 
 int hpc_set_target(hpc_client *c, int32_t pe, const char *host, const char *port) {
-    if (pe < 0 || pe >= c->n_pes) return HPC_EUNREACH;
+    if (pe < 0 || pe >= c->n_pes) return VK_ST_PEER;
     char *h = strdup(host), *p = strdup(port);
     if (!h || !p) {
         free(h);
         free(p);
-        return HPC_ENOMEM;
+        return VK_ST_NOMEM;
     }
     pthread_mutex_lock(&c->lock);
     hpc_target *t = &c->targets[pe];
@@ -331,14 +331,14 @@ int hpc_set_target(hpc_client *c, int32_t pe, const char *host, const char *port
 }
 
 int hpc_set_local(hpc_client *c, uint32_t seg, uintptr_t base, uint64_t size) {
-    if (seg >= HP_MAX_SEGS || !base) return HPC_ERANGE;
+    if (seg >= HP_MAX_SEGS || !base) return VK_ST_BOUNDS;
     c->local_size[seg] = size;
     __atomic_store_n(&c->local_base[seg], base, __ATOMIC_RELEASE);
     return 0;
 }
 
 int hpc_set_size(hpc_client *c, int32_t pe, uint32_t seg, uint64_t size) {
-    if (pe < 0 || pe >= c->n_pes || seg >= HP_MAX_SEGS) return HPC_ERANGE;
+    if (pe < 0 || pe >= c->n_pes || seg >= HP_MAX_SEGS) return VK_ST_BOUNDS;
     int rc = 0;
     pthread_mutex_lock(&c->lock);
     hpc_target *t = &c->targets[pe];
@@ -347,7 +347,7 @@ int hpc_set_size(hpc_client *c, int32_t pe, uint32_t seg, uint64_t size) {
         uint32_t cap = seg < 16 ? 16 : HP_MAX_SEGS;
         hpc_sizes *g = malloc(sizeof *g + sizeof(uint64_t) * cap);
         if (!g) {
-            rc = HPC_ENOMEM;
+            rc = VK_ST_NOMEM;
             goto out;
         }
         g->cap = cap;

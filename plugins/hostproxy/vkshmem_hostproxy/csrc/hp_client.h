@@ -16,10 +16,16 @@
  * progress for that long: the connection is dropped); a signal that interrupts a wait calls
  * back into Python (_hpc_signalled) to run its handlers: when one raises, the request's
  * connection is retired (its stream is out of step; the next request opens a fresh one) and the
- * call returns HPC_EINTR, the Python exception kept for the caller to raise.
+ * call returns VK_ST_INTR, the Python exception kept for the caller to raise.
  *
- * Functions return 0 or a negative HPC_E* status; the message (and the OS or server status) of
- * the calling thread's last failure is read with hpc_last_error.
+ * Functions return 0 or a negative VK_ST_* status (vkshmem/plugin.h): VK_ST_BROKEN (the
+ * connection failed or is unusable), VK_ST_REJECTED (the server rejected a request and dropped
+ * it), VK_ST_SEG / VK_ST_BOUNDS (no such segment at the target, or outside it), VK_ST_AMO /
+ * VK_ST_ALIGN (AMO width or alignment), VK_ST_PEER (the PE published no address),
+ * VK_ST_CONNECT, VK_ST_AUTH (the server could not prove the secret, or is another PE),
+ * VK_ST_CLOSED, VK_ST_INTR (a signal handler raised: Python holds the exception),
+ * VK_ST_NOMEM. The message (and the OS or server status) of the calling thread's last failure
+ * is read with hpc_last_error.
  */
 #ifndef VKSHMEM_HP_CLIENT_H
 #define VKSHMEM_HP_CLIENT_H
@@ -27,20 +33,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define HPC_EBROKEN (-1)   /* the connection failed or is unusable (TransportError) */
-#define HPC_EREJECTED (-2) /* the server rejected a request and dropped it (TransportError) */
-#define HPC_ERANGE (-3)    /* outside the target's segment, or no such segment (InvalidArgument) */
-#define HPC_EARG (-4)      /* AMO width or alignment (InvalidArgumentError) */
-#define HPC_EUNREACH (-5)  /* the PE published no address (TransportError) */
-#define HPC_ECONNECT (-6)  /* connecting failed (TransportError) */
-#define HPC_EAUTH (-7)     /* the server could not prove the secret, or is another PE */
-#define HPC_ECLOSED (-8)   /* the endpoint is closed */
-#define HPC_EINTR (-9)     /* a signal handler raised: Python holds the exception */
-#define HPC_ENOMEM (-10)
+#include <vkshmem/plugin.h> /* struct vk_native_ops, VK_ST_* */
+
 #define HPC_MSGLEN 768
 
 typedef struct hpc_client hpc_client;
-struct vk_native_ops;
 
 /* An endpoint of PE my_pe of n_pes on rail `rail`, with the job's key (HP_KEY bytes); every wait
  * may go timeout_s seconds without progress; amo_fn: the core's vk_amo (for this PE's words).
@@ -51,7 +48,7 @@ hpc_client *hpc_create(int32_t my_pe, int32_t n_pes, int rail, const unsigned ch
 int hpc_set_local(hpc_client *c, uint32_t seg, uintptr_t base, uint64_t size);
 /* Where PE pe's server listens (a later call replaces it for connections opened later). */
 int hpc_set_target(hpc_client *c, int32_t pe, const char *host, const char *port);
-/* The size of PE pe's segment seg (requests outside it fail with HPC_ERANGE before sending). */
+/* The size of PE pe's segment seg (requests outside it fail with VK_ST_BOUNDS before sending). */
 int hpc_set_size(hpc_client *c, int32_t pe, uint32_t seg, uint64_t size);
 
 int hpc_put(hpc_client *c, int32_t pe, uint32_t seg, int64_t off, const void *src, size_t n);
@@ -60,7 +57,7 @@ int hpc_amo(hpc_client *c, int32_t pe, uint32_t seg, int64_t off, int op, int wi
             uint64_t operand, uint64_t compare, int fetch, uint64_t *result);
 int hpc_quiet(hpc_client *c);
 
-/* Fill ops with this endpoint's data path for the core's compiled hot path (_native.h). */
+/* Fill ops with this endpoint's data path for the core's compiled hot path (vkshmem/plugin.h). */
 void hpc_native_ops(hpc_client *c, struct vk_native_ops *ops);
 /* [0] operations and quiets served through vk_native_ops, [1] through the Python methods,
  * [2] connections opened. */
@@ -69,7 +66,7 @@ void hpc_stats(hpc_client *c, uint64_t *out);
  * status (0: none). */
 int hpc_last_error(char *buf, size_t buflen);
 /* Send CLOSE on, and close, every connection (waiting at most 1 s for each one's current
- * request); later calls fail with HPC_ECLOSED. Safe to call twice. */
+ * request); later calls fail with VK_ST_CLOSED. Safe to call twice. */
 void hpc_close(hpc_client *c);
 /* Free the endpoint (after hpc_close, once no thread can still be using it). */
 void hpc_free(hpc_client *c);

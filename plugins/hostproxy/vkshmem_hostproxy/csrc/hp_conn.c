@@ -49,7 +49,7 @@ static void conn_retire(hpc_client *c, hpc_conn *k, const char *why) {
 
 static int interrupted(hpc_client *c, hpc_conn *k) {
     conn_retire(c, k, "a request on it was interrupted");
-    return fail(HPC_EINTR, EINTR, "interrupted");
+    return fail(VK_ST_INTR, EINTR, "interrupted");
 }
 
 static const char *describe(hpc_client *c, int err, char *buf, size_t n) {
@@ -108,13 +108,13 @@ static int broken(hpc_client *c, hpc_conn *k, const char *doing, int err, int se
         if (r == HP_REP_SIZE && (int32_t)rd32(rep) < 0) rejection(rep, detail, sizeof detail);
     }
     if (!detail[0]) describe(c, err, detail, sizeof detail);
-    fail(HPC_EBROKEN, err, "%s failed while %s: %s", k->where, doing, detail);
+    fail(VK_ST_BROKEN, err, "%s failed while %s: %s", k->where, doing, detail);
     conn_drop(k, last_msg);
-    return HPC_EBROKEN;
+    return VK_ST_BROKEN;
 }
 
 static int unusable(hpc_conn *k) {
-    return fail(HPC_EBROKEN, 0, "connection to %s is unusable: %s", k->where, k->broken);
+    return fail(VK_ST_BROKEN, 0, "connection to %s is unusable: %s", k->where, k->broken);
 }
 
 /* Step the vector iov[0..n) past `done` bytes; the number of entries left. */
@@ -175,10 +175,10 @@ static int check_reply(hpc_conn *k, const unsigned char *rep, uint64_t *value) {
     if (st) {
         char why[HPC_MSGLEN / 2];
         rejection(rep, why, sizeof why);
-        fail(HPC_EREJECTED, st, "%s: %s", k->where, why);
+        fail(VK_ST_REJECTED, st, "%s: %s", k->where, why);
         snprintf(k->broken, sizeof k->broken, "%s", last_msg); /* the reason, over "closed" */
         conn_drop(k, last_msg);
-        return HPC_EREJECTED;
+        return VK_ST_REJECTED;
     }
     if (value) *value = rd64(rep + 8);
     return 0;
@@ -200,13 +200,13 @@ static int authenticate(hpc_client *c, hpc_conn *k) {
     uint64_t value;
     int rc;
     if (getrandom(nc, HP_NONCE, 0) != HP_NONCE)
-        return fail(HPC_ECONNECT, errno, "no random bytes for a nonce");
+        return fail(VK_ST_CONNECT, errno, "no random bytes for a nonce");
     hp_header(hello, HP_OP_HELLO, 0, 0, (uint32_t)c->my_pe, HP_MAGIC, HP_VERSION, 0);
     if ((rc = send_bytes(c, k, hello, sizeof hello, "saying hello")) ||
         (rc = read_reply(c, k, "saying hello", &value)))
         return rc;
     if (value != (uint64_t)(uint32_t)k->pe)
-        return fail(HPC_EAUTH, 0, "%s answered as PE %llu: addresses were mixed up", k->where,
+        return fail(VK_ST_AUTH, 0, "%s answered as PE %llu: addresses were mixed up", k->where,
                     (unsigned long long)value);
     struct iovec iov = {chal, sizeof chal};
     size_t got;
@@ -214,7 +214,7 @@ static int authenticate(hpc_client *c, hpc_conn *k) {
     hp_mac(c->key, (const unsigned char *)HPC_SERVER_LABEL, sizeof HPC_SERVER_LABEL - 1, nc,
            chal, (uint32_t)c->my_pe, (uint32_t)k->pe, mac);
     if (!hp_equal_ct(mac, chal + HP_NONCE, HP_MAC))
-        return fail(HPC_EAUTH, 0, "%s could not prove that it knows this job's secret "
+        return fail(VK_ST_AUTH, 0, "%s could not prove that it knows this job's secret "
                     "(another job's server at that address, or the PEs were given different "
                     "secrets)", k->where);
     hp_header(auth, HP_OP_AUTH, 0, 0, 0, 0, 0, 0);
@@ -231,7 +231,7 @@ static int dial(hpc_client *c, const char *host, const char *port, const char *w
     hints.ai_socktype = SOCK_STREAM;
     int gai = getaddrinfo(host, port, &hints, &res), err = 0;
     if (gai) {
-        *rc = fail(HPC_ECONNECT, 0, "cannot connect to %s: %s", where, gai_strerror(gai));
+        *rc = fail(VK_ST_CONNECT, 0, "cannot connect to %s: %s", where, gai_strerror(gai));
         return -1;
     }
     int fd = -1;
@@ -250,7 +250,7 @@ static int dial(hpc_client *c, const char *host, const char *port, const char *w
                 if (_hpc_signalled()) {
                     close(fd);
                     freeaddrinfo(res);
-                    *rc = fail(HPC_EINTR, EINTR, "interrupted");
+                    *rc = fail(VK_ST_INTR, EINTR, "interrupted");
                     return -1;
                 }
             }
@@ -266,7 +266,7 @@ static int dial(hpc_client *c, const char *host, const char *port, const char *w
     freeaddrinfo(res);
     if (fd < 0) {
         char eb[128];
-        *rc = fail(HPC_ECONNECT, err, "cannot connect to %s: [Errno %d] %s", where, err,
+        *rc = fail(VK_ST_CONNECT, err, "cannot connect to %s: [Errno %d] %s", where, err,
                    strerror_r(err, eb, sizeof eb));
         return -1;
     }
@@ -282,7 +282,7 @@ static int dial(hpc_client *c, const char *host, const char *port, const char *w
 /* The connection to pe, opened (once, under the endpoint's lock) and authenticated. */
 static hpc_conn *conn_get(hpc_client *c, int32_t pe, int *rc) {
     if (pe < 0 || pe >= c->n_pes) {
-        *rc = fail(HPC_EUNREACH, 0, "PE %d is not reachable through hostproxy on rail %d (it "
+        *rc = fail(VK_ST_PEER, 0, "PE %d is not reachable through hostproxy on rail %d (it "
                    "published no address)", pe, c->rail);
         return NULL;
     }
@@ -293,17 +293,17 @@ static hpc_conn *conn_get(hpc_client *c, int32_t pe, int *rc) {
     if (k) goto out;
     hpc_target *t = &c->targets[pe];
     if (c->closed) {
-        *rc = fail(HPC_ECLOSED, 0, "the transport is closed");
+        *rc = fail(VK_ST_CLOSED, 0, "the transport is closed");
         goto out;
     }
     if (!t->host) {
-        *rc = fail(HPC_EUNREACH, 0, "PE %d is not reachable through hostproxy on rail %d (it "
+        *rc = fail(VK_ST_PEER, 0, "PE %d is not reachable through hostproxy on rail %d (it "
                    "published no address)", pe, c->rail);
         goto out;
     }
     k = calloc(1, sizeof *k);
     if (!k) {
-        *rc = fail(HPC_ENOMEM, ENOMEM, "out of memory");
+        *rc = fail(VK_ST_NOMEM, ENOMEM, "out of memory");
         goto out;
     }
     pthread_mutex_init(&k->lock, NULL);

@@ -25,7 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "_native.h"
+#include <vkshmem/plugin.h>
 #include "hp_auth.h"
 #include "hp_client.h"
 #include "hp_server.h"
@@ -87,7 +87,7 @@ static void conn_drop(hpc_conn *k, const char *why);
 /* The failure "k is unusable" (k locked, k->broken set). */
 static int unusable(hpc_conn *k);
 /* Send iov[0..n) (modified) / n bytes at p; receive exactly iov[0..n) (*got: bytes received);
- * a failure drops k, an interrupt (a signal handler raised) retires it: HPC_EINTR. */
+ * a failure drops k, an interrupt (a signal handler raised) retires it: VK_ST_INTR. */
 static int send_all(hpc_client *c, hpc_conn *k, struct iovec *iov, int n, const char *doing);
 static int send_bytes(hpc_client *c, hpc_conn *k, const void *p, size_t n, const char *doing);
 static int recv_all(hpc_client *c, hpc_conn *k, struct iovec *iov, int n, const char *doing,

@@ -274,10 +274,10 @@ fail:
 }
 
 int hp_register(hp_server *s, uint32_t seg, uintptr_t base, uint64_t size) {
-    if (seg >= HP_MAX_SEGS) return -1;
+    if (seg >= HP_MAX_SEGS) return VK_ST_SEG;
     hp_seg *g = &s->segs[seg];
     if (__atomic_load_n(&g->valid, __ATOMIC_ACQUIRE))
-        return g->base == base && g->size == size ? 0 : -2;
+        return g->base == base && g->size == size ? 0 : VK_ST_BUSY;
     g->base = base;
     g->size = size;
     __atomic_store_n(&g->valid, 1, __ATOMIC_RELEASE);

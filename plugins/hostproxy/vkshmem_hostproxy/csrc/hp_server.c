@@ -44,7 +44,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "_native.h"
+#include <vkshmem/plugin.h>
 #include "hp_auth.h"
 #include "hp_server.h"
 #include "hp_wire.h"

@@ -3,7 +3,7 @@
  * Wire protocol (all integers little-endian). Every request starts with a 32-byte header:
  *
  *   offset 0  u8   op        HP_OP_*
- *   offset 1  u8   amo_op    AmoOp code (vkshmem.core.transport.AmoOp / _native.h), AMOs only
+ *   offset 1  u8   amo_op    AmoOp code (vkshmem.plugin.AmoOp / vkshmem/plugin.h), AMOs only
  *   offset 2  u8   width     4 or 8, AMOs only
  *   offset 3  u8   reserved  0
  *   offset 4  u32  seg       segment id (HELLO: the client's PE)
@@ -48,11 +48,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <vkshmem/plugin.h> /* VK_ST_*, vk_amo_fn, the AMO op codes */
+
 #define HP_REQ_SIZE 32
 #define HP_REP_SIZE 16
 #define HP_MAX_SEGS 256
 #define HP_ERRLEN 256
-#define HP_VERSION 2
+#define HP_VERSION 3 /* 3: statuses are VK_ST_* codes */
 #define HP_NONCE 16
 #define HP_MAC 32
 #define HP_KEY 32
@@ -70,13 +72,14 @@
 #define HP_OP_AUTH 8
 
 #define HP_OK 0
-#define HP_EPROTO (-1)  /* unknown op, request before HELLO */
-#define HP_ESEG (-2)    /* segment id not registered */
-#define HP_EBOUNDS (-3) /* offset + length outside the segment */
-#define HP_EALIGN (-4)  /* AMO target not aligned to its width */
-#define HP_EAMO (-5)    /* AMO op or width not supported */
-#define HP_EHELLO (-6)  /* bad magic or protocol version, or a PE outside the job */
-#define HP_EAUTH (-7)   /* authentication failed, or a request before it */
+/* a reply's status: HP_OK or one of vkshmem's VK_ST_* codes (vkshmem/plugin.h), named here */
+#define HP_EPROTO VK_ST_PROTO   /* unknown op, request before HELLO */
+#define HP_ESEG VK_ST_SEG       /* segment id not registered */
+#define HP_EBOUNDS VK_ST_BOUNDS /* offset + length outside the segment */
+#define HP_EALIGN VK_ST_ALIGN   /* AMO target not aligned to its width */
+#define HP_EAMO VK_ST_AMO       /* AMO op or width not supported */
+#define HP_EHELLO VK_ST_HELLO   /* bad magic or protocol version, or a PE outside the job */
+#define HP_EAUTH VK_ST_AUTH     /* authentication failed, or a request before it */
 
 typedef struct hp_server hp_server;
 
@@ -92,7 +95,8 @@ hp_server *hp_create(int listen_fd, int32_t my_pe, int32_t n_pes, const unsigned
 void hp_mac(const unsigned char *key, const unsigned char *label, size_t label_len,
             const unsigned char *nc, const unsigned char *ns, uint32_t client_pe,
             uint32_t server_pe, unsigned char *out);
-/* Make segment seg reachable: 0, -1 (seg id out of range), -2 (registered differently). */
+/* Make segment seg reachable: 0, VK_ST_SEG (seg id out of range), VK_ST_BUSY (registered
+ * differently). */
 int hp_register(hp_server *s, uint32_t seg, uintptr_t base, uint64_t size);
 /* Counters: [0] connections accepted, [1] open, [2] requests served, [3] errors recorded,
  * [4] connections that ended without authenticating: refused, failed, gone or out of time

@@ -32,7 +32,6 @@
 #include <rdma/fi_rma.h>
 
 #include "vko.h"
-#include "vko_native.h"
 
 /* The API version asked of fi_getinfo: 1.9 (what the plugin needs), or 1.20 where the headers
  * have FI_MR_DMABUF: a library reads fi_mr_attr.dmabuf only for a fabric opened at 1.20 or
@@ -76,7 +75,7 @@ struct vko_ep {
     int first_err;               /* atomic: first failed operation since the last quiet */
     unsigned char *dirty;        /* PEs with inject atomics not yet flushed */
     vko_ep *next;
-    vko_native_table nops;       /* vko_native_ops (vko_native.c) */
+    struct vk_native_ops nops;       /* vko_native_ops (vko_native.c) */
     int py_held;                 /* Python holds buffers of non-blocking operations */
     uint64_t n_polls;            /* atomic: CQ reads made by callers waiting (vko_probe) */
     int pooled;                  /* a closed context's endpoint, kept for the next (c->lock) */
@@ -127,7 +126,7 @@ struct vko_ctx {
     uint32_t park_seq;           /* atomic: the futex word the progress thread parks on */
     uint64_t n_parks;            /* atomic: times it parked */
     int parked;                  /* atomic: it is parked now */
-    vko_watch *watch;            /* atomic: the core's wake board, once a wait armed it */
+    struct vk_watch *watch;            /* atomic: the core's wake board, once a wait armed it */
     char lasterr[VKO_ERRLEN];
 };
 
@@ -175,7 +174,7 @@ static void complete(vko_ctx *c, vko_req *r, int err) {
  * whichever thread made it: tell the core's wake board, once a wait of the core armed it
  * (vko_native.c: native_watch). */
 static void poke(vko_ctx *c) {
-    vko_watch *w = __atomic_load_n(&c->watch, __ATOMIC_ACQUIRE);
+    struct vk_watch *w = __atomic_load_n(&c->watch, __ATOMIC_ACQUIRE);
     if (w)
         w->poke(w);
 }
@@ -252,16 +251,16 @@ static int drive_leave(vko_ctx *c, int *drive, int rc) {
 
 /* One round of a caller's wait that began at start, after i rounds: 0 to go on (spinning for
  * spin_us, then yielding the CPU between rounds until busy_us, then sleeping poll_us between
- * rounds: no longer driving the progress, see above), VKO_ETIMEDOUT past the timeout,
- * VKO_EFAILED once a PE of the job failed. */
+ * rounds: no longer driving the progress, see above), VK_ST_TIMEDOUT past the timeout,
+ * VK_ST_FAILED once a PE of the job failed. */
 static int wait_step(vko_ctx *c, uint64_t start, unsigned i, int *drive) {
     if (i < 64)
         return 0;
     uint64_t t = now_ns() - start;
     if (t > c->timeout_ns)
-        return VKO_ETIMEDOUT;
+        return VK_ST_TIMEDOUT;
     if (c->failed && c->failed[0])
-        return VKO_EFAILED;
+        return VK_ST_FAILED;
     if (t > (uint64_t)(c->busy_us > c->spin_us ? c->busy_us : c->spin_us) * 1000) {
         drive_leave(c, drive, 0); /* the thread serves peers again while this caller sleeps */
         struct timespec nap = {0, (long)c->poll_us * 1000};
@@ -359,10 +358,10 @@ static void drop_req(vko_req *r) { /* the post failed: it never went out */
             if (!t0_)                                                                     \
                 t0_ = now_ns();                                                           \
             else if (now_ns() - t0_ > (e)->c->timeout_ns) {                               \
-                rc_ = VKO_ETIMEDOUT;                                                      \
+                rc_ = VK_ST_TIMEDOUT;                                                      \
                 break;                                                                    \
             } else if ((e)->c->failed && (e)->c->failed[0]) {                             \
-                rc_ = VKO_EFAILED;                                                        \
+                rc_ = VK_ST_FAILED;                                                        \
                 break;                                                                    \
             }                                                                             \
         }                                                                                 \

@@ -12,8 +12,8 @@
  * small puts live in the request, so the caller's buffer is reusable at once. The domain is
  * opened FI_THREAD_SAFE: the library does its own locking.
  *
- * Return codes: 0 is success; other negative values are -FI_* (fi_strerror names them) or one
- * of the VKO_E* codes below (vko_strerror names both).
+ * Return codes: 0 is success; other negative values are -FI_* (fi_strerror names them) or
+ * vkshmem's VK_ST_* status codes (vkshmem/plugin.h; vko_strerror names both).
  */
 #ifndef VKO_H
 #define VKO_H
@@ -21,23 +21,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <vkshmem/plugin.h> /* struct vk_native_ops, VK_NATIVE_*, VK_ST_* */
+
 #define VKO_MAX_SEGS 64      /* segment ids 0..63 */
 #define VKO_ADDR_MAX 512     /* largest endpoint name we accept */
 #define VKO_ERRLEN 256
 #define VKO_BOUNCE 256       /* puts up to this size are copied: blocking put returns at once */
 
-#define VKO_EPEER (-1001)    /* the PE published no address (or is out of range) */
-#define VKO_ESEG (-1002)     /* the PE has no such segment registered */
-#define VKO_EBOUNDS (-1003)  /* the range is outside the segment */
-#define VKO_EALIGN (-1004)   /* the AMO is not aligned to its width */
-#define VKO_EAMO (-1005)     /* unknown AMO op or width, or the provider cannot do it */
-#define VKO_ECLOSED (-1006)  /* the endpoint or transport is closed */
-#define VKO_ENOMEM (-1007)
-#define VKO_ETOOBIG (-1008)  /* a blob does not fit the caller's buffer */
-#define VKO_ETIMEDOUT (-1009) /* no completion within the transport's timeout */
-#define VKO_ENODMABUF (-1010) /* this build's libfabric has no FI_MR_DMABUF */
-#define VKO_EFAILED (-1011)  /* abandoned: a PE of the job failed (the core's liveness words) */
-#define VKO_ERANDOM (-1012)  /* getrandom(2) gave no random key */
+#define VKO_EFAILED VK_ST_FAILED /* the name this code had before VK_ST_* */
 
 /* AMO op codes: the same as vkshmem.core.transport.AmoOp (checked at import). */
 #define VKO_FETCH 0
@@ -98,7 +89,7 @@ void vko_stats(vko_ctx *c, uint64_t *out8);
 
 /* This PE's number (its puts through vko_native_ops complete before returning, since the core
  * applies AMOs on its own words with the CPU) and the core's liveness words (0: none): a
- * waiting caller gives up with VKO_EFAILED once words[0] is set. */
+ * waiting caller gives up with VK_ST_FAILED once words[0] is set. */
 void vko_set_self(vko_ctx *c, int32_t my_pe, uintptr_t liveness_words);
 /* The progress thread's busy window (busy_us): on=1 yields the CPU between polls (the
  * default, for nodes with more PEs than CPUs), on=0 spins (a peer's next request is served
@@ -153,7 +144,7 @@ int vko_puts_ordered(vko_ctx *c);
 int vko_settle_puts(vko_ep *e);
 int vko_quiet(vko_ep *e);
 /* vkshmem's compiled hot path (vko_native.c): the address of this endpoint's
- * struct vk_native_ops (vkshmem/core/_native.h), whose put/get/amo/quiet/fence are the
+ * struct vk_native_ops (vkshmem/plugin.h), whose put/get/amo/quiet/fence are the
  * calls above without Python, with the VK_NATIVE_TRY protocol; its quiet answers
  * VK_NATIVE_PYTHON while *vko_held_flag(e) is set (Python holds buffers of non-blocking
  * operations, released by its quiet). vko_native_calls counts the calls it served. */

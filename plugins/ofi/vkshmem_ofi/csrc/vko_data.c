@@ -11,9 +11,9 @@
 
 int vko_peer_set(vko_ctx *c, int32_t pe, const void *addr, size_t len) {
     if (pe < 0 || pe >= c->n_pes || len == 0)
-        return VKO_EPEER;
+        return VK_ST_PEER;
     if (len > VKO_ADDR_MAX)
-        return VKO_ETOOBIG;
+        return VK_ST_TOOBIG;
     vko_peer *p = &c->peers[pe];
     int rc = 0;
     pthread_mutex_lock(&c->lock);
@@ -36,9 +36,9 @@ int vko_peer_set(vko_ctx *c, int32_t pe, const void *addr, size_t len) {
 int vko_peer_seg(vko_ctx *c, int32_t pe, uint32_t seg, uint64_t base, uint64_t size,
                  uint64_t key) {
     if (pe < 0 || pe >= c->n_pes)
-        return VKO_EPEER;
+        return VK_ST_PEER;
     if (seg >= VKO_MAX_SEGS)
-        return VKO_ESEG;
+        return VK_ST_SEG;
     vko_rseg *s = &c->peers[pe].segs[seg];
     pthread_mutex_lock(&c->lock);
     __atomic_store_n(&s->valid, 0, __ATOMIC_RELEASE);
@@ -54,14 +54,14 @@ int vko_peer_seg(vko_ctx *c, int32_t pe, uint32_t seg, uint64_t base, uint64_t s
 static int target(vko_ctx *c, int32_t pe, uint32_t seg, uint64_t off, uint64_t n,
                   fi_addr_t *fa, uint64_t *raddr, uint64_t *key) {
     if (pe < 0 || pe >= c->n_pes || !__atomic_load_n(&c->peers[pe].valid, __ATOMIC_ACQUIRE))
-        return VKO_EPEER;
+        return VK_ST_PEER;
     if (seg >= VKO_MAX_SEGS)
-        return VKO_ESEG;
+        return VK_ST_SEG;
     vko_rseg *s = &c->peers[pe].segs[seg];
     if (!__atomic_load_n(&s->valid, __ATOMIC_ACQUIRE))
-        return VKO_ESEG;
+        return VK_ST_SEG;
     if (off > s->size || n > s->size - off)
-        return VKO_EBOUNDS;
+        return VK_ST_BOUNDS;
     *fa = c->peers[pe].fa;
     *raddr = s->base + off;
     *key = s->key;
@@ -86,7 +86,7 @@ static int put_impl(vko_ep *e, int32_t pe, uint32_t seg, uint64_t off, const voi
     fi_addr_t fa;
     uint64_t raddr, key;
     if (!e->ep)
-        return VKO_ECLOSED;
+        return VK_ST_CLOSED;
     int rc = target(c, pe, seg, off, n, &fa, &raddr, &key);
     if (rc || n == 0)
         return rc;
@@ -99,7 +99,7 @@ static int put_impl(vko_ep *e, int32_t pe, uint32_t seg, uint64_t off, const voi
         int small = len <= VKO_BOUNCE;
         vko_req *r = new_req(e, VKO_W_PUT, small || nbi);
         if (!r)
-            return VKO_ENOMEM;
+            return VK_ST_NOMEM;
         if (small)
             memcpy(r->bounce, p, len);
         struct iovec iov = {.iov_base = small ? r->bounce : (void *)p, .iov_len = len};
@@ -130,7 +130,7 @@ int vko_get(vko_ep *e, int32_t pe, uint32_t seg, uint64_t off, void *dst, size_t
     fi_addr_t fa;
     uint64_t raddr, key;
     if (!e->ep)
-        return VKO_ECLOSED;
+        return VK_ST_CLOSED;
     int rc = target(c, pe, seg, off, n, &fa, &raddr, &key);
     if (rc || n == 0)
         return rc;
@@ -142,7 +142,7 @@ int vko_get(vko_ep *e, int32_t pe, uint32_t seg, uint64_t off, void *dst, size_t
         size_t len = n < max ? n : max;
         vko_req *r = new_req(e, 0, nbi);
         if (!r)
-            return VKO_ENOMEM;
+            return VK_ST_NOMEM;
         struct iovec iov = {.iov_base = p, .iov_len = len};
         struct fi_rma_iov rma = {.addr = raddr, .len = len, .key = key};
         struct fi_msg_rma msg = {.msg_iov = &iov, .iov_count = 1, .addr = fa,
@@ -174,7 +174,7 @@ static int amo1(vko_ep *e, fi_addr_t fa, uint64_t raddr, uint64_t key, int op, i
     }
     vko_req *r = new_req(e, !fetch, !fetch);
     if (!r)
-        return VKO_ENOMEM;
+        return VK_ST_NOMEM;
     r->operand = operand;
     r->compare = compare;
     struct fi_ioc ioc = {.addr = &r->operand, .count = 1};
@@ -223,14 +223,14 @@ static int amo_impl(vko_ep *e, int32_t pe, uint32_t seg, uint64_t off, int op, i
     fi_addr_t fa;
     uint64_t raddr, key, mask = width == 8 ? ~0ull : 0xffffffffull;
     if (!e->ep)
-        return VKO_ECLOSED;
+        return VK_ST_CLOSED;
     if ((width != 4 && width != 8) || op < 0 || op > 7)
-        return VKO_EAMO;
+        return VK_ST_AMO;
     int rc = target(c, pe, seg, off, (uint64_t)width, &fa, &raddr, &key);
     if (rc)
         return rc;
     if (off % (uint64_t)width)
-        return VKO_EALIGN;
+        return VK_ST_ALIGN;
     operand &= mask;
     compare &= mask;
     if (op == VKO_FETCH || op == VKO_SWAP || op == VKO_CSWAP)
@@ -250,7 +250,7 @@ static int amo_impl(vko_ep *e, int32_t pe, uint32_t seg, uint64_t off, int op, i
         return rc;
     }
     if (!(c->valid & cas))
-        return VKO_EAMO;
+        return VK_ST_AMO;
     /* Emulation with compare-and-swap: read the word (CSWAP 0 -> 0 changes nothing), then
      * swap in the new value until no other write came in between. */
     if (!fetch && (rc = settle_writes(e, pe)))
@@ -304,13 +304,13 @@ static int flush_injects(vko_ep *e, int32_t only) {
 
 int vko_settle_puts(vko_ep *e) {
     if (!e->ep)
-        return VKO_ECLOSED;
+        return VK_ST_CLOSED;
     return __atomic_load_n(&e->puts, __ATOMIC_ACQUIRE) > 0 ? wait_zero(e, &e->puts) : 0;
 }
 
 int vko_fence(vko_ep *e) {
     if (!e->ep)
-        return VKO_ECLOSED;
+        return VK_ST_CLOSED;
     if (!e->c->puts_ordered)
         return settle_writes(e, -1);
     /* The provider orders write after write (tx and rx msg_order FI_ORDER_WAW or
@@ -323,7 +323,7 @@ int vko_fence(vko_ep *e) {
 
 int vko_quiet(vko_ep *e) {
     if (!e->ep)
-        return VKO_ECLOSED;
+        return VK_ST_CLOSED;
     int rc = flush_injects(e, -1);
     if (!rc)
         rc = wait_zero(e, &e->outstanding);

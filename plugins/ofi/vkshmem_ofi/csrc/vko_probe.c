@@ -28,13 +28,13 @@ static int probe_step(vko_ep *e, int32_t pe, int what) {
         return rc ? rc : vko_quiet(e);
     }
     }
-    return VKO_EAMO;
+    return VK_ST_AMO;
 }
 
 int vko_probe(vko_ep *e, int32_t pe, int what, int n, uint64_t *out) {
     vko_ctx *c = e->c;
     if (!e->ep)
-        return VKO_ECLOSED;
+        return VK_ST_CLOSED;
     uint64_t polls = __atomic_load_n(&e->n_polls, __ATOMIC_RELAXED);
     uint64_t rounds = __atomic_load_n(&c->n_rounds, __ATOMIC_RELAXED);
     uint64_t t0 = now_ns();

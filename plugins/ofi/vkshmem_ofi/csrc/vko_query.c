@@ -66,18 +66,18 @@ void vko_set_fence_quiet(vko_ctx *c, int on) {
 
 const char *vko_strerror(int rc) {
     switch (rc) {
-    case VKO_EPEER: return "the PE published no address";
-    case VKO_ESEG: return "no such segment";
-    case VKO_EBOUNDS: return "outside the segment";
-    case VKO_EALIGN: return "misaligned AMO";
-    case VKO_EAMO: return "AMO not available";
-    case VKO_ECLOSED: return "closed";
-    case VKO_ENOMEM: return "out of memory";
-    case VKO_ETOOBIG: return "blob too big";
-    case VKO_ETIMEDOUT: return "timed out";
-    case VKO_ENODMABUF: return "libfabric built without FI_MR_DMABUF";
-    case VKO_EFAILED: return "a PE of the job failed";
-    case VKO_ERANDOM: return "getrandom(2) gave no random memory key";
+    case VK_ST_PEER: return "the PE published no address";
+    case VK_ST_SEG: return "no such segment";
+    case VK_ST_BOUNDS: return "outside the segment";
+    case VK_ST_ALIGN: return "misaligned AMO";
+    case VK_ST_AMO: return "AMO not available";
+    case VK_ST_CLOSED: return "closed";
+    case VK_ST_NOMEM: return "out of memory";
+    case VK_ST_TOOBIG: return "blob too big";
+    case VK_ST_TIMEDOUT: return "timed out";
+    case VK_ST_NODMABUF: return "libfabric built without FI_MR_DMABUF";
+    case VK_ST_FAILED: return "a PE of the job failed";
+    case VK_ST_RANDOM: return "getrandom(2) gave no random memory key";
     default: return fi_strerror(rc < 0 ? -rc : rc);
     }
 }

@@ -241,7 +241,7 @@ int vko_mr_key_size(vko_ctx *c) {
 }
 
 /* A key nobody can guess: vko_mr_key_size() bytes from the kernel's CSPRNG, never 0 and
- * never one this context already requested. VKO_ERANDOM where getrandom(2) fails. */
+ * never one this context already requested. VK_ST_RANDOM where getrandom(2) fails. */
 static int random_key(vko_ctx *c, uint64_t *out) {
     int bytes = vko_mr_key_size(c);
     uint64_t mask = bytes >= 8 ? UINT64_MAX : (UINT64_C(1) << (8 * bytes)) - 1;
@@ -252,7 +252,7 @@ static int random_key(vko_ctx *c, uint64_t *out) {
             got = getrandom(&k, sizeof k, 0);
         while (got < 0 && errno == EINTR);
         if (got != (ssize_t)sizeof k)
-            return VKO_ERANDOM;
+            return VK_ST_RANDOM;
         k &= mask;
         int used = k == 0;
         for (size_t i = 0; i < c->n_mrs && !used; i++)
@@ -262,7 +262,7 @@ static int random_key(vko_ctx *c, uint64_t *out) {
             return 0;
         }
     }
-    return VKO_ERANDOM;
+    return VK_ST_RANDOM;
 }
 
 int vko_mr_reg(vko_ctx *c, uintptr_t addr, uint64_t size, int dmabuf_fd, uint64_t *key,
@@ -280,7 +280,7 @@ int vko_mr_reg(vko_ctx *c, uintptr_t addr, uint64_t size, int dmabuf_fd, uint64_
         uint64_t *k = m ? realloc(c->keys, cap * sizeof *k) : NULL;
         if (!k) {
             pthread_mutex_unlock(&c->lock);
-            return VKO_ENOMEM;
+            return VK_ST_NOMEM;
         }
         c->keys = k;
         c->cap_mrs = cap;
@@ -302,7 +302,7 @@ int vko_mr_reg(vko_ctx *c, uintptr_t addr, uint64_t size, int dmabuf_fd, uint64_
             attr.iface = FI_HMEM_SYSTEM;
             rc = fi_mr_regattr(c->domain, &attr, FI_MR_DMABUF, &mr);
 #else
-            rc = VKO_ENODMABUF;
+            rc = VK_ST_NODMABUF;
 #endif
         } else {
             rc = fi_mr_reg(c->domain, (void *)addr, size, access, 0, want, 0, &mr, NULL);
@@ -457,6 +457,6 @@ int vko_ep_name(vko_ep *e, void *buf, size_t *len) {
     size_t cap = *len;
     int rc = fi_getname(&e->ep->fid, buf, len);
     if (rc == -FI_ETOOSMALL || *len > cap)
-        return VKO_ETOOBIG;
+        return VK_ST_TOOBIG;
     return rc;
 }

@@ -169,17 +169,17 @@ void vku_build_version(unsigned *major, unsigned *minor)
 const char *vku_status_string(int status)
 {
     switch (status) {
-    case VKU_EPEER: return "peer not reachable";
-    case VKU_ESEG: return "segment not registered";
-    case VKU_EBOUNDS: return "outside the segment";
-    case VKU_EALIGN: return "misaligned AMO";
-    case VKU_EAMO: return "unsupported AMO op or width";
-    case VKU_ECLOSED: return "closed";
-    case VKU_ENOMEM: return "out of memory";
-    case VKU_ETOOBIG: return "blob too large";
-    case VKU_ETIMEDOUT: return "timed out";
-    case VKU_EFAILED: return "a PE of the job failed";
-    case VKU_EBUSY: return "another transport allocated this range";
+    case VK_ST_PEER: return "peer not reachable";
+    case VK_ST_SEG: return "segment not registered";
+    case VK_ST_BOUNDS: return "outside the segment";
+    case VK_ST_ALIGN: return "misaligned AMO";
+    case VK_ST_AMO: return "unsupported AMO op or width";
+    case VK_ST_CLOSED: return "closed";
+    case VK_ST_NOMEM: return "out of memory";
+    case VK_ST_TOOBIG: return "blob too large";
+    case VK_ST_TIMEDOUT: return "timed out";
+    case VK_ST_FAILED: return "a PE of the job failed";
+    case VK_ST_BUSY: return "another transport allocated this range";
     default: return ucs_status_string((ucs_status_t)status);
     }
 }
@@ -227,7 +227,7 @@ static int wait_req(vku_worker *w, void *req, uint64_t timeout_ns)
         if (now - start > timeout_ns || (w->ctx->failed && w->ctx->failed[0])) {
             ucp_request_free(req); /* released by UCX when it completes */
             settle(w);
-            return now - start > timeout_ns ? VKU_ETIMEDOUT : VKU_EFAILED;
+            return now - start > timeout_ns ? VK_ST_TIMEDOUT : VK_ST_FAILED;
         }
         if (now - start >= w->ctx->wait_spin_ns && ucp_worker_arm(w->worker) == UCS_OK) {
             /* Sleep until the worker has an event, or the progress thread (which may take
@@ -282,7 +282,7 @@ static int add_pending(vku_worker *w, void *req, vku_cell *cell)
             size_t cap = w->cap ? 2 * w->cap : 256;
             vku_pend *np = realloc(w->pend, cap * sizeof(*np));
             if (!np)
-                return VKU_ENOMEM;
+                return VK_ST_NOMEM;
             w->pend = np;
             w->cap = cap;
         }
@@ -331,7 +331,7 @@ static int finish_pending(vku_worker *w, uint64_t timeout_ns, int rc)
         }
         uint64_t now = now_ns();
         int r = wait_req(w, p.req, now < deadline ? deadline - now : 0);
-        if (r != VKU_ETIMEDOUT)
+        if (r != VK_ST_TIMEDOUT)
             free(p.cell);
         if (rc == 0)
             rc = r;

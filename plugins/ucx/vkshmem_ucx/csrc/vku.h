@@ -8,7 +8,7 @@
  * thread takes the same mutex, so UCX is never entered from two threads at once per worker.
  *
  * Return codes: 0 is success; other negative values are ucs_status_t (ucs_status_string names
- * them) or one of the VKU_E* codes below (vku_status_string names those too).
+ * them) or vkshmem's VK_ST_* status codes (vkshmem/plugin.h; vku_status_string names both).
  */
 #ifndef VKU_H
 #define VKU_H
@@ -16,22 +16,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <vkshmem/plugin.h> /* struct vk_native_ops, VK_NATIVE_*, VK_ST_* */
+
 #define VKU_MAX_SEGS 64      /* segment ids 0..63 */
 #define VKU_MAX_LOCAL 64     /* segments mapped by one transport */
 #define VKU_RKEY_MAX 8192    /* largest packed rkey / worker address we accept */
 #define VKU_ERRLEN 256
-
-#define VKU_EPEER (-1001)    /* the PE published no address (or is out of range) */
-#define VKU_ESEG (-1002)     /* the PE has no such segment registered */
-#define VKU_EBOUNDS (-1003)  /* the range is outside the segment */
-#define VKU_EALIGN (-1004)   /* the AMO is not aligned to its width */
-#define VKU_EAMO (-1005)     /* unknown AMO op or width */
-#define VKU_ECLOSED (-1006)  /* the worker or transport is closed */
-#define VKU_ENOMEM (-1007)
-#define VKU_ETOOBIG (-1008)  /* a blob does not fit the caller's buffer */
-#define VKU_ETIMEDOUT (-1009) /* no completion within the transport's timeout */
-#define VKU_EFAILED (-1010)  /* a PE of the job failed while the operation waited */
-#define VKU_EBUSY (-1011)    /* another transport of this process allocated the range */
 
 /* AMO op codes: the same as vkshmem.core.transport.AmoOp (checked at import). */
 #define VKU_FETCH 0
@@ -70,7 +60,7 @@ void vku_set_emulation(vku_ctx *c, uint32_t mask);
  * on that mapping, after any un-flushed UCX writes of the worker to that PE. */
 void vku_set_direct(vku_ctx *c, uintptr_t cpu_amo, int direct);
 /* The core's liveness words (TransportContext.liveness_words; 0: none): a wait gives up with
- * VKU_EFAILED once words[0] says a PE of the job failed. */
+ * VK_ST_FAILED once words[0] says a PE of the job failed. */
 void vku_set_liveness(vku_ctx *c, uintptr_t words);
 uint32_t vku_get_emulation(vku_ctx *c);
 /* wakeups of the progress thread, of which by timeout, progress calls that did work. */
@@ -96,13 +86,9 @@ int vku_peer_seg(vku_worker *w, int32_t pe, uint32_t seg, uint64_t base, uint64_
                  int device, const void *rkey, size_t len);
 
 /* Data path. nbi=1: the operation completes by vku_quiet (buffers must stay valid).
- * nbi=VKU_TRY (and fetch | VKU_TRY for vku_amo): only if it completes at once, through a
- * direct mapping and without waiting for the worker's lock or a flush; else VKU_AGAIN,
- * nothing done (vkshmem's VK_NATIVE_TRY protocol, _native.h). */
-#define VKU_CAN_TRY 1
-#define VKU_TRY 2
-#define VKU_AGAIN 1
-#define VKU_PYTHON 2 /* native quiet: call the transport's Python quiet instead */
+ * nbi=VK_NATIVE_TRY (and fetch | VK_NATIVE_TRY for vku_amo): only if it completes at once,
+ * through a direct mapping and without waiting for the worker's lock or a flush; else
+ * VK_NATIVE_AGAIN, nothing done (vkshmem's try protocol, vkshmem/plugin.h). */
 int vku_put(vku_worker *w, int32_t pe, uint32_t seg, uint64_t off, const void *src, size_t n,
             int nbi);
 int vku_get(vku_worker *w, int32_t pe, uint32_t seg, uint64_t off, void *dst, size_t n,
@@ -111,21 +97,10 @@ int vku_amo(vku_worker *w, int32_t pe, uint32_t seg, uint64_t off, int op, int w
             uint64_t operand, uint64_t compare, int fetch, uint64_t *result);
 int vku_fence(vku_worker *w);
 
-/* vkshmem's struct vk_native_ops (vkshmem/core/_native.h, Transport.native_ops): the core's
- * compiled hot path calls these (vku_put, vku_get, vku_amo, vku_quiet, vku_fence of one
- * worker) directly. */
-struct vk_native_ops {
-    void *self;
-    int (*put)(void *self, int32_t pe, uint32_t seg, uint64_t off, const void *src,
-               size_t n, int nbi);
-    int (*get)(void *self, int32_t pe, uint32_t seg, uint64_t off, void *dst, size_t n,
-               int nbi);
-    int (*amo)(void *self, int32_t pe, uint32_t seg, uint64_t off, int op, int width,
-               uint64_t operand, uint64_t compare, int fetch, uint64_t *result);
-    int (*quiet)(void *self, int mode); /* vku_quiet; VKU_PYTHON while *vku_held_flag(w) */
-    int (*fence)(void *self, int mode); /* vku_fence */
-    unsigned flags;           /* VKU_CAN_TRY */
-};
+/* Fill ops (vkshmem's struct vk_native_ops, vkshmem/plugin.h; Transport.native_ops) with
+ * vku_put, vku_get, vku_amo, vku_quiet (VK_NATIVE_PYTHON while *vku_held_flag(w)) and
+ * vku_fence of one worker, flags VK_NATIVE_CAN_TRY: the core's compiled hot path calls them
+ * directly. */
 void vku_native_ops(vku_worker *w, struct vk_native_ops *ops);
 /* Set by Python while it holds buffers of non-blocking operations (its quiet releases them):
  * the native quiet then answers 1, "call the Python quiet". */

@@ -205,11 +205,11 @@ static int map_allocated(vku_ctx *c, uintptr_t addr, uint64_t size, int fd, ucp_
 {
     *hollow = 0;
     if (!alloc_claim(addr, size, 1))
-        return VKU_EBUSY;
+        return VK_ST_BUSY;
     void *old = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (old == MAP_FAILED) {
         alloc_claim(addr, size, 0);
-        return VKU_ENOMEM;
+        return VK_ST_NOMEM;
     }
     ucp_mem_map_params_t mp;
     memset(&mp, 0, sizeof(mp));
@@ -230,7 +230,7 @@ static int map_allocated(vku_ctx *c, uintptr_t addr, uint64_t size, int fd, ucp_
             ucp_mem_unmap(c->context, *memh);
             mmap((void *)addr, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
                  fd, 0);
-            rc = VKU_ENOMEM;
+            rc = VK_ST_NOMEM;
         } else {
             copy_resident((void *)addr, old, size, 1); /* UCX's new memory reads 0 */
             /* the memfd's pages are UCX's now: give them back (half the memory), so that
@@ -283,7 +283,7 @@ int vku_mem_map(vku_ctx *c, uintptr_t addr, uint64_t size, int fd, int cuda, int
             l = &c->locals[i];
     if (!l) {
         if (c->nlocal == VKU_MAX_LOCAL) {
-            rc = VKU_ENOMEM;
+            rc = VK_ST_NOMEM;
             goto out;
         }
         ucp_mem_h memh;
@@ -328,7 +328,7 @@ int vku_mem_map(vku_ctx *c, uintptr_t addr, uint64_t size, int fd, int cuda, int
         goto out;
     }
     if (plen > *len) {
-        rc = VKU_ETOOBIG;
+        rc = VK_ST_TOOBIG;
     } else {
         memcpy(buf, packed, plen);
     }

@@ -14,7 +14,7 @@ int vku_selftest(vku_ctx *c, uint32_t *bad_mask, char *err, size_t errlen)
     vku_worker *a = vku_worker_create(c, 2, err, errlen);
     vku_worker *b = a ? vku_worker_create(c, 1, err, errlen) : NULL;
     uint64_t *mem = aligned_alloc(64, 4096);
-    int rc = (a && b && mem) ? 0 : VKU_ENOMEM;
+    int rc = (a && b && mem) ? 0 : VK_ST_NOMEM;
     char blob[VKU_RKEY_MAX];
     size_t len = sizeof(blob);
     if (rc == 0) {
@@ -108,26 +108,26 @@ static int native_amo(void *w, int32_t pe, uint32_t seg, uint64_t off, int op, i
 }
 
 /* A try-quiet or try-fence: done (a memory fence) when the worker has nothing to flush or
- * order, else VKU_AGAIN (also while another thread holds the worker). */
+ * order, else VK_NATIVE_AGAIN (also while another thread holds the worker). */
 static int try_settled(vku_worker *w) {
     if (lock_worker(w, 1))
-        return VKU_AGAIN;
-    int rc = settled(w) ? 0 : VKU_AGAIN;
+        return VK_NATIVE_AGAIN;
+    int rc = settled(w) ? 0 : VK_NATIVE_AGAIN;
     pthread_mutex_unlock(&w->lock);
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
     return rc;
 }
 
-/* VKU_PYTHON ("call the Python quiet") while Python holds buffers it must release after the
+/* VK_NATIVE_PYTHON ("call the Python quiet") while Python holds buffers it must release after the
  * flush */
 static int native_quiet(void *w, int mode) {
     if (((vku_worker *)w)->py_held)
-        return VKU_PYTHON;
-    return mode == VKU_TRY ? try_settled(w) : vku_quiet(w);
+        return VK_NATIVE_PYTHON;
+    return mode == VK_NATIVE_TRY ? try_settled(w) : vku_quiet(w);
 }
 
 static int native_fence(void *w, int mode) {
-    return mode == VKU_TRY ? try_settled(w) : vku_fence(w);
+    return mode == VK_NATIVE_TRY ? try_settled(w) : vku_fence(w);
 }
 
 void vku_native_ops(vku_worker *w, struct vk_native_ops *ops) {
@@ -137,7 +137,7 @@ void vku_native_ops(vku_worker *w, struct vk_native_ops *ops) {
     ops->amo = native_amo;
     ops->quiet = native_quiet;
     ops->fence = native_fence;
-    ops->flags = VKU_CAN_TRY;
+    ops->flags = VK_NATIVE_CAN_TRY;
 }
 
 int *vku_held_flag(vku_worker *w) { return &w->py_held; }

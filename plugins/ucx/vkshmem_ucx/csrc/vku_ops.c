@@ -34,17 +34,17 @@ int vku_put(vku_worker *w, int32_t pe, uint32_t seg, uint64_t off, const void *s
     ucp_rkey_h rkey;
     uint64_t raddr;
     char *local;
-    int try = nbi == VKU_TRY;
+    int try = nbi == VK_NATIVE_TRY;
     if (lock_worker(w, try))
-        return VKU_AGAIN;
+        return VK_NATIVE_AGAIN;
     int rc = target(w, pe, seg, off, n, &p, &rkey, &raddr, &local);
     if (rc == 0 && n > 0 && local) { /* after this worker's UCX writes to pe (ordering) */
         if (try && p->dirty == w->epoch)
-            rc = VKU_AGAIN;
+            rc = VK_NATIVE_AGAIN;
         else if ((rc = order_after_writes(w, p)) == 0)
             memcpy(local, src, n);
     } else if (rc == 0 && n > 0 && try) {
-        rc = VKU_AGAIN;
+        rc = VK_NATIVE_AGAIN;
     } else if (rc == 0 && n > 0) {
         ucp_request_param_t prm;
         memset(&prm, 0, sizeof(prm));
@@ -64,12 +64,12 @@ int vku_get(vku_worker *w, int32_t pe, uint32_t seg, uint64_t off, void *dst, si
     ucp_rkey_h rkey;
     uint64_t raddr;
     char *local;
-    int try = nbi == VKU_TRY;
+    int try = nbi == VK_NATIVE_TRY;
     if (lock_worker(w, try))
-        return VKU_AGAIN;
+        return VK_NATIVE_AGAIN;
     int rc = target(w, pe, seg, off, n, &p, &rkey, &raddr, &local);
     if (rc == 0 && n > 0 && try && (!local || p->dirty == w->epoch))
-        rc = VKU_AGAIN;
+        rc = VK_NATIVE_AGAIN;
     if (rc == 0 && n > 0)
         rc = order_after_writes(w, p);
     if (rc == 0 && n > 0 && local) {
@@ -128,13 +128,13 @@ static int amo_fetch(vku_worker *w, vku_peer *p, ucp_atomic_op_t uop, int width,
     vku_word *rep = w->reply;
     w->reply = NULL;
     if (!rep && !(rep = malloc(sizeof(*rep))))
-        return VKU_ENOMEM;
+        return VK_ST_NOMEM;
     put_word(&op, width, operand);
     put_word(rep, width, reply_in);
     int rc = wait_req(w, post_amo(p, uop, width, &op, rep, raddr, rkey), w->ctx->timeout_ns);
     if (rc == 0)
         *out = get_word(rep, width);
-    if (rc == VKU_ETIMEDOUT)
+    if (rc == VK_ST_TIMEDOUT)
         return rc; /* rep leaked: UCX may still write it */
     if (!w->reply)
         w->reply = rep;
@@ -226,22 +226,22 @@ int vku_amo(vku_worker *w, int32_t pe, uint32_t seg, uint64_t off, int op, int w
             uint64_t operand, uint64_t compare, int fetch, uint64_t *result)
 {
     if (width != 4 && width != 8)
-        return VKU_EAMO;
+        return VK_ST_AMO;
     if (op < VKU_FETCH || op > VKU_XOR)
-        return VKU_EAMO;
+        return VK_ST_AMO;
     vku_peer *p;
     ucp_rkey_h rkey;
     uint64_t raddr;
     char *local;
-    int try = (fetch & VKU_TRY) != 0;
-    fetch &= ~VKU_TRY;
+    int try = (fetch & VK_NATIVE_TRY) != 0;
+    fetch &= ~VK_NATIVE_TRY;
     if (lock_worker(w, try))
-        return VKU_AGAIN;
+        return VK_NATIVE_AGAIN;
     int rc = target(w, pe, seg, off, (uint64_t)width, &p, &rkey, &raddr, &local);
     if (rc == 0 && off % (uint64_t)width)
-        rc = VKU_EALIGN;
+        rc = VK_ST_ALIGN;
     if (rc == 0 && try && (!local || !w->ctx->cpu_amo || p->dirty == w->epoch))
-        rc = VKU_AGAIN;
+        rc = VK_NATIVE_AGAIN;
     if (rc == 0 && local && w->ctx->cpu_amo) {
         /* the core's CPU atomic on UCX's mapping: atomic with every other AMO on the word */
         if ((rc = order_after_writes(w, p)) == 0) {
@@ -260,7 +260,7 @@ int vku_amo(vku_worker *w, int32_t pe, uint32_t seg, uint64_t off, int op, int w
 int vku_fence(vku_worker *w)
 {
     pthread_mutex_lock(&w->lock);
-    int rc = w->worker ? ucp_worker_fence(w->worker) : VKU_ECLOSED;
+    int rc = w->worker ? ucp_worker_fence(w->worker) : VK_ST_CLOSED;
     pthread_mutex_unlock(&w->lock);
     return rc;
 }

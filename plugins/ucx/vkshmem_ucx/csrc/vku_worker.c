@@ -133,7 +133,7 @@ int vku_worker_address(vku_worker *w, void *buf, size_t *len)
         return st;
     int rc = 0;
     if (attr.address_length > *len)
-        rc = VKU_ETOOBIG;
+        rc = VK_ST_TOOBIG;
     else
         memcpy(buf, attr.address, attr.address_length);
     *len = attr.address_length;
@@ -144,17 +144,17 @@ int vku_worker_address(vku_worker *w, void *buf, size_t *len)
 int vku_peer_set(vku_worker *w, int32_t pe, const void *addr, size_t len)
 {
     if (pe < 0 || pe >= w->npes)
-        return VKU_EPEER;
+        return VK_ST_PEER;
     if (len == 0 || len > VKU_RKEY_MAX)
-        return VKU_ETOOBIG;
+        return VK_ST_TOOBIG;
     int rc = 0;
     pthread_mutex_lock(&w->lock);
     vku_peer *p = &w->peers[pe];
     if (p->addr) {
         if (p->addr_len != len || memcmp(p->addr, addr, len) != 0)
-            rc = VKU_EPEER; /* a PE's worker address never changes */
+            rc = VK_ST_PEER; /* a PE's worker address never changes */
     } else if ((p->addr = malloc(len)) == NULL) {
-        rc = VKU_ENOMEM;
+        rc = VK_ST_NOMEM;
     } else {
         memcpy(p->addr, addr, len);
         p->addr_len = len;
@@ -167,11 +167,11 @@ int vku_peer_seg(vku_worker *w, int32_t pe, uint32_t seg, uint64_t base, uint64_
                  int device, const void *rkey, size_t len)
 {
     if (pe < 0 || pe >= w->npes)
-        return VKU_EPEER;
+        return VK_ST_PEER;
     if (seg >= VKU_MAX_SEGS)
-        return VKU_ESEG;
+        return VK_ST_SEG;
     if (len == 0 || len > VKU_RKEY_MAX)
-        return VKU_ETOOBIG;
+        return VK_ST_TOOBIG;
     int rc = 0;
     pthread_mutex_lock(&w->lock);
     vku_rseg *s = &w->peers[pe].segs[seg];
@@ -180,7 +180,7 @@ int vku_peer_seg(vku_worker *w, int32_t pe, uint32_t seg, uint64_t base, uint64_
         goto out; /* the same key again */
     void *copy = malloc(len);
     if (!copy) {
-        rc = VKU_ENOMEM;
+        rc = VK_ST_NOMEM;
         goto out;
     }
     memcpy(copy, rkey, len);
@@ -210,15 +210,15 @@ static int target(vku_worker *w, int32_t pe, uint32_t seg, uint64_t off, uint64_
                   vku_peer **pp, ucp_rkey_h *rkey, uint64_t *raddr, char **local)
 {
     if (!w->worker)
-        return VKU_ECLOSED;
+        return VK_ST_CLOSED;
     if (pe < 0 || pe >= w->npes || !w->peers[pe].addr)
-        return VKU_EPEER;
+        return VK_ST_PEER;
     vku_peer *p = &w->peers[pe];
     if (seg >= VKU_MAX_SEGS || !p->segs[seg].packed)
-        return VKU_ESEG;
+        return VK_ST_SEG;
     vku_rseg *s = &p->segs[seg];
     if (off > s->size || n > s->size - off)
-        return VKU_EBOUNDS;
+        return VK_ST_BOUNDS;
     if (p->failed)
         return p->failed;
     if (!p->ep) {

@@ -14,7 +14,10 @@
  *    runs on a software loopback model of a provider (vkv_model.c, for the tests).
  *
  * Every data-path call holds the device's mutex (so the CQ has one reader at a time) and
- * waits at most timeout_ms. Return codes: 0 success, negative errno or VKV_E* below.
+ * waits at most timeout_ms. Return codes: 0 success, negative errno or vkshmem's VK_ST_*
+ * status codes (vkshmem/plugin.h): VK_ST_TIMEDOUT (no completion within the timeout),
+ * VK_ST_COMPLETION (a work completion reported an error: vkv_last_error), VK_ST_AMO (unknown
+ * AMO op/width/offset, or the device has no atomics), VK_ST_CLOSED.
  */
 #ifndef VKV_H
 #define VKV_H
@@ -22,11 +25,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <vkshmem/plugin.h> /* VK_ST_* */
+
 #define VKV_ERRLEN 256
-#define VKV_ETIMEDOUT (-2001)  /* no completion within the transport's timeout */
-#define VKV_EWC (-2002)        /* a work completion reported an error (vkv_last_error) */
-#define VKV_EAMO (-2003)       /* unknown AMO op/width/offset, or the device has no atomics */
-#define VKV_ECLOSED (-2004)
+#define VKV_EAMO VK_ST_AMO /* the name this code had before VK_ST_* */
 
 /* AMO op codes: the same as vkshmem.core.transport.AmoOp (checked at import). */
 #define VKV_FETCH 0

@@ -67,7 +67,7 @@ static int wait_for(vkv_dev *d, int (*cond)(vkv_dev *, void *), void *arg, int t
                 d->failed = 1;
                 snprintf(d->error, VKV_ERRLEN, "an earlier operation had no completion within "
                          "%d ms; this rail is unusable since", timeout_ms);
-                return VKV_ETIMEDOUT;
+                return VK_ST_TIMEDOUT;
             }
             sched_yield();
         }
@@ -108,7 +108,7 @@ static int wait_req(vkv_dev *d, struct vkv_req *r, int timeout_ms)
 {
     int rc = wait_for(d, req_done, r, timeout_ms);
     if (rc == 0 && r->status != IBV_WC_SUCCESS)
-        rc = VKV_EWC;
+        rc = VK_ST_COMPLETION;
     return rc;
 }
 
@@ -184,7 +184,7 @@ int vkv_put(vkv_dev *d, struct ibv_qp *qp, uint64_t raddr, uint32_t rkey, const 
             size_t n, int nbi, int timeout_ms)
 {
     pthread_mutex_lock(&d->lock);
-    int rc = d->failed ? VKV_EWC : put_locked(d, qp, raddr, rkey, src, n, nbi, timeout_ms);
+    int rc = d->failed ? VK_ST_COMPLETION : put_locked(d, qp, raddr, rkey, src, n, nbi, timeout_ms);
     pthread_mutex_unlock(&d->lock);
     return rc;
 }
@@ -227,7 +227,7 @@ int vkv_get(vkv_dev *d, struct ibv_qp *qp, uint64_t raddr, uint32_t rkey, void *
             size_t n, int timeout_ms)
 {
     pthread_mutex_lock(&d->lock);
-    int rc = d->failed ? VKV_EWC : get_locked(d, qp, raddr, rkey, dst, n, timeout_ms);
+    int rc = d->failed ? VK_ST_COMPLETION : get_locked(d, qp, raddr, rkey, dst, n, timeout_ms);
     pthread_mutex_unlock(&d->lock);
     return rc;
 }
@@ -265,7 +265,7 @@ int vkv_amo(vkv_dev *d, struct ibv_qp *qp, uint64_t raddr, uint32_t rkey, int op
     int shift = (int)(raddr & 7) * 8;
     struct nic_call c = {d, qp, raddr & ~(uint64_t)7, rkey, timeout_ms};
     pthread_mutex_lock(&d->lock);
-    int rc = d->failed ? VKV_EWC : d->port.atomic_cap == IBV_ATOMIC_NONE ? VKV_EAMO
+    int rc = d->failed ? VK_ST_COMPLETION : d->port.atomic_cap == IBV_ATOMIC_NONE ? VK_ST_AMO
              : vkv_amo_run(nic_atomic, &c, op, width, shift, operand, compare, result);
     pthread_mutex_unlock(&d->lock);
     return rc;
@@ -283,7 +283,7 @@ int vkv_quiet(vkv_dev *d, int timeout_ms)
     pthread_mutex_lock(&d->lock);
     int rc = wait_for(d, drained, NULL, timeout_ms);
     if (rc == 0 && d->failed)
-        rc = VKV_EWC;
+        rc = VK_ST_COMPLETION;
     pthread_mutex_unlock(&d->lock);
     return rc;
 }

@@ -123,7 +123,7 @@ int vkv_amo_plan(int op, int width, int shift, uint64_t operand, uint64_t compar
 {
     if (op < VKV_FETCH || op > VKV_XOR || !(width == 8 ? shift == 0 :
                                             width == 4 && (shift == 0 || shift == 32)))
-        return VKV_EAMO;
+        return VK_ST_AMO;
     uint64_t m = width_mask(width);
     *compare_add = 0;
     *swap = 0;
@@ -195,7 +195,7 @@ int vkv_amo_run(vkv_nic_fn nic, void *ctx, int op, int width, int shift, uint64_
         }
         got = seen;
         if (tries > 1000000)
-            return VKV_ETIMEDOUT;
+            return VK_ST_TIMEDOUT;
     }
     return rc;
 }
@@ -213,7 +213,7 @@ int vkv_cpu_nic(void *ctx, int plan, uint64_t compare_add, uint64_t swap, uint64
         *old = expect;
         return 0;
     }
-    return VKV_EAMO;
+    return VK_ST_AMO;
 }
 
 void *vkv_cpu_nic_address(void) { return (void *)vkv_cpu_nic; }
