@@ -17,6 +17,10 @@ from pathlib import Path
 
 import pytest
 
+# runs in CI with the rest of tests/ (scripts/test.sh); the build itself takes ~10-30 s, the
+# limit leaves room for installing the docs extra on a fresh machine
+pytestmark = pytest.mark.timeout(480)
+
 ROOT = Path(__file__).resolve().parent.parent
 HTML = ROOT / "docs" / "_build" / "html"
 DOCS_REQS = ("sphinx", "myst_parser", "furo", "matplotlib")
