@@ -147,3 +147,26 @@ def test_example_domain_passes_the_contract_against_a_vkshmem_wheel(kit: Kit, tm
                 "test_carries_a_job[4-shm]", "test_denied_domain_is_a_clear_error",
                 "test_info_lists_the_domain_and_its_variables"} <= set(passed), out
     assert "test_a_bad_heap_size_is_a_clear_error PASSED" in out, out
+
+
+def _pytest_in(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
+                           "--collect-only", "-q", *args], cwd=folder, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_the_pytest_plugin_collects_the_suites_a_conftest_asks_for(tmp_path: Path) -> None:
+    """In this environment (no wheel): a conftest.py loading the plugin gets the suites named
+    by the options next to it, none without, and a usage error for an unknown name."""
+    (tmp_path / "conftest.py").write_text('pytest_plugins = ["vkshmem.testing"]\n')
+    r = _pytest_in(tmp_path, "--vkshmem-transport=hostproxy", "--vkshmem-domain=vulkan")
+    assert r.returncode == 0, r.stdout + r.stderr
+    ids = r.stdout.split()
+    assert "vkshmem_contract.py::TestTransportContract::test_carries_a_job[4]" in ids, r.stdout
+    assert "vkshmem_contract.py::TestDomainContract::test_carries_a_job[4-shm]" in ids, r.stdout
+    assert sum(i.startswith("vkshmem_contract.py::TestTransportContract::") for i in ids) >= 40
+    r = _pytest_in(tmp_path)
+    assert "vkshmem_contract" not in r.stdout, r.stdout  # nothing named: nothing collected
+    r = _pytest_in(tmp_path, "--vkshmem-transport=nosuchnic")
+    assert r.returncode == pytest.ExitCode.USAGE_ERROR, r.stdout + r.stderr
+    assert "no transport 'nosuchnic' is registered" in r.stderr, r.stderr

@@ -26,6 +26,7 @@ from .launch import check_pes, pe_script, run_pes
 from .pytest_plugin import (
     pytest_addoption,
     pytest_collect_file,
+    pytest_sessionstart,
     vkshmem_domain,
     vkshmem_transport,
 )
@@ -45,6 +46,7 @@ __all__ = [
     "pe_script",
     "pytest_addoption",
     "pytest_collect_file",
+    "pytest_sessionstart",
     "run_pes",
     "vkshmem_domain",
     "vkshmem_transport",

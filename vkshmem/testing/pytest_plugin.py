@@ -16,7 +16,8 @@ or by defining the fixture ``vkshmem_transport`` (a
 :class:`~vkshmem.testing.domain_suite.DomainUnderTest`) in that ``conftest.py``, e.g. to set
 where the transport legitimately differs. Where the conftest.py is collected, the suites are
 collected next to it as ``vkshmem_contract.py::TestTransportContract`` and
-``::TestDomainContract`` (select with ``-k``, deselect with ``--deselect``).
+``::TestDomainContract`` (select with ``-k``, deselect with ``--deselect``). A name on the
+command line that no installed plugin registers is a usage error.
 """
 
 from __future__ import annotations
@@ -27,12 +28,16 @@ from typing import Any
 
 import pytest
 
+from vkshmem.core.config import Config
+from vkshmem.core.plugins import load_plugins
+
 from .domain_suite import DomainContract, DomainUnderTest
 from .transport_suite import TransportContract, TransportUnderTest
 
 __all__ = [
     "pytest_addoption",
     "pytest_collect_file",
+    "pytest_sessionstart",
     "vkshmem_domain",
     "vkshmem_transport",
 ]
@@ -76,6 +81,21 @@ def _options(config: pytest.Config) -> dict[str, str]:
             raise pytest.UsageError(f"--vkshmem-transport-option {item!r}: expected KEY=VALUE")
         options[key] = value
     return options
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """A transport or domain named on the command line (or ini) that is not registered is a
+    usage error, said once, rather than an error of every contract test."""
+    named = {what: _named(session.config, what) for what in _SUITES}
+    if not any(named.values()):
+        return
+    reg = load_plugins(Config({}))
+    for what, found in (("transport", reg.transports), ("domain", reg.domains)):
+        name = named[what]
+        if name and name not in found:
+            raise pytest.UsageError(
+                f"--vkshmem-{what}={name}: no {what} {name!r} is registered (registered: "
+                f"{', '.join(sorted(found)) or 'none'}); is its plugin installed here?")
 
 
 def _lookup(factory: Any, name: str) -> Any:
