@@ -5,8 +5,9 @@
 # docs/_ext/vkshmem_docs.py. Open docs/_build/html/index.html afterwards.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=.venv/bin/python
-[ -x "$PY" ] || PY=python3
+# the interpreter: $PYTHON if set (the tests pass theirs), else the project's .venv
+PY=${PYTHON:-.venv/bin/python}
+[ -x "$PY" ] || command -v "$PY" >/dev/null || PY=python3
 if ! "$PY" -c 'import sphinx, myst_parser, furo, matplotlib' 2>/dev/null; then
     echo "docs.sh: installing the docs extra of pyproject.toml into $("$PY" -c 'import sys; print(sys.prefix)')" >&2
     # the requirements of pyproject.toml's `docs` extra (not `pip install -e .[docs]`, which

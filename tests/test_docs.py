@@ -60,7 +60,7 @@ def built() -> Path:
     for name in list(env):  # the build describes the defaults, not this job's settings
         if name.startswith("VKSHMEM_"):
             del env[name]
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env["PYTHON"] = sys.executable  # build with this interpreter, whose Sphinx was checked
     res = subprocess.run(["bash", "scripts/docs.sh"], cwd=ROOT, env=env, capture_output=True,
                          text=True, timeout=300)
     out = res.stdout + res.stderr
