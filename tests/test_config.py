@@ -75,3 +75,45 @@ def test_the_job_secret_is_listed_but_never_shown() -> None:
     assert secret not in " ".join(shown.values())
     assert shown["VKSHMEM_BOOTSTRAP_BIND"] == "127.0.0.1"
     assert shown["VKSHMEM_JOB_SECRET_FILE"] == ""
+
+
+def test_gpu_variables_are_owned_by_their_component() -> None:
+    """The core's registry keeps the GPU variables the core reads itself; the vulkan domain
+    declares its own (DomainSpec.variables, which vkshmem info lists), parsed once per process
+    (the same parse while the environment is unchanged), and vkshmem-cuda (plugins/cuda) those
+    of its accelerations of the vulkan domain: 23 in all, each documented in README.md."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    from vkshmem.gpu.env import settings
+    from vkshmem.gpu.plugin import SPEC
+
+    root = Path(__file__).parent.parent
+    core = {n for n in registry if n.startswith("VKSHMEM_GPU_")}
+    assert core == {"VKSHMEM_GPU_TIMEOUT", "VKSHMEM_GPU_PROVIDER", "VKSHMEM_GPU_NATIVE",
+                    "VKSHMEM_GPU_PROXY_CHUNK", "VKSHMEM_GPU_RING_REDUCE"}
+    path = root / "plugins" / "cuda" / "vkshmem_cuda" / "vulkan_accel" / "settings.py"
+    spec = importlib.util.spec_from_file_location("_cuda_accel_settings", path)
+    assert spec is not None and spec.loader is not None
+    cuda = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = cuda  # for its dataclass
+    try:
+        spec.loader.exec_module(cuda)
+    finally:
+        del sys.modules[spec.name]
+    vulkan = {name for name, _default, _doc in SPEC.variables}
+    accel = {name for name, _default, _doc in cuda.VARIABLES}
+    assert len(core | vulkan | accel) == len(core) + len(vulkan) + len(accel) == 23
+    readme = (root / "README.md").read_text()
+    for name, _default, doc in (*SPEC.variables, *cuda.VARIABLES):
+        assert doc and name in readme, f"{name} missing from README"
+    env = {"VKSHMEM_GPU_MAPPED": "0", "VKSHMEM_GPU_STAGING_SIZE": "1M"}
+    assert settings(env) is settings(dict(env))
+    assert not settings(env).mapped and settings(env).staging_size == 1 << 20
+    assert settings({}).mapped and settings({}).symmetric_size == 256 << 20
+    with pytest.raises(ConfigError, match="VKSHMEM_GPU_BAR"):
+        settings({"VKSHMEM_GPU_BAR": "maybe"})
+    assert cuda.settings({}) is cuda.settings({}) and cuda.settings({}).copy == 256 << 10
+    with pytest.raises(ConfigError, match="VKSHMEM_GPU_CUDA_SERVICE"):
+        cuda.settings({"VKSHMEM_GPU_CUDA_SERVICE": "sometimes"})

@@ -235,7 +235,8 @@ def test_link_pieces(cuda_installed: bool) -> None:
     assert piece_size(100, 1 << 20) == 4096
 
 
-def test_vulkan_accelerator_declared(cuda_installed: bool) -> None:
+def test_vulkan_accelerator_declared(cuda_installed: bool,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
     """The Vulkan domain's NVIDIA accelerations come from this plugin through the entry-point
     group vkshmem.gpu_accelerators; they apply to NVIDIA devices only, and vkshmem info lists
     them."""
@@ -256,3 +257,11 @@ def test_vulkan_accelerator_declared(cuda_installed: bool) -> None:
     assert not accel.applies(Info())
     denied = installed_accelerators(load({"VKSHMEM_PLUGINS_DENY": "vkshmem-cuda"}))
     assert [e.accelerator for e in denied if e.name == "cuda"] == [None]
+    from vkshmem import _info
+
+    _info._gpu_accelerators(load({}))
+    out = capsys.readouterr().out
+    assert "cuda " in out and "from vkshmem-cuda" in out, out
+    for name, _default, _doc in accel.variables:  # its 8 variables, with their values
+        assert name in out, name
+    assert len(accel.variables) == 8

@@ -163,15 +163,6 @@ _var("VKSHMEM_AUTO_INIT", "bool", "1",
      "Importing vkshmem.shmem initialises the runtime (as shmem4py does); 0 waits for init().",
      _parse_bool)
 
-def _parse_device(text: str) -> int | None:
-    text = text.strip()
-    if not text:
-        return None
-    value = int(text)
-    if value < 0:
-        raise ValueError("must be a device number >= 0 (empty: local rank % devices)")
-    return value
-
 
 def _parse_chunk(text: str) -> int:
     if text.strip().lower() == "auto":
@@ -182,13 +173,6 @@ def _parse_chunk(text: str) -> int:
     return -(-value // 64) * 64
 
 
-_var("VKSHMEM_GPU_SYMMETRIC_SIZE", "size", "256M",
-     "Size of each PE's symmetric GPU heap (Vulkan device memory, exportable). It is made at "
-     "the first allocation with domain='gpu' (or 'auto' choosing the GPU).", parse_size)
-_var("VKSHMEM_GPU_DEVICE", "int", "",
-     "Vulkan device of this PE, by number in 'vkshmem info' order (GPUs first, CPU drivers "
-     "such as lavapipe last); empty: the PE's local rank modulo the number of GPUs.",
-     _parse_device)
 def _parse_positive(why: str) -> Callable[[str], float]:
     """A parser of numbers > 0 whose error says ``why``."""
     def parse(text: str) -> float:
@@ -203,92 +187,21 @@ def _parse_positive(why: str) -> Callable[[str], float]:
 _parse_positive_seconds = _parse_positive("GPU waits always have a limit")
 
 
+# The GPU variables the core reads itself (the domain proxy, the choice of domain, the API's
+# all-reduce); the vulkan domain declares its own (vkshmem/gpu/env.py, DomainSpec.variables),
+# and vkshmem-cuda those of its accelerations of it: vkshmem info lists them all.
 _var("VKSHMEM_GPU_TIMEOUT", "seconds", "30",
      "Seconds any wait for GPU work (or for a peer's GPU proxy) may take before it raises "
      "GpuTimeoutError (> 0).", _parse_positive_seconds)
-_var("VKSHMEM_GPU_STAGING_SIZE", "size", "8M",
-     "Host-visible staging buffer of each PE's Vulkan device (host <-> GPU copies go through "
-     "it in two halves).", parse_size)
-_var("VKSHMEM_GPU_SPIN_US", "float", "200",
-     "Microseconds a wait for the GPU polls its fence before blocking in the driver.",
-     _parse_seconds)
 _var("VKSHMEM_GPU_PROVIDER", "str", "auto",
      "Which installed GPU memory domain domain='gpu' and 'auto' mean (e.g. vulkan, cuda; "
      "vkshmem info lists them). auto: the highest-priority one that can open on every PE.",
      str)
-_var("VKSHMEM_GPU_HOST_IMPORT", "bool", "1",
-     "Import the host heap into the GPU (VK_EXT_external_memory_host) when the GPU domain "
-     "opens, so CPU<->GPU copies between symmetric arrays are one DMA; the driver may pin the "
-     "whole heap (VKSHMEM_SYMMETRIC_SIZE of RAM per PE). 0 stages those copies instead.",
-     _parse_bool)
-_var("VKSHMEM_GPU_BAR", "str", "auto",
-     "Let exportable GPU memory take the CPU-mapped device-local type (a PCIe BAR) although "
-     "the spec excludes it for exportable buffers: then small CPU->GPU puts, gets and flag "
-     "writes are CPU stores and loads. auto: on NVIDIA without the validation layer, checked "
-     "at start-up; 1: always try; 0: never.", _parse_choice("auto", "0", "1"))
-_var("VKSHMEM_GPU_BAR_WRITE_MAX", "size", "64K",
-     "Largest CPU->GPU transfer done with CPU stores into a write-combined GPU mapping (larger "
-     "ones are GPU copies).", parse_size)
-_var("VKSHMEM_GPU_BAR_READ_MAX", "size", "256",
-     "Largest GPU->CPU transfer done with CPU loads from a write-combined GPU mapping (they "
-     "run at tens of MB/s; larger ones are GPU copies).", parse_size)
-_var("VKSHMEM_GPU_CUDA_COPY", "size", "256K",
-     "On NVIDIA, with cuda-bindings installed, blocking copies of the Vulkan heap of this many "
-     "bytes or more (GPU<->GPU on one device, CPU<->GPU) go through CUDA's copy path (the heap "
-     "imported into CUDA): a Vulkan submission costs more per call and its DMA of host memory "
-     "moves less. 0 keeps every copy on Vulkan.", parse_size)
-_var("VKSHMEM_GPU_CUDA_AMO", "bool", "1",
-     "On NVIDIA, with cuda-bindings and NVRTC installed, AMOs on the Vulkan heap are a one-thread "
-     "CUDA kernel on the same memory (a launch costs less than a Vulkan submission); 0 keeps "
-     "them in Vulkan shaders. Atomic with the shaders' atomics either way.", _parse_bool)
-_var("VKSHMEM_GPU_CUDA_SERVICE", "str", "auto",
-     "With VKSHMEM_GPU_CUDA_AMO's kernel, AMOs on the Vulkan heap and across CUDA links are "
-     "served by a one-block CUDA kernel that stays resident while they keep coming (no launch "
-     "per AMO; it ends after 1 ms without one and at the PE's next Vulkan submission, and is "
-     "not used while Vulkan work is in flight: the GPU time-slices the two). auto: where the "
-     "PE is alone on its GPU; on: always; off: a launch per AMO.",
-     _parse_choice("auto", "on", "off"))
-_var("VKSHMEM_GPU_CUDA_SERVICE_IDLE_US", "float", "1000",
-     "Microseconds without an AMO after which VKSHMEM_GPU_CUDA_SERVICE's kernel ends (a "
-     "synchronize of the whole CUDA context, e.g. torch.cuda.synchronize(), waits that long "
-     "at most).", _parse_positive("microseconds"))
-_var("VKSHMEM_GPU_CUDA_HEAP", "bool", "1",
-     "On NVIDIA, with cuda-bindings installed, the GPU heap is a CUDA VMM allocation imported "
-     "into Vulkan (the same bytes for shaders, Vulkan and CUDA), so same-node peers on other "
-     "GPUs map it and copy across NVLink in one step (each PE then holds a CUDA context on its "
-     "GPU from the heap's opening); 0 allocates it from Vulkan (peers on other GPUs then copy "
-     "through a bounce buffer, VKSHMEM_GPU_CUDA_LINK).", _parse_bool)
-_var("VKSHMEM_GPU_CUDA_LINK", "bool", "1",
-     "On NVIDIA, with cuda-bindings installed, a PE reaches same-node peers on other GPUs "
-     "through CUDA: their heaps mapped on its GPU where they are CUDA's (VKSHMEM_GPU_CUDA_HEAP; "
-     "puts and gets, NVLink where there is one, and AMOs where the GPUs' atomics on each other's "
-     "memory are native and VKSHMEM_GPU_CUDA_AMO's kernel compiles), else imported in a context "
-     "on their GPU with device bytes through a bounce buffer mapped on both (puts and gets); the "
-     "domain proxy carries the rest, and all of it with 0.", _parse_bool)
-_var("VKSHMEM_GPU_LINK_MAP", "bool", "1",
-     "On NVIDIA, a PE with a CUDA link to a peer whose heap is in the CPU-mapped BAR type "
-     "(VKSHMEM_GPU_BAR) maps that heap too, through a Vulkan device of its own on the peer's "
-     "GPU (one per other GPU, some memory there): puts from host memory of up to "
-     "VKSHMEM_GPU_BAR_WRITE_MAX bytes, and gets and GPU-to-GPU copies of up to "
-     "VKSHMEM_GPU_BAR_READ_MAX bytes, across GPUs are then CPU stores and loads instead of a "
-     "CUDA copy each (with VKSHMEM_GPU_MAPPED=1); 0 leaves them to CUDA.", _parse_bool)
-_var("VKSHMEM_GPU_LINK_PIECE", "size", "0",
-     "Piece size of a device copy through a CUDA link's bounce buffer (4 pieces in flight, the "
-     "bounce buffer on the peer's GPU holds 4 of the largest); 0: a quarter of the copy, "
-     "2-32 MiB.",
-     parse_size)
 _var("VKSHMEM_GPU_NATIVE", "bool", "1",
      "Submit GPU copies and AMOs and wait for them through vkshmem's native helper (one C call "
      "with the GIL released), and serve the GPU proxy's same-node requests in C; 0 uses the "
      "Python paths (for comparison and debugging).",
      _parse_bool)
-_var("VKSHMEM_GPU_VALIDATION", "bool", "0",
-     "Load the Khronos validation layer for the GPU domain; its errors make vkshmem raise "
-     "GpuError after the next barrier_all and at finalize (CI sets it).", _parse_bool)
-_var("VKSHMEM_GPU_MAPPED", "bool", "1",
-     "Where GPU memory is host-visible (lavapipe, resizable-BAR GPUs), copy, wait and zero "
-     "through its CPU mapping (and, on CPU drivers, apply AMOs with CPU atomics). 0 takes the "
-     "discrete-GPU paths everywhere: staged copies, shader atomics, polled waits.", _parse_bool)
 _var("VKSHMEM_GPU_PROXY_CHUNK", "size", "auto",
      "GPU memory of peers that cannot import each other's memory (another device or node, or "
      "VKSHMEM_SHM=0) is reached through their GPU proxy thread, in pieces of this size, three "
@@ -377,27 +290,9 @@ class Config:
     team_scratch: int
     log_level: str
     auto_init: bool
-    gpu_symmetric_size: int
-    gpu_device: int | None
     gpu_timeout: float
-    gpu_staging_size: int
-    gpu_spin_us: float
     gpu_native: bool
-    gpu_cuda_copy: int
-    gpu_cuda_amo: bool
-    gpu_cuda_service: str
-    gpu_cuda_service_idle_us: float
-    gpu_cuda_heap: bool
-    gpu_cuda_link: bool
-    gpu_link_map: bool
-    gpu_link_piece: int
-    gpu_bar: str
-    gpu_host_import: bool
     gpu_provider: str
-    gpu_bar_write_max: int
-    gpu_bar_read_max: int
-    gpu_validation: bool
-    gpu_mapped: bool
     gpu_proxy_chunk: int
     gpu_ring_reduce: int
     rails: tuple[RailSpec, ...]

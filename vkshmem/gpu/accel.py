@@ -28,7 +28,17 @@ from functools import cache
 from importlib import metadata
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .env import DEFAULT_SPIN_US, ENV_SPIN, env_float
+from .env import (
+    DEFAULT_SPIN_US,
+    ENV_SPIN,
+    EnvVariable,
+    GpuSettings,
+    env_float,
+    parse_bool,
+    parse_choice,
+    parse_variables,
+)
+from .env import settings as gpu_settings
 from .errors import GpuError
 from .memory import ExportInfo, GpuMemory
 from .peermap import PeerMaps
@@ -41,9 +51,10 @@ if TYPE_CHECKING:
     from .physical import DeviceInfo
 
 __all__ = ["CONTROL_BYTES", "CONTROL_SLOT", "CONTROL_WORDS", "DEFAULT_SPIN_US", "ENTRY_POINT_GROUP",
-           "ENV_SPIN", "AcceleratorEntry", "Copier", "DomainAccelerator", "ExportInfo",
-           "GpuAccelerator", "GpuError", "GpuMemory", "HeapMemory", "PeerMaps",
-           "accelerator_for", "env_float", "installed_accelerators", "vulkan_initiator"]
+           "ENV_SPIN", "AcceleratorEntry", "Copier", "DomainAccelerator", "EnvVariable",
+           "ExportInfo", "GpuAccelerator", "GpuError", "GpuMemory", "GpuSettings", "HeapMemory",
+           "PeerMaps", "accelerator_for", "env_float", "gpu_settings", "installed_accelerators",
+           "parse_bool", "parse_choice", "parse_variables", "vulkan_initiator"]
 
 log = logging.getLogger("vkshmem")
 
@@ -154,7 +165,8 @@ class DomainAccelerator:
         """The heap as the vendor's compute API sees it (``pointer``, ``ordinal``), for
         DLPack and ``__cuda_array_interface__``; BufferError saying why where it cannot be."""
         raise BufferError(f"DeviceArrays are DLPack tensors only where a GPU accelerator "
-                          f"imports the heap ({self.why}): use to_numpy() for a copy")
+                          f"imports the heap (vkshmem-cuda, on NVIDIA GPUs; here {self.why}): "
+                          f"use to_numpy() for a copy")
 
     def dlpack_range(self) -> tuple[int, int, int, int] | None:
         """Where the heap appears to DLPack consumers (see :meth:`view`), or None."""
@@ -170,7 +182,8 @@ class GpuAccelerator(ABC):
     #: its name (the entry point's), and one line for ``vkshmem info``
     name: str = ""
     description: str = ""
-    #: its own environment variables: (name, default, doc), listed by ``vkshmem info``
+    #: its own environment variables: (name, default, doc), listed by ``vkshmem info`` (parse
+    #: them once: :func:`parse_variables`)
     variables: tuple[tuple[str, str, str], ...] = ()
 
     @abstractmethod

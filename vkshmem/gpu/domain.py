@@ -39,6 +39,7 @@ from vkshmem.core.transport import AmoOp, SegmentInfo
 from .accel import DomainAccelerator, accelerator_for
 from .array import DeviceArray
 from .device import VulkanDevice
+from .env import settings
 from .errors import GpuError
 from .kernels import reduce_unsupported
 from .memory import ExportInfo, GpuMemory
@@ -72,6 +73,7 @@ class VulkanDomain(MemoryDomain):
 
     def __init__(self, spec: DomainSpec, ctx: DomainContext) -> None:
         cfg = ctx.config
+        own = settings()  # the domain's variables (VKSHMEM_GPU_*, see env.py)
         self.spec = spec
         self.ctx = ctx
         self.seg_id = ctx.seg_id
@@ -86,19 +88,19 @@ class VulkanDomain(MemoryDomain):
         self.accel = DomainAccelerator()
         self._seen_errors = 0
         #: use CPU mappings of host-visible GPU memory for copies, waits and zeroing
-        self.mapped = cfg.gpu_mapped
-        self.device = VulkanDevice(cfg.gpu_device, cfg.gpu_validation,
+        self.mapped = own.mapped
+        self.device = VulkanDevice(own.device, own.validation,
                                    local_rank=ctx.local_rank, timeout=cfg.gpu_timeout,
-                                   staging_size=cfg.gpu_staging_size)
-        self.device.spin_wait = cfg.gpu_spin_us * 1e-6
+                                   staging_size=own.staging_size)
+        self.device.spin_wait = own.spin_us * 1e-6
         #: CPU access to write-combined (BAR) mappings only up to these sizes: stores are
         #: fast, loads crawl
-        self.bar_write_max = cfg.gpu_bar_write_max
-        self.bar_read_max = cfg.gpu_bar_read_max
+        self.bar_write_max = own.bar_write_max
+        self.bar_read_max = own.bar_read_max
         #: the heap's memory where the accelerator supplies it (vkshmem-cuda: a CUDA VMM heap)
         self.vmm: HeapMemory | None = None
         try:
-            self.size = cfg.gpu_symmetric_size
+            self.size = own.symmetric_size
             spec = accelerator_for(self.device.info, cfg)
             if spec is not None:
                 self.accel = spec.attach(self)
@@ -118,14 +120,14 @@ class VulkanDomain(MemoryDomain):
         #: are one DMA (VK_EXT_external_memory_host), no staging
         self.host_imported = False
         host = ctx.host_heap
-        if host is not None and cfg.gpu_host_import and self.device.has_memory_host:
+        if host is not None and own.host_import and self.device.has_memory_host:
             try:
                 self.device.register_host(host.address, host.size)
                 self.host_imported = True
             except (GpuError, FeatureNotAvailableError) as exc:
                 log.info("PE %d: the host heap stays unimported on %s: %s", self.my_pe,
                          self.device.name, exc)
-        self.cpu_atomics = self.device.info.is_cpu and cfg.gpu_mapped
+        self.cpu_atomics = self.device.info.is_cpu and own.mapped
 
     # -- the accelerator's own state, read and set through the domain (tests, probes) --------
 

@@ -38,6 +38,7 @@ from vkshmem.core.errors import FeatureNotAvailableError, InvalidArgumentError
 from vkshmem.core.transport import AmoOp, Transport
 
 from .device import VulkanDevice
+from .env import settings
 from .errors import GpuError
 from .instance import list_devices
 from .launch import UserKernel
@@ -195,9 +196,8 @@ class Initiator:
 
     @staticmethod
     def _launch_device(rt: Runtime, index: int) -> VulkanDevice:
-        cfg = rt.config
-        return VulkanDevice(index, cfg.gpu_validation, local_rank=rt.local_rank,
-                            timeout=cfg.gpu_timeout, staging_size=64 << 10)
+        return VulkanDevice(index, settings().validation, local_rank=rt.local_rank,
+                            timeout=rt.config.gpu_timeout, staging_size=64 << 10)
 
     # -- kernels ---------------------------------------------------------------------------
 

@@ -14,6 +14,8 @@ from vkshmem.core.config import Config
 from vkshmem.core.domain import DomainContext, DomainSpec, MemoryDomain
 from vkshmem.core.hookspecs import hookimpl
 
+from .env import VARIABLES, settings
+
 __all__ = ["SPEC", "register_domains"]
 
 log = logging.getLogger("vkshmem")
@@ -34,7 +36,7 @@ def _has_gpu(config: Config) -> bool:
     except Exception as exc:  # no loader, driver or binding
         log.info("domain='auto': no Vulkan GPU (%s)", exc)
         return False
-    pick = config.gpu_device
+    pick = settings().device
     if pick is None:
         return any(not d.is_cpu for d in devices)
     return pick < len(devices) and not devices[pick].is_cpu
@@ -53,6 +55,7 @@ SPEC = DomainSpec(
     description="exportable Vulkan device memory (any vendor; lavapipe on the CPU)",
     size_variable="VKSHMEM_GPU_SYMMETRIC_SIZE",
     memory_kinds=frozenset({"opaque_fd", "dmabuf"}),  # dmabuf: drivers with the extension
+    variables=VARIABLES,  # vkshmem info lists them with their values (env.py parses them)
 )
 
 

@@ -34,6 +34,7 @@ from vkshmem.plugin import (
     InvalidArgumentError,
     MemoryDomain,
     SegmentInfo,
+    gpu_settings,
 )
 
 from .array import CudaArray, PeerView
@@ -94,7 +95,7 @@ class CudaDomain(Reductions, MemoryDomain):
         self.initiator: Any = None
         #: the CUDA device API's context (device_context), or None
         self._devctx: Any = None
-        size = _env_int(ENV_SIZE) or ctx.config.gpu_symmetric_size
+        size = _env_int(ENV_SIZE) or gpu_settings().symmetric_size
         self.size = self.device.round_up(size)
         try:
             #: the heaps' CPU mappings through Vulkan (see .cpumap), or None (a bad
@@ -117,8 +118,8 @@ class CudaDomain(Reductions, MemoryDomain):
         if self._maps is not None:
             if self._maps.map_own(self.device, self.local, self.fd, self._box):
                 self._bar = self._maps.bar_copy
-                self._wmax = ctx.config.gpu_bar_write_max
-                self._rmax = ctx.config.gpu_bar_read_max
+                self._wmax = gpu_settings().bar_write_max
+                self._rmax = gpu_settings().bar_read_max
             else:
                 self._maps.close()
                 self._maps = None
@@ -135,7 +136,7 @@ class CudaDomain(Reductions, MemoryDomain):
         #: between symmetric arrays go at the PCIe rate
         self.host_pinned = 0
         host = ctx.host_heap
-        if host is not None and ctx.config.gpu_host_import:
+        if host is not None and gpu_settings().host_import:
             try:
                 self.device.register_host(host.address, host.size)
                 self.host_pinned = host.address

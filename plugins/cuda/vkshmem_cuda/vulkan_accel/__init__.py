@@ -15,6 +15,8 @@ from typing import Any
 
 from vkshmem.plugin import DomainAccelerator, GpuAccelerator
 
+from .settings import VARIABLES
+
 __all__ = ["ACCELERATOR", "CudaAccelerator"]
 
 
@@ -24,6 +26,7 @@ class CudaAccelerator(GpuAccelerator):
     name = "cuda"
     description = ("NVIDIA: the heap from CUDA's VMM, copies and AMOs through CUDA, links to "
                    "peers on other GPUs, DLPack")
+    variables = VARIABLES
 
     def applies(self, info: Any) -> bool:
         return info.vendor == "NVIDIA"

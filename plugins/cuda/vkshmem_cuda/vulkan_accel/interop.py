@@ -22,12 +22,14 @@ from vkshmem.plugin import (
     ExportInfo,
     GpuError,
     PeerMaps,
+    gpu_settings,
 )
 
 from ..service_kernel import BOX_BYTES
 from .copier import CudaCopier
 from .hub import LinkHub
 from .link import CudaLink
+from .settings import settings
 from .view import CudaView
 
 if TYPE_CHECKING:
@@ -51,8 +53,9 @@ class CudaInterop(DomainAccelerator):
     def __init__(self, dom: Any) -> None:
         super().__init__()
         self.dom = dom
-        cfg = dom.ctx.config
-        copy_min, amo = cfg.gpu_cuda_copy, cfg.gpu_cuda_amo
+        #: this accelerator's variables (settings.py) and the Vulkan domain's
+        self.own, self.gpu = settings(), gpu_settings()
+        copy_min, amo = self.own.copy, self.own.amo
         self._cuda: CudaView | None = None  # the heap as CUDA sees it (first use)
         self._cuda_error = ""
         self._cuda_lock = threading.Lock()
@@ -116,7 +119,7 @@ class CudaInterop(DomainAccelerator):
         """``cuda`` where this PE may link to other GPUs' peers (NVIDIA, cuda-bindings,
         ``VKSHMEM_GPU_CUDA_LINK``), else None: the core passes such peers' fds only between
         PEs that both say so."""
-        if not self.dom.ctx.config.gpu_cuda_link or self.dom.device.info.vendor != "NVIDIA" or \
+        if not self.own.link or self.dom.device.info.vendor != "NVIDIA" or \
                 importlib.util.find_spec("cuda.bindings") is None:
             return None
         return "cuda"
@@ -135,8 +138,8 @@ class CudaInterop(DomainAccelerator):
         cfg = self.dom.ctx.config
         if self._hub is None:
             try:
-                self._hub = LinkHub(self.cuda_view(), cfg.gpu_link_piece,
-                                    int(cfg.gpu_spin_us * 1000))
+                self._hub = LinkHub(self.cuda_view(), self.own.link_piece,
+                                    int(self.gpu.spin_us * 1000))
                 self._hub.timeout = cfg.gpu_timeout
                 dom = self.dom
                 if dom.vmm is not None and dom.memory.size - dom.size >= CONTROL_BYTES:
@@ -149,7 +152,7 @@ class CudaInterop(DomainAccelerator):
             os.close(fd)
             return None
         cpu = -1  # a duplicate for the CPU mapping (peermap)
-        if cfg.gpu_link_map and cfg.gpu_mapped:
+        if self.own.link_map and self.gpu.mapped:
             try:
                 cpu = os.dup(fd)
             except OSError:
@@ -179,8 +182,8 @@ class CudaInterop(DomainAccelerator):
         mem = self._maps.map(fd, info)
         if mem is not None:
             local = self.dom.memory.host_address if self.dom.memory.host_visible else 0
-            link.attach_map(mem, local, self.dom.memory.size, cfg.gpu_bar_write_max,
-                            cfg.gpu_bar_read_max)
+            link.attach_map(mem, local, self.dom.memory.size, self.gpu.bar_write_max,
+                            self.gpu.bar_read_max)
 
     def copier(self, nbytes: int) -> CudaCopier | None:
         """The CUDA copier for a blocking copy of ``nbytes`` (None: take the Vulkan path)."""
@@ -224,14 +227,14 @@ class CudaInterop(DomainAccelerator):
             host = self.dom.ctx.host_heap
             heap = [(host.address, host.size)] if host else []
             copier = CudaCopier(view, heap + self._host_ranges,
-                                self.dom.ctx.config.gpu_spin_us)
+                                self.gpu.spin_us)
         except (BufferError, GpuError) as exc:
             log.info("PE %d: GPU copies stay on Vulkan (%s)", self.dom.my_pe, exc)
             return False
         cfg = self.dom.ctx.config
-        if self.cuda_amo and cfg.gpu_cuda_service != "off":
+        if self.cuda_amo and self.own.service != "off":
             flights = self.dom.device.in_flight  # changed in place, per queue
-            copier.use_service(cfg.gpu_cuda_service, cfg.gpu_cuda_service_idle_us,
+            copier.use_service(self.own.service, self.own.service_idle_us,
                                cfg.gpu_timeout, lambda: bool(flights[0] or flights[1]),
                                self._request_box(view))
             self.dom.device.on_submit = copier.park
@@ -259,7 +262,7 @@ class CudaInterop(DomainAccelerator):
         """The heap as a CUDA VMM allocation where ``VKSHMEM_GPU_CUDA_HEAP`` and CUDA can
         supply it (NVIDIA, cuda-bindings; see :mod:`..vmm`), else None (Vulkan's)."""
         dom = self.dom
-        if not dom.ctx.config.gpu_cuda_heap or dom.device.info.vendor != "NVIDIA" or \
+        if not self.own.heap or dom.device.info.vendor != "NVIDIA" or \
                 importlib.util.find_spec("cuda.bindings") is None:
             return None
         from ..vmm import VmmHeap
