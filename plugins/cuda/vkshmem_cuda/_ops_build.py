@@ -13,7 +13,6 @@ at :func:`vkc_load` (so the helper builds on machines without CUDA, and says so 
 handles are pointers and device addresses 64-bit integers, as in ``cuda.h`` on 64-bit Linux.
 """
 
-import importlib.util
 from pathlib import Path
 
 from cffi import FFI
@@ -25,16 +24,15 @@ from cffi import FFI
 CSRC = Path(__file__).resolve().parent / "csrc"
 
 
-def _core_include() -> Path:
-    """The folder of vkshmem's ``_native.h`` (``struct vk_domain_ops``, which cudacalls.c
-    fills): the installed vkshmem's, else the source tree's beside this plugin (an isolated
-    build sees no installed vkshmem)."""
-    spec = importlib.util.find_spec("vkshmem")
-    if spec is not None and spec.origin:
-        found = Path(spec.origin).parent / "core"
-        if (found / "_native.h").is_file():
-            return found
-    return Path(__file__).resolve().parents[3] / "vkshmem" / "core"
+def _plugin_include() -> str:
+    """The folder of vkshmem's ``vkshmem/plugin.h`` (``struct vk_domain_ops``, which
+    cudacalls.c fills): :func:`vkshmem.plugin.get_include`, else the source tree's beside this
+    plugin (an isolated build sees no installed vkshmem)."""
+    try:
+        from vkshmem.plugin import get_include
+    except ImportError:
+        return str(Path(__file__).resolve().parents[3] / "vkshmem" / "include")
+    return get_include()
 
 
 CUDA_CDEF = (CSRC / "cudacalls.h").read_text() + (CSRC / "cudasvc.h").read_text()
@@ -107,7 +105,7 @@ int vkc_reduce(uintptr_t ctx, uintptr_t stream, uintptr_t fn, const uint64_t *ds
 ffibuilder = FFI()
 ffibuilder.cdef(CDEF)
 ffibuilder.set_source("vkshmem_cuda._ops", SOURCE, libraries=["dl"],
-                      include_dirs=[str(_core_include())],  # _native.h
+                      include_dirs=[_plugin_include()],  # vkshmem/plugin.h
                       extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"],
                       py_limited_api=True)
 

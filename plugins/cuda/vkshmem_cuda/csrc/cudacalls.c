@@ -18,7 +18,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "_native.h" /* struct vk_domain_ops (the core's; include path set by the builds) */
+#include <vkshmem/plugin.h> /* struct vk_domain_ops (vkshmem.plugin.get_include()) */
 
 typedef int CUresult;
 typedef uint64_t CUdeviceptr;
