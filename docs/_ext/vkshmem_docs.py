@@ -178,9 +178,9 @@ def cli_page() -> str:
         if res.returncode != 0:
             raise RuntimeError(f"vkshmem {' '.join(args)} failed: {res.stderr}")
         anchor = title.replace(" --", "-").replace(" ", "-")
-        out += [f"({anchor})=", f"## `{title}`", "", f"`{title}` "
-                f"{'prints' if 'list' in title else '(`' + ' '.join(['vkshmem', *args]) + '`)'}:",
-                "", "```text", res.stdout.rstrip(), "```", ""]
+        out += [f"({anchor})=", f"## `{title}`", "",
+                f"`{' '.join(['vkshmem', *args])}` prints:", "",
+                "```text", res.stdout.rstrip(), "```", ""]
     return "\n".join(out)
 
 
