@@ -86,7 +86,8 @@ fi
 # 3. vkshmem + the hostproxy plugin, editable: builds the cffi helpers for this Python and
 # registers the entry points (vkshmem.bootstraps, vkshmem.domains, vkshmem.transports) and the
 # `vkshmem` script.
-rm -f vkshmem/core/_native*.so vkshmem/gpu/_submit*.so plugins/hostproxy/vkshmem_hostproxy/_server*.so
+rm -f vkshmem/core/_native*.so vkshmem/gpu/_submit*.so plugins/hostproxy/vkshmem_hostproxy/_server*.so \
+    plugins/cuda/vkshmem_cuda/_ops*.so
 if ! $PY -m pip install -q --no-deps --no-build-isolation --no-index --no-cache-dir \
         -e . -e plugins/hostproxy >/tmp/device_run_pip.log 2>&1; then
     cat /tmp/device_run_pip.log
@@ -175,7 +176,8 @@ from importlib import metadata
 import vkshmem
 from vkshmem.gpu import list_devices
 eps = {g: sorted(e.name for e in metadata.entry_points(group=g))
-       for g in ("vkshmem.bootstraps", "vkshmem.domains", "vkshmem.transports")}
+       for g in ("vkshmem.bootstraps", "vkshmem.domains", "vkshmem.transports",
+                 "vkshmem.gpu_accelerators")}
 print(f"device_run: vkshmem {vkshmem.__version__} from {vkshmem.__file__}; entry points {eps}")
 for d in list_devices():
     print(f"device_run: vulkan device {d}")
