@@ -224,7 +224,7 @@ def test_leading_barrier_only_while_work_is_in_flight(dev: VulkanDevice) -> None
 def test_batched_copies_complete_at_quiet(dev: VulkanDevice) -> None:
     """copy_nbi/write_nbi/read_nbi queue copies (more than one batch) that quiet_nbi
     completes; overlapping ranges are copied at once."""
-    from vkshmem.gpu.batch import BATCH_MAX
+    from vkshmem.gpu.vk.batch import BATCH_MAX
 
     k = BATCH_MAX + 44
     a = dev.alloc_exportable(16 * k)

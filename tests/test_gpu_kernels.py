@@ -31,7 +31,7 @@ from vkshmem.gpu import (
     reduce_unsupported,
     shipped_shaders,
 )
-from vkshmem.gpu import kernels as kernels_mod
+from vkshmem.gpu.vk import kernels as kernels_mod
 
 pytestmark = pytest.mark.timeout(60)
 

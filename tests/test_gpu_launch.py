@@ -1,6 +1,6 @@
 """User kernels and the host side of GPU-initiated communication, on one PE: loading and
-dispatching SPIR-V with the vkshmem push header (vkshmem.gpu.launch), draining a kernel's
-requests on a thread (vkshmem.gpu.ringservice), and the device-side API of vkshmem.glsl
+dispatching SPIR-V with the vkshmem push header (vkshmem.gpu.initiated.launch), draining a kernel's
+requests on a thread (vkshmem.gpu.initiated.ringservice), and the device-side API of vkshmem.glsl
 (tests/gpu/shaders/*.comp) end to end against a handler that performs every request on this
 PE's own memory."""
 
@@ -38,8 +38,8 @@ from vkshmem.gpu import (
     pack_push,
     shaders,
 )
-from vkshmem.gpu import ring as ringmod
-from vkshmem.gpu.launch import PUSH_HEADER, USER_PUSH_SIZE, entry_points
+from vkshmem.gpu.initiated import ring as ringmod
+from vkshmem.gpu.initiated.launch import PUSH_HEADER, USER_PUSH_SIZE, entry_points
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -60,7 +60,7 @@ def dev() -> Iterator[VulkanDevice]:
 class Loopback:
     """A ring handler for a one-PE job: performs the requests of PE ``me`` on its own memory,
     segment 1 (the GPU heap) through a mapping, segment 0 (the host heap) in a bytearray. The
-    reference of the handler contract (vkshmem.gpu.ringservice) on a single PE."""
+    reference of the handler contract (vkshmem.gpu.initiated.ringservice) on a single PE."""
 
     def __init__(self, gpu: memoryview, host: bytearray, me: int = 0) -> None:
         self.segs = {1: gpu, 0: memoryview(host)}

@@ -177,7 +177,7 @@ def test_gpu_link(npes: int, heap: str) -> None:
     VKSHMEM_GPU_CUDA_HEAP=1), through a bounce buffer where they are Vulkan's; elsewhere the
     same bytes go over the direct route. ``cuda-bar``: a CUDA heap without the validation
     layer, so in the CPU-mapped BAR type (VKSHMEM_GPU_BAR=auto), which each PE also maps for
-    its small copies across GPUs (vkshmem/gpu/peermap.py)."""
+    its small copies across GPUs (vkshmem/gpu/domain/peermap.py)."""
     env = {**GPU_ENV, "VKSHMEM_GPU_SYMMETRIC_SIZE": "256M", "VKSHMEM_GPU_LINK_PIECE": "8M",
            "VKSHMEM_GPU_CUDA_HEAP": "0" if heap == "vulkan" else "1"}
     if heap == "cuda-bar":

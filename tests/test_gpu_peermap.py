@@ -1,4 +1,4 @@
-"""vkshmem/gpu/peermap.py on lavapipe: what a PE does with a peer's heap fd when it tries to
+"""vkshmem/gpu/domain/peermap.py on lavapipe: what a PE does with a peer's heap fd when it tries to
 map that heap on the CPU through a Vulkan device of its own (the two-GPU case itself runs on
 NVIDIA: tests/test_gpu_multipe.py::test_gpu_link[cuda-bar]). Here every refusal must close
 the fd and leave no device open."""
@@ -12,7 +12,7 @@ import pytest
 from gpu.helpers import device_fixture, fd_count
 
 from vkshmem.gpu import VulkanDevice
-from vkshmem.gpu.peermap import PeerMaps
+from vkshmem.gpu.domain.peermap import PeerMaps
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""The GPU-initiated request ring: its host view (vkshmem.gpu.ring) against descriptors a
+"""The GPU-initiated request ring: its host view (vkshmem.gpu.initiated.ring) against descriptors a
 shader enqueued through shaders/vkshmem.glsl (ring_selftest.comp), completions the shader
 waits on, and the layout shared by the GLSL and the Python side."""
 
@@ -20,7 +20,7 @@ from gpu.helpers import device_fixture
 from vkshmem.core.errors import InvalidArgumentError
 from vkshmem.core.transport import AmoOp
 from vkshmem.gpu import Descriptor, GpuMemory, Ring, RingOp, SignalOp, VulkanDevice
-from vkshmem.gpu import ring as ringmod
+from vkshmem.gpu.initiated import ring as ringmod
 
 pytestmark = pytest.mark.timeout(60)
 

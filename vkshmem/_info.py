@@ -142,7 +142,7 @@ def _gpu_devices() -> None:
     """The Vulkan devices of the GPU domain, in VKSHMEM_GPU_DEVICE numbering."""
     print("\nVulkan devices (VKSHMEM_GPU_DEVICE numbers; a PE takes local rank % GPUs):")
     try:
-        from .gpu.instance import list_devices
+        from .gpu.vk.instance import list_devices
 
         devices = list_devices()
     except Exception as exc:

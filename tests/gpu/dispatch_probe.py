@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 from vkshmem.core.transport import AmoOp
 from vkshmem.gpu import VulkanDevice
-from vkshmem.gpu.submit import Slot
+from vkshmem.gpu.vk.submit import Slot
 
 dev = VulkanDevice()
 vk = dev._vk

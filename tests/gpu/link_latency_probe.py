@@ -3,7 +3,7 @@ vkshmem run -n 2 tests/gpu/link_latency_probe.py``): where an 8-byte operation o
 domain between GPUs spends its time. PE 0 times, layer by layer, a GPU->GPU put, a CPU->GPU
 put and a fetch_add into PE 1's heap on the other GPU: through the API, through the CUDA link
 (:class:`~vkshmem_cuda.vulkan_accel.link.CudaLink`) and through the C call under it; with the peer's
-heap CPU-mapped (:mod:`~vkshmem.gpu.peermap`) the small copies are CPU copies, timed against
+heap CPU-mapped (:mod:`~vkshmem.gpu.domain.peermap`) the small copies are CPU copies, timed against
 the CUDA copy. Last, what a Vulkan device of this process on the other GPU (what the mapping
 opens) costs in that GPU's memory."""
 
@@ -56,8 +56,8 @@ for name, us in rows:
 if me == 0:  # the memory one more Vulkan device on the other GPU takes there
     from cuda.bindings import driver as cu
 
-    from vkshmem.gpu.instance import list_devices
-    from vkshmem.gpu.logical import LogicalDevice
+    from vkshmem.gpu.vk.instance import list_devices
+    from vkshmem.gpu.vk.logical import LogicalDevice
 
     mine = heap.domain.device.info.device_uuid
     other = next(d for d in list_devices() if not d.is_cpu and d.device_uuid != mine)

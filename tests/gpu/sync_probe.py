@@ -12,7 +12,7 @@ import struct
 import time
 
 from vkshmem.gpu import VulkanDevice
-from vkshmem.gpu.submit import Slot
+from vkshmem.gpu.vk.submit import Slot
 
 dev = VulkanDevice()
 vk = dev._vk

@@ -30,7 +30,7 @@ from cuda.bindings import driver as cu
 from vkshmem_cuda.vmm import map_handle
 from vulkan_cuda_peer_probe import ok
 
-from vkshmem.gpu.device import VulkanDevice
+from vkshmem.gpu.vk.device import VulkanDevice
 
 N = 256 << 20
 FD = cu.CUmemAllocationHandleType.CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR

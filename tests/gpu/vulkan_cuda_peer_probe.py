@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from cuda.bindings import driver as cu
 
-from vkshmem.gpu.device import VulkanDevice
+from vkshmem.gpu.vk.device import VulkanDevice
 
 N = 256 << 20
 

@@ -13,20 +13,29 @@ vkshmem.gpu`` always works; a missing loader, driver or binding raises
 - :class:`Ring` — the host view of the GPU-initiated request ring (``shaders/vkshmem.glsl``).
 - :class:`GpuSegment` — a symmetric segment as transports see it.
 - :mod:`vkshmem.gpu.shaders` — ``build()``/``check()`` of the shipped SPIR-V.
+
+Layout: :mod:`~vkshmem.gpu.vk` (Vulkan objects: instance, devices, memory, submissions,
+pipelines), :mod:`~vkshmem.gpu.domain` (the ``vulkan`` memory domain, its segment, the CPU
+mappings of peers' heaps), :mod:`~vkshmem.gpu.initiated` (GPU-initiated communication:
+kernels, the request ring, its service); beside them the domain's entry point
+(:mod:`~vkshmem.gpu.plugin`), its variables (:mod:`~vkshmem.gpu.env`), the interface a vendor's
+accelerations attach through (:mod:`~vkshmem.gpu.accel`), ``DeviceArray``
+(:mod:`~vkshmem.gpu.array`), the public GPU API helpers (:mod:`~vkshmem.gpu.api`) and the
+errors.
 """
 
-from .device import VulkanDevice
+from .domain.segment import GpuSegment
 from .env import ENV_DEVICE, ENV_STAGING, ENV_TIMEOUT
 from .errors import GpuError, GpuTimeoutError, RingError
-from .instance import list_devices
-from .kernels import REDUCE_DTYPES, REDUCE_FEATURES, REDUCE_OPS, reduce_unsupported
-from .launch import Launch, UserKernel, pack_push
-from .memory import ExportInfo, GpuMemory
-from .physical import DeviceInfo
-from .pipeline import ComputePipeline, load_spirv, shipped_shaders
-from .ring import Descriptor, Ring, RingOp, SignalOp
-from .ringservice import RingService
-from .segment import GpuSegment
+from .initiated.launch import Launch, UserKernel, pack_push
+from .initiated.ring import Descriptor, Ring, RingOp, SignalOp
+from .initiated.ringservice import RingService
+from .vk.device import VulkanDevice
+from .vk.instance import list_devices
+from .vk.kernels import REDUCE_DTYPES, REDUCE_FEATURES, REDUCE_OPS, reduce_unsupported
+from .vk.memory import ExportInfo, GpuMemory
+from .vk.physical import DeviceInfo
+from .vk.pipeline import ComputePipeline, load_spirv, shipped_shaders
 
 __all__ = [
     "ENV_DEVICE",

@@ -28,6 +28,8 @@ from functools import cache
 from importlib import metadata
 from typing import TYPE_CHECKING, Any, Protocol
 
+from .domain.peermap import PeerMaps
+from .domain.segment import CONTROL_BYTES, CONTROL_SLOT, CONTROL_WORDS
 from .env import (
     DEFAULT_SPIN_US,
     ENV_SPIN,
@@ -40,15 +42,13 @@ from .env import (
 )
 from .env import settings as gpu_settings
 from .errors import GpuError
-from .memory import ExportInfo, GpuMemory
-from .peermap import PeerMaps
-from .segment import CONTROL_BYTES, CONTROL_SLOT, CONTROL_WORDS
+from .vk.memory import ExportInfo, GpuMemory
 
 if TYPE_CHECKING:
     from vkshmem.core.config import Config
     from vkshmem.core.domain import DomainLink
 
-    from .physical import DeviceInfo
+    from .vk.physical import DeviceInfo
 
 __all__ = ["CONTROL_BYTES", "CONTROL_SLOT", "CONTROL_WORDS", "DEFAULT_SPIN_US", "ENTRY_POINT_GROUP",
            "ENV_SPIN", "AcceleratorEntry", "Copier", "DomainAccelerator", "EnvVariable",
@@ -192,7 +192,7 @@ class GpuAccelerator(ABC):
 
     @abstractmethod
     def attach(self, domain: Any) -> DomainAccelerator:
-        """Its accelerator of ``domain`` (a :class:`~vkshmem.gpu.domain.VulkanDomain`, whose
+        """Its accelerator of ``domain`` (a :class:`~vkshmem.gpu.domain.vulkan.VulkanDomain`, whose
         ``device``, ``memory``, ``size``, ``ctx``, ``my_pe``, ``mapped``, ``vmm``, ... it
         reads at use: attach comes before the heap is made)."""
 
@@ -263,8 +263,9 @@ def accelerator_for(info: DeviceInfo, config: Config) -> GpuAccelerator | None:
 def vulkan_initiator(runtime: Any, seg_id: int, device_uuid: bytes, fd: int, size: int) -> Any:
     """GPU-initiated communication (Vulkan kernels, the request ring and its service) on
     another domain's heap: the Vulkan device whose UUID is ``device_uuid`` imports the opaque
-    fd ``fd`` (a duplicate is taken) of ``size`` bytes (see :mod:`vkshmem.gpu.initiated`)."""
-    from .initiated import Initiator
+    fd ``fd`` (a duplicate is taken) of ``size`` bytes (see
+    :mod:`vkshmem.gpu.initiated.initiator`)."""
+    from .initiated.initiator import Initiator
 
     return Initiator.for_fd(runtime, seg_id, device_uuid, fd, size)
 

@@ -5,7 +5,7 @@ offset) in its own numbering — 0 the host heap, 1 the GPU heap —: :func:`off
 for any symmetric array (a DeviceArray's ``offset`` is the GPU one). :func:`gpu_kernel` loads
 the kernel on this PE's launch device with its GPU heap, request ring and PE numbers in the
 push header; its requests are served by this PE's ring service (see
-:mod:`vkshmem.gpu.initiated`). :mod:`vkshmem.shmem` re-exports these names.
+:mod:`vkshmem.gpu.initiated.initiator`). :mod:`vkshmem.shmem` re-exports these names.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from vkshmem.core.domainarray import DomainArray
 from vkshmem.core.errors import FeatureNotAvailableError, InvalidArgumentError, InvalidTypeError
 
 from .array import DeviceArray
-from .launch import UserKernel, pack_push
+from .initiated.launch import UserKernel, pack_push
 
 __all__ = ["device_context", "gpu_kernel", "offset_of", "pack_push"]
 

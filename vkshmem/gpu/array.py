@@ -16,7 +16,7 @@ from vkshmem.core.dlpack import KDL_CUDA, cuda_array_interface, dlpack_capsule
 from vkshmem.core.domainarray import DomainArray
 
 if TYPE_CHECKING:
-    from .domain import VulkanDomain
+    from .domain.vulkan import VulkanDomain
 
 __all__ = ["DeviceArray"]
 

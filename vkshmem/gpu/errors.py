@@ -31,7 +31,7 @@ class GpuTimeoutError(GpuError, WaitTimeoutError):
 
 class RingError(GpuError):
     """A request that a kernel enqueued in a request ring failed on the host (raised by
-    :meth:`RingService.check <vkshmem.gpu.ringservice.RingService.check>` and ``stop``).
+    :meth:`RingService.check <vkshmem.gpu.initiated.ringservice.RingService.check>` and ``stop``).
 
     ``__cause__`` is the handler's exception and ``descriptor`` the request (None when the
     batch's flush failed). The ring was poisoned: kernels waiting on it got false.

@@ -22,7 +22,7 @@ log = logging.getLogger("vkshmem")
 
 
 def _open(ctx: DomainContext) -> MemoryDomain:
-    from .domain import VulkanDomain
+    from .domain.vulkan import VulkanDomain
 
     return VulkanDomain(SPEC, ctx)
 
@@ -30,7 +30,7 @@ def _open(ctx: DomainContext) -> MemoryDomain:
 def _has_gpu(config: Config) -> bool:
     """Whether this PE's Vulkan device would be a GPU (not a CPU driver such as lavapipe)."""
     try:
-        from .instance import list_devices
+        from .vk.instance import list_devices
 
         devices = list_devices()
     except Exception as exc:  # no loader, driver or binding
@@ -44,7 +44,7 @@ def _has_gpu(config: Config) -> bool:
 
 def _has_device(config: Config) -> bool:
     """Whether a Vulkan device (a GPU or a CPU driver such as lavapipe) can be opened here."""
-    from .instance import list_devices
+    from .vk.instance import list_devices
 
     return bool(list_devices())
 

@@ -3,7 +3,7 @@
 CUDA gives device memory no CPU mapping, so every small operation of the domain costs a GPU
 command or the service kernel's round trip (7-12 µs from Python on an H100). Vulkan on NVIDIA
 imports a VMM allocation's POSIX fd into the GPU's CPU-mapped BAR type and maps it
-(:meth:`vkshmem.gpu.peermap.PeerMaps.map_vmm`, the Vulkan domain's CPU-mapped peers): a
+(:meth:`vkshmem.gpu.domain.peermap.PeerMaps.map_vmm`, the Vulkan domain's CPU-mapped peers): a
 Vulkan device of this process on each GPU that holds a heap (no commands, ~26 MiB of that
 GPU's memory each). With the heaps mapped, the domain does a put of host bytes of up to
 ``VKSHMEM_GPU_BAR_WRITE_MAX`` bytes as CPU stores (read back before it returns), a get or a

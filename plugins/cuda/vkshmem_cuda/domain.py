@@ -320,7 +320,7 @@ class CudaDomain(Reductions, MemoryDomain):
         """Vulkan kernels on this heap (:func:`vkshmem.shmem.gpu_kernel`): the Vulkan device
         of this GPU imports the VMM heap's fd (device-local memory), so the Vulkan domain's
         kernels, request ring and ring service run on it unchanged (see
-        :mod:`vkshmem.gpu.initiated`). Made on first use, not collective; needs the GPU's
+        :mod:`vkshmem.gpu.initiated.initiator`). Made on first use, not collective; needs the GPU's
         Vulkan driver and the ``vulkan`` package (FeatureNotAvailableError says which is
         missing)."""
         if self.initiator is None:

@@ -71,7 +71,7 @@ int vkc_link_host(int kind, uintptr_t ctx, uintptr_t stream, uint64_t dst, uint6
 
 /* A copy by the CPU between BAR mappings of GPU memory (write-combined: stores are fast,
    loads cross PCIe one by one): a direct link's small operations on a peer's heap that this
-   process also maps (vkshmem/gpu/peermap.py). The stores are drained (a full fence empties
+   process also maps (vkshmem/gpu/domain/peermap.py). The stores are drained (a full fence empties
    the write-combining buffers); with `readback`, a load of the last byte written follows:
    PCIe lets no read pass an earlier posted write to the same device, so when it returns the
    bytes have landed in that GPU's memory, not just left this CPU. (x86: the full fence is an

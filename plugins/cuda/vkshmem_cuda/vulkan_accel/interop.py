@@ -1,7 +1,7 @@
 """The Vulkan domain's CUDA side on NVIDIA: the heap from CUDA's VMM (:mod:`..vmm`), the heap
 viewed by CUDA (DLPack, ``__cuda_array_interface__``; :mod:`.view`), bulk copies and AMOs
 through CUDA (:mod:`.copier`) and links to peers on other GPUs (:mod:`.link`), as the
-:class:`~vkshmem.plugin.DomainAccelerator` of a :class:`~vkshmem.gpu.domain.VulkanDomain`.
+:class:`~vkshmem.plugin.DomainAccelerator` of a :class:`~vkshmem.gpu.domain.vulkan.VulkanDomain`.
 Everything here is made at first use and says why (``BufferError``, or an info log for the
 copies) where it cannot be: no NVIDIA driver, no ``cuda-bindings``, a device CUDA does not
 list."""
@@ -175,7 +175,7 @@ class CudaInterop(DomainAccelerator):
 
     def _map_peer(self, link: CudaLink, fd: int, info: ExportInfo) -> None:
         """Map the link's peer heap on the CPU too (``fd`` owned here), for the small copies
-        (:mod:`~vkshmem.gpu.peermap`)."""
+        (:mod:`~vkshmem.gpu.domain.peermap`)."""
         cfg = self.dom.ctx.config
         if self._maps is None:
             self._maps = PeerMaps(self.dom.my_pe, cfg.gpu_timeout)

@@ -9,7 +9,7 @@ GPU (:attr:`CudaLink.direct`) and every operation is one step in this GPU's cont
 * host bytes and device bytes: one copy (``cuMemcpy*Async`` + a spin on the stream, one
   GIL-free C call, ``csrc/cudalink.c``), across NVLink where there is one;
 * small puts and gets, where this PE also maps the peer's heap on the CPU
-  (:mod:`~vkshmem.gpu.peermap`, ``VKSHMEM_GPU_LINK_MAP``): CPU stores and loads across PCIe,
+  (:mod:`~vkshmem.gpu.domain.peermap`, ``VKSHMEM_GPU_LINK_MAP``): CPU stores and loads across PCIe,
   no GPU command (:meth:`CudaLink.attach_map`);
 * AMOs: the one-thread kernel of the domain's CUDA copier on the mapped word, atomic with the
   peer's own AMOs (both resolve at the owning GPU);

@@ -11,15 +11,15 @@ A kernel written against ``shaders/vkshmem.glsl`` starts its push-constant block
     32 the kernel's own push constants (at most 96 bytes: 128 is every device's minimum)
 
 :class:`UserKernel` loads the module into a compute pipeline
-(:class:`~vkshmem.gpu.pipeline.ComputePipeline`), fills the header and dispatches
+(:class:`~vkshmem.gpu.vk.pipeline.ComputePipeline`), fills the header and dispatches
 **asynchronously**: :meth:`UserKernel.dispatch` records and submits a command buffer of its
 own (with its own fence) and returns a :class:`Launch` at once, so the host can serve the
-kernel's requests (:class:`~vkshmem.gpu.ringservice.RingService`) while it runs;
+kernel's requests (:class:`~vkshmem.gpu.initiated.ringservice.RingService`) while it runs;
 :meth:`Launch.wait` waits with a timeout (:class:`~vkshmem.gpu.errors.GpuTimeoutError`, never
 a hang) and :meth:`Launch.done` asks without waiting.
 
 The scratch (``scratch_bytes=``) is :meth:`VulkanDevice.alloc_mapped
-<vkshmem.gpu.device.VulkanDevice.alloc_mapped>` memory, zeroed: where a running kernel sees
+<vkshmem.gpu.vk.device.VulkanDevice.alloc_mapped>` memory, zeroed: where a running kernel sees
 host writes, so it is the place for fetched AMO values (``result`` addresses), and the host
 reads it after a launch (:meth:`UserKernel.scratch_view`).
 
@@ -40,15 +40,15 @@ import numpy as np
 
 from vkshmem.core.errors import InvalidArgumentError
 
-from ._vk import check
-from .errors import GpuError
-from .memory import GpuMemory
-from .pipeline import PUSH_CONSTANT_SIZE, SPIRV_MAGIC, ComputePipeline, load_spirv
+from ..errors import GpuError
+from ..vk._vk import check
+from ..vk.memory import GpuMemory
+from ..vk.pipeline import PUSH_CONSTANT_SIZE, SPIRV_MAGIC, ComputePipeline, load_spirv
 from .ring import Ring
 
 if TYPE_CHECKING:
-    from .device import VulkanDevice
-    from .submit import Slot
+    from ..vk.device import VulkanDevice
+    from ..vk.submit import Slot
 
 __all__ = ["PUSH_HEADER", "PUSH_HEADER_SIZE", "USER_PUSH_SIZE", "Launch", "UserKernel",
            "entry_points", "pack_push"]
@@ -194,7 +194,7 @@ class UserKernel:
 
     ``spirv``: SPIR-V bytes, a path to a ``.spv`` file, or the name of a shipped module.
     ``heap``/``ring``: this PE's GPU heap and request ring (a
-    :class:`~vkshmem.gpu.memory.GpuMemory` / :class:`~vkshmem.gpu.ring.Ring`, or device
+    :class:`~vkshmem.gpu.vk.memory.GpuMemory` / :class:`~vkshmem.gpu.initiated.ring.Ring`, or device
     addresses; 0 when the kernel does not use them), ``my_pe``/``n_pes`` the PE numbers the
     kernel sees; all four can be changed later with :meth:`set_header`. ``scratch_bytes``
     allocates the kernel's scratch (see the module doc). ``entry`` names the compute entry

@@ -1,11 +1,11 @@
 """The Vulkan logical device that the GPU layer's engines are built on, and its memory.
 
-:class:`LogicalDevice` opens the chosen physical device (:mod:`~vkshmem.gpu.instance`) with a
+:class:`LogicalDevice` opens the chosen physical device (:mod:`~vkshmem.gpu.vk.instance`) with a
 compute queue (and a launch queue for user kernels where the device has one), command pools and
-the prebuilt structs of command submission (:mod:`~vkshmem.gpu.submit`). It picks memory types,
-allocates and imports device memory (:mod:`~vkshmem.gpu.memory`) and keeps the registry of live
+the prebuilt structs of command submission (:mod:`~vkshmem.gpu.vk.submit`). It picks memory types,
+allocates and imports device memory (:mod:`~vkshmem.gpu.vk.memory`) and keeps the registry of live
 allocations. The engines (slots, pipelines, staging copies, kernels) take it as their device;
-:class:`~vkshmem.gpu.device.VulkanDevice` extends it with them.
+:class:`~vkshmem.gpu.vk.device.VulkanDevice` extends it with them.
 """
 
 from __future__ import annotations
@@ -18,8 +18,7 @@ from typing import Any
 
 from vkshmem.core.errors import ConfigError, FeatureNotAvailableError, InvalidArgumentError
 
-from ._vk import c_strings, check, load
-from .env import (
+from ..env import (
     DEFAULT_SPIN_US,
     DEFAULT_TIMEOUT,
     ENV_BAR,
@@ -28,7 +27,8 @@ from .env import (
     ENV_TIMEOUT,
     env_float,
 )
-from .errors import GpuError
+from ..errors import GpuError
+from ._vk import c_strings, check, load
 from .hostimport import import_alignment
 from .instance import Messenger, choose_physical, create_instance
 from .memory import GpuMemory
@@ -53,7 +53,7 @@ class LogicalDevice:
     """One Vulkan logical device with a compute queue, for one PE: what the engines need.
 
     ``validation=True`` loads the Khronos validation layer and records its warnings and errors
-    (see :class:`~vkshmem.gpu.instance.Messenger`), including leak reports at :meth:`close`.
+    (see :class:`~vkshmem.gpu.vk.instance.Messenger`), including leak reports at :meth:`close`.
     ``timeout`` (default ``VKSHMEM_GPU_TIMEOUT``) bounds every wait for the GPU.
     """
 
@@ -78,7 +78,7 @@ class LogicalDevice:
         #: submissions not yet waited for, per queue (0: ``queue``, 1: ``launch_queue`` when it
         #: is another queue); changed under ``lock``. A command buffer recorded while its queue
         #: has none skips the leading barrier (see :meth:`Slot.begin
-        #: <vkshmem.gpu.submit.Slot.begin>`).
+        #: <vkshmem.gpu.vk.submit.Slot.begin>`).
         self.in_flight = [0, 0]
         #: called after each submission (under ``lock``): the Vulkan domain parks its CUDA
         #: service kernel there, which the GPU would otherwise time-slice this work against
@@ -162,7 +162,7 @@ class LogicalDevice:
         f2.features.shaderInt64 = 1
         f2.features.shaderFloat64 = f.shaderFloat64
         f2.features.shaderInt16 = f.shaderInt16
-        # A launch queue for user kernels (vkshmem.gpu.launch), so the copies and AMOs the
+        # A launch queue for user kernels (vkshmem.gpu.initiated.launch), so the copies and AMOs the
         # host does for their requests on the first queue can run while a kernel waits for
         # them: preferably from another compute family (NVIDIA's async-compute family; the
         # H100 runs nothing else on the first family's queues while a kernel spins), else
@@ -183,7 +183,7 @@ class LogicalDevice:
         exts = [EXT_EXTERNAL_MEMORY_FD]
         if self.info.dma_buf:
             exts.append(EXT_DMA_BUF)
-        #: whether host memory can be imported (vkshmem.gpu.hostimport)
+        #: whether host memory can be imported (vkshmem.gpu.vk.hostimport)
         self.has_memory_host = EXT_MEMORY_HOST in phys.extensions
         if self.has_memory_host:
             exts.append(EXT_MEMORY_HOST)
@@ -261,7 +261,7 @@ class LogicalDevice:
 
     def memory_type(self, type_bits: int, host_visible: bool | None, size: int = 0) -> int:
         """Index of the memory type to use among ``type_bits`` for ``size`` bytes (see
-        :func:`~vkshmem.gpu.physical.pick_memory_type`)."""
+        :func:`~vkshmem.gpu.vk.physical.pick_memory_type`)."""
         return pick_memory_type(self._phys, self.info.name, type_bits, host_visible, size)
 
     def bar_type(self, size: int) -> int | None:
@@ -342,8 +342,8 @@ class LogicalDevice:
     def write(self, mem: GpuMemory, offset: int, src: Any, *, timeout: float | None = None,
               direct: bool = False) -> None:
         """Copy ``src`` into ``mem`` at ``offset`` (what :meth:`GpuMemory.write
-        <vkshmem.gpu.memory.GpuMemory.write>` calls); :class:`~vkshmem.gpu.device.VulkanDevice`
-        implements it with its staging buffer."""
+        <vkshmem.gpu.vk.memory.GpuMemory.write>` calls);
+        :class:`~vkshmem.gpu.vk.device.VulkanDevice` implements it with its staging buffer."""
         raise NotImplementedError
 
     def read(self, mem: GpuMemory, offset: int, dst: Any, *, timeout: float | None = None,
@@ -359,7 +359,7 @@ class LogicalDevice:
 
     def close(self) -> None:
         """Free every allocation and the device and instance (see
-        :meth:`VulkanDevice.close <vkshmem.gpu.device.VulkanDevice.close>`)."""
+        :meth:`VulkanDevice.close <vkshmem.gpu.vk.device.VulkanDevice.close>`)."""
         if self._closed:
             return
         vk = self._vk

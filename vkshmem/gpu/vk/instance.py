@@ -2,7 +2,7 @@
 
 :func:`create_instance` makes a Vulkan 1.2 instance, with the Khronos validation layer and a
 :class:`Messenger` recording what it reports when asked. :func:`list_devices` lists the physical
-devices (:mod:`~vkshmem.gpu.physical`) in vkshmem's order.
+devices (:mod:`~vkshmem.gpu.vk.physical`) in vkshmem's order.
 
 Which physical device (:func:`choose_physical`): ``index`` if given, else
 ``VKSHMEM_GPU_DEVICE`` if set, else ``local_rank`` modulo the number of GPUs (CPU drivers such
@@ -20,8 +20,8 @@ from typing import Any
 
 from vkshmem.core.errors import ConfigError, FeatureNotAvailableError, InvalidArgumentError
 
+from ..env import ENV_DEVICE
 from ._vk import c_strings, check, cstr, icd_hint, keep, load
-from .env import ENV_DEVICE
 from .physical import DeviceInfo, PhysicalDevice, physical_devices
 
 __all__ = ["Messenger", "choose_physical", "create_instance", "list_devices"]

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 from vkshmem.core.errors import FeatureNotAvailableError, InvalidArgumentError
 
+from ..errors import GpuError
 from ._vk import check
-from .errors import GpuError
 
 if TYPE_CHECKING:
     from .logical import LogicalDevice
@@ -45,7 +45,7 @@ def import_alignment(device: LogicalDevice) -> int:
 class HostImport:
     """``size`` bytes of host memory at ``address`` as a device buffer (see module doc).
 
-    Quacks like :class:`~vkshmem.gpu.memory.GpuMemory` for copies: ``buffer``, ``memory``,
+    Quacks like :class:`~vkshmem.gpu.vk.memory.GpuMemory` for copies: ``buffer``, ``memory``,
     ``size``, ``device_address`` (shader copies) and ``check_range``. ``offset_of(address)``
     is the buffer offset of a host address inside the range. The range is widened to the
     device's import alignment.

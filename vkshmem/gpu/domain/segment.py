@@ -25,12 +25,12 @@ from typing import TYPE_CHECKING
 from vkshmem.core._native import lib as _core
 from vkshmem.core.transport import SegmentInfo
 
-from .errors import GpuError
+from ..errors import GpuError
 
 if TYPE_CHECKING:
-    from .accel import HeapMemory
-    from .device import VulkanDevice
-    from .memory import ExportInfo, GpuMemory
+    from ..accel import HeapMemory
+    from ..vk.device import VulkanDevice
+    from ..vk.memory import ExportInfo, GpuMemory
 
 __all__ = ["CONTROL_BYTES", "CONTROL_SLOT", "CONTROL_WORDS", "GpuSegment", "open_segment"]
 

@@ -21,9 +21,9 @@ from __future__ import annotations
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
+from ..env import ENV_TIMEOUT
+from ..errors import GpuError, GpuTimeoutError
 from ._vk import check
-from .env import ENV_TIMEOUT
-from .errors import GpuError, GpuTimeoutError
 
 if TYPE_CHECKING:
     from .logical import LogicalDevice

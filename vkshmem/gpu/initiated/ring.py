@@ -30,7 +30,7 @@ Descriptor (64 bytes, slot = ticket % capacity)::
     0 u32 op   4 u32 pe   8 u64 dst   16 u64 src   24 u64 nbytes   32 u64 value
     40 u64 aux   48 u64 result   56 u32 flags   60 u32 seq (= uint32(ticket + 1), stored last)
 
-:class:`~vkshmem.gpu.ringservice.RingService` drains a ring on a background thread.
+:class:`~vkshmem.gpu.initiated.ringservice.RingService` drains a ring on a background thread.
 
 The host reads ``seq`` before the body; on x86-64 (TSO) loads are not reordered with each
 other, so a matching ``seq`` means the body is complete. ``tail`` and ``done`` are aligned
@@ -48,11 +48,11 @@ from typing import TYPE_CHECKING
 from vkshmem.core.errors import InvalidArgumentError
 from vkshmem.core.transport import AmoOp
 
-from .errors import GpuError
+from ..errors import GpuError
 
 if TYPE_CHECKING:
-    from .device import VulkanDevice
-    from .memory import GpuMemory
+    from ..vk.device import VulkanDevice
+    from ..vk.memory import GpuMemory
 
 __all__ = ["DESC_SIZE", "DONE_FAILED", "HEADER_SIZE", "RING_MAGIC", "Descriptor", "Ring",
            "RingOp", "SignalOp"]

@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 from vkshmem.core.errors import FeatureNotAvailableError, InvalidArgumentError
 
+from ..errors import GpuError
 from ._vk import check
-from .errors import GpuError
 from .submit import Slot
 
 if TYPE_CHECKING:

@@ -8,7 +8,7 @@ import logging
 import os
 from typing import TYPE_CHECKING, Any
 
-from .env import ENV_NATIVE
+from ..env import ENV_NATIVE
 
 if TYPE_CHECKING:
     from .logical import LogicalDevice
@@ -39,8 +39,8 @@ def open_native(vk: Any, device: LogicalDevice) -> NativeSubmit | None:
     if os.environ.get(ENV_NATIVE, "1") == "0":
         return None
     try:
-        from ._submit import ffi as native_ffi
-        from ._submit import lib as native_lib
+        from .._submit import ffi as native_ffi
+        from .._submit import lib as native_lib
     except ImportError as exc:
         log.info("vkshmem.gpu: no native submission helper (%s): the Python path is used", exc)
         return None

@@ -1,26 +1,26 @@
 """A Vulkan device opened for vkshmem, with its engines: the one object the GPU layer hangs off.
 
-:class:`VulkanDevice` is the :class:`~vkshmem.gpu.logical.LogicalDevice` (instance, physical
+:class:`VulkanDevice` is the :class:`~vkshmem.gpu.vk.logical.LogicalDevice` (instance, physical
 device, compute queue, command pools; memory: :meth:`~VulkanDevice.alloc_exportable`,
 :meth:`~VulkanDevice.import_fd`) with copies (:meth:`~VulkanDevice.write`,
 :meth:`~VulkanDevice.read`, :meth:`~VulkanDevice.copy`), shader work (:meth:`~VulkanDevice.amo`,
 :meth:`~VulkanDevice.reduce`, :meth:`~VulkanDevice.pipeline`) and command buffers
-(:meth:`~VulkanDevice.slot`). Which physical device it opens: :mod:`vkshmem.gpu.instance`.
+(:meth:`~VulkanDevice.slot`). Which physical device it opens: :mod:`vkshmem.gpu.vk.instance`.
 
 Threads: every method may be called from any thread. Each engine (the staging copies, each
 pipeline, the AMO kernels) has its own lock held for a whole operation; the device lock is held
 only while recording and submitting, never while waiting for the GPU, and every wait has a
-timeout (:mod:`vkshmem.gpu.submit`).
+timeout (:mod:`vkshmem.gpu.vk.submit`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from ..env import DEFAULT_STAGING, ENV_STAGING, env_size
+from ..errors import GpuError
 from .batch import CopyBatch
 from .copy import Transfer, bytes_view
-from .env import DEFAULT_STAGING, ENV_STAGING, env_size
-from .errors import GpuError
 from .hostimport import HostImport
 from .kernels import Kernels
 from .logical import LogicalDevice

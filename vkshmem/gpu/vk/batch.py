@@ -9,7 +9,7 @@ non-blocking operations only at ``fence``/``quiet``) and submits them without wa
 of two command buffers used in turn, so the next batch is recorded while the previous one
 runs. :meth:`CopyBatch.quiet` submits what is left and waits for both (bounded by the
 timeout). A submission while another is in flight starts with the barrier that orders it
-after it (see :mod:`vkshmem.gpu.submit`), so a blocking operation issued after a flushed batch
+after it (see :mod:`vkshmem.gpu.vk.submit`), so a blocking operation issued after a flushed batch
 runs after it.
 """
 

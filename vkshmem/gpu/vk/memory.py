@@ -5,7 +5,7 @@ TRANSFER_SRC, TRANSFER_DST and SHADER_DEVICE_ADDRESS) covering all of it, so it 
 to and from and addressed by shaders through its :attr:`~GpuMemory.device_address` plus an
 offset. Exportable memory yields an opaque fd (:meth:`~GpuMemory.export_fd`; a dma-buf too
 where the driver has ``VK_EXT_external_memory_dma_buf``) that a process on the same device
-imports with :meth:`VulkanDevice.import_fd <vkshmem.gpu.device.VulkanDevice.import_fd>`,
+imports with :meth:`VulkanDevice.import_fd <vkshmem.gpu.vk.device.VulkanDevice.import_fd>`,
 given the parameters in :meth:`~GpuMemory.export_info`.
 """
 
@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 from vkshmem.core.errors import FeatureNotAvailableError, InvalidArgumentError
 
+from ..errors import GpuError
 from ._vk import check
-from .errors import GpuError
 from .physical import MEM_HOST_CACHED, MEM_HOST_COHERENT, MEM_HOST_VISIBLE
 
 if TYPE_CHECKING:
@@ -88,7 +88,7 @@ def exportable_memory_types(device: LogicalDevice) -> int:
 
 class GpuMemory:
     """One device allocation with a buffer over all of it. Made by the device's
-    :meth:`~vkshmem.gpu.device.VulkanDevice.alloc_exportable`, ``alloc`` or ``import_fd``."""
+    :meth:`~vkshmem.gpu.vk.device.VulkanDevice.alloc_exportable`, ``alloc`` or ``import_fd``."""
 
     def __init__(self, device: LogicalDevice) -> None:
         self.device = device

@@ -1,14 +1,15 @@
 """The host side of GPU-initiated communication: a thread that drains a request ring.
 
-A kernel (see :class:`~vkshmem.gpu.launch.UserKernel`) enqueues requests into a
-:class:`~vkshmem.gpu.ring.Ring` through ``shaders/vkshmem.glsl``; a :class:`RingService`
+A kernel (see :class:`~vkshmem.gpu.initiated.launch.UserKernel`) enqueues requests into a
+:class:`~vkshmem.gpu.initiated.ring.Ring` through ``shaders/vkshmem.glsl``; a :class:`RingService`
 consumes them in ticket order on a background thread, hands each to a **handler** that performs
 it, writes the fetched value (if any) to the request's ``result`` address, and advances the
 ring's ``done`` counter, which the kernel's ``vks_wait``/``vks_quiet`` return on.
 
 Handler contract (``handler(desc) -> int | None``; ``desc`` a
-:class:`~vkshmem.gpu.ring.Descriptor`; segments: 0 the host heap, 1 the GPU heap; offsets are
-symmetric, i.e. the same on every PE; "this PE" is the PE whose kernel made the request):
+:class:`~vkshmem.gpu.initiated.ring.Descriptor`; segments: 0 the host heap, 1 the GPU heap;
+offsets are symmetric, i.e. the same on every PE; "this PE" is the PE whose kernel made the
+request):
 
 ======================  =====================================================================
 ``desc.op``             what the handler does
@@ -34,7 +35,8 @@ symmetric, i.e. the same on every PE; "this PE" is the PE whose kernel made the 
 A request is complete when the handler returns (and, when ``flush`` is given, after the
 ``flush()`` that the service calls once per batch before completing it: a handler may issue
 non-blocking operations and pass the runtime's quiet as ``flush``). An exception from the
-handler (or ``flush``) **poisons the ring** (:meth:`Ring.fail <vkshmem.gpu.ring.Ring.fail>`):
+handler (or ``flush``) **poisons the ring** (:meth:`Ring.fail
+<vkshmem.gpu.initiated.ring.Ring.fail>`):
 every shader wait returns false at once instead of spinning, the service discards later
 requests so producers never block, and :meth:`RingService.check`/:meth:`RingService.stop`
 raise :class:`~vkshmem.gpu.errors.RingError` (its ``__cause__`` is the handler's exception).
@@ -44,7 +46,7 @@ handler submits to that device's queue (staged copies, shader AMOs) runs only af
 ends, so waiting for it deadlocks until the kernel's wait gives up: reach the kernel's own GPU
 memory through a CPU mapping (host-visible memory, as on lavapipe) or another queue, and put
 fetched values in memory a running kernel sees (:meth:`VulkanDevice.alloc_mapped
-<vkshmem.gpu.device.VulkanDevice.alloc_mapped>`, e.g. the kernel's scratch): a ``result``
+<vkshmem.gpu.vk.device.VulkanDevice.alloc_mapped>`, e.g. the kernel's scratch): a ``result``
 elsewhere fails the request rather than deadlock.
 
 Polling: the thread polls the ring, spinning (yielding the GIL) for ``spin`` seconds after the
@@ -63,11 +65,11 @@ from typing import TYPE_CHECKING
 
 from vkshmem.core.errors import InvalidArgumentError
 
-from .errors import GpuTimeoutError, RingError
+from ..errors import GpuTimeoutError, RingError
 from .ring import Descriptor, Ring, RingOp, result_width
 
 if TYPE_CHECKING:
-    from .device import VulkanDevice
+    from ..vk.device import VulkanDevice
 
 __all__ = ["Handler", "RingService"]
 

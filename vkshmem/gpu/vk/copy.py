@@ -1,7 +1,7 @@
 """Host <-> device and device <-> device copies: one DMA from imported host memory, or through
 a persistent staging buffer.
 
-Host memory the device imported (:class:`~vkshmem.gpu.hostimport.HostImport`: the core's host
+Host memory the device imported (:class:`~vkshmem.gpu.vk.hostimport.HostImport`: the core's host
 heap, registered once with :meth:`Transfer.register_host`) is copied with one
 ``vkCmdCopyBuffer``, no staging. Everything else is staged (importing an arbitrary buffer for
 one copy was no faster on an H100: 2.9 against 8.6 GB/s at 1 MiB, equal from 16 MiB, as
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from vkshmem.core.errors import FeatureNotAvailableError, InvalidArgumentError
 
-from .errors import GpuError
+from ..errors import GpuError
 from .hostimport import HostImport
 from .submit import Slot
 
@@ -53,7 +53,7 @@ def bytes_view(obj: Any, writable: bool) -> memoryview:
 
 
 class Transfer:
-    """Staged copies for one :class:`~vkshmem.gpu.device.VulkanDevice` (see module doc)."""
+    """Staged copies for one :class:`~vkshmem.gpu.vk.device.VulkanDevice` (see module doc)."""
 
     def __init__(self, device: LogicalDevice, staging_size: int) -> None:
         vk = device._vk

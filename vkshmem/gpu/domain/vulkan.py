@@ -36,18 +36,18 @@ from vkshmem.core.domain import DomainContext, DomainExport, DomainSpec, MemoryD
 from vkshmem.core.errors import FeatureNotAvailableError
 from vkshmem.core.transport import AmoOp, SegmentInfo
 
-from .accel import DomainAccelerator, accelerator_for
-from .array import DeviceArray
-from .device import VulkanDevice
-from .env import settings
-from .errors import GpuError
-from .kernels import reduce_unsupported
-from .memory import ExportInfo, GpuMemory
+from ..accel import DomainAccelerator, accelerator_for
+from ..array import DeviceArray
+from ..env import settings
+from ..errors import GpuError
+from ..vk.device import VulkanDevice
+from ..vk.kernels import reduce_unsupported
+from ..vk.memory import ExportInfo, GpuMemory
 from .segment import GpuSegment, open_segment
 
 if TYPE_CHECKING:
-    from .accel import HeapMemory
-    from .initiated import Initiator
+    from ..accel import HeapMemory
+    from ..initiated.initiator import Initiator
 
 __all__ = ["VulkanDomain", "address_of"]
 
@@ -320,7 +320,7 @@ class VulkanDomain(MemoryDomain):
     def copy_nbi(self, dst: GpuMemory, dst_offset: int, src: GpuMemory, src_offset: int,
                  nbytes: int) -> None:
         """:meth:`copy`, batched where it is a copy-engine copy (see
-        :meth:`VulkanDevice.copy_nbi <vkshmem.gpu.device.VulkanDevice.copy_nbi>`)."""
+        :meth:`VulkanDevice.copy_nbi <vkshmem.gpu.vk.device.VulkanDevice.copy_nbi>`)."""
         if self.mapped and dst.host_address and src.host_address and (
                 src.host_cached or nbytes <= self.bar_read_max):
             self.copy(dst, dst_offset, src, src_offset, nbytes)
@@ -390,7 +390,7 @@ class VulkanDomain(MemoryDomain):
         """The launch device, request ring and ring service (made on first use, not
         collective)."""
         if self.initiator is None:
-            from .initiated import Initiator
+            from ..initiated.initiator import Initiator
             self.initiator = Initiator.for_vulkan(self, self.ctx.runtime)
         return self.initiator
 

@@ -2,7 +2,7 @@
 
 A CUDA link (:mod:`~vkshmem.gpu.cudalink`) copies with one CUDA call per operation, which
 costs ~8-10 µs however few the bytes. Where the peer's heap sits in the CPU-mapped BAR type
-(:mod:`~vkshmem.gpu.segment`), this PE can map it too: a Vulkan device of its own on the
+(:mod:`~vkshmem.gpu.domain.segment`), this PE can map it too: a Vulkan device of its own on the
 peer's GPU (opened at the first such link, one per GPU, matched by UUID) imports the peer's
 fd into that type and maps it. Then a small put is CPU stores across PCIe and a small get CPU
 loads (``VKSHMEM_GPU_BAR_WRITE_MAX`` / ``VKSHMEM_GPU_BAR_READ_MAX``, as on one GPU), with no
@@ -16,10 +16,10 @@ import logging
 import os
 import threading
 
-from .instance import list_devices
-from .logical import LogicalDevice
-from .memory import ExportInfo, GpuMemory
-from .physical import MEM_HOST_VISIBLE, DeviceInfo
+from ..vk.instance import list_devices
+from ..vk.logical import LogicalDevice
+from ..vk.memory import ExportInfo, GpuMemory
+from ..vk.physical import MEM_HOST_VISIBLE, DeviceInfo
 
 __all__ = ["PeerMaps"]
 

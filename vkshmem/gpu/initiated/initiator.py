@@ -2,9 +2,9 @@
 
 :class:`Initiator` belongs to a PE's GPU domain and is made on the first
 :func:`vkshmem.shmem.gpu_kernel`: :meth:`Initiator.for_vulkan` for the
-:class:`~vkshmem.gpu.domain.VulkanDomain`, :meth:`Initiator.for_fd` for a GPU heap another API
-allocated and exports as an opaque fd (the ``cuda`` domain's VMM heap, which Vulkan imports as
-device-local memory, so the same kernels run on it). It holds:
+:class:`~vkshmem.gpu.domain.vulkan.VulkanDomain`, :meth:`Initiator.for_fd` for a GPU heap
+another API allocated and exports as an opaque fd (the ``cuda`` domain's VMM heap, which
+Vulkan imports as device-local memory, so the same kernels run on it). It holds:
 
 - a **launch queue**: kernels are submitted to a second queue of the domain's device, so the
   work the host does for their requests (staged copies, shader AMOs, on the first queue) runs
@@ -12,13 +12,14 @@ device-local memory, so the same kernels run on it). It holds:
   until the kernel's bounded wait gave up). Where the device has a single queue (lavapipe),
   kernels run on a second Vulkan device on the same GPU into which this PE's heap is
   imported;
-- a request :class:`~vkshmem.gpu.ring.Ring` in memory of the launch device that a running
-  kernel sees the host's writes to (``alloc_mapped``);
-- a :class:`~vkshmem.gpu.ringservice.RingService` whose handler performs each request with the
-  runtime: GPU-heap targets through the domain's heap (imported memory of same-device peers,
-  the domain proxy for the others: :class:`~vkshmem.core.domainheap.DomainHeap`), host-heap
-  targets through the PE's transports (own endpoints, so the service thread never shares the
-  application's), and completes it.
+- a request :class:`~vkshmem.gpu.initiated.ring.Ring` in memory of the launch device that a
+  running kernel sees the host's writes to (``alloc_mapped``);
+- a :class:`~vkshmem.gpu.initiated.ringservice.RingService` whose handler performs each
+  request with the runtime: GPU-heap targets through the domain's heap (imported memory of
+  same-device peers, the domain proxy for the others:
+  :class:`~vkshmem.core.domainheap.DomainHeap`), host-heap targets through the PE's
+  transports (own endpoints, so the service thread never shares the application's), and
+  completes it.
 
 Requests address symmetric offsets in the kernels' own segment numbering (0 the host heap,
 1 this GPU heap, whatever segment id the runtime gave the domain), so a kernel uses the
@@ -37,12 +38,12 @@ from vkshmem.core.endpoints import Endpoints
 from vkshmem.core.errors import FeatureNotAvailableError, InvalidArgumentError
 from vkshmem.core.transport import AmoOp, Transport
 
-from .device import VulkanDevice
-from .env import settings
-from .errors import GpuError
-from .instance import list_devices
+from ..env import settings
+from ..errors import GpuError
+from ..vk.device import VulkanDevice
+from ..vk.instance import list_devices
+from ..vk.memory import ExportInfo, exportable_memory_types
 from .launch import UserKernel
-from .memory import ExportInfo, exportable_memory_types
 from .ring import Descriptor, Ring, RingOp, SignalOp
 from .ringservice import RingService
 
@@ -50,8 +51,8 @@ if TYPE_CHECKING:
     from vkshmem.core.domainheap import DomainHeap
     from vkshmem.core.runtime import Runtime
 
-    from .domain import VulkanDomain
-    from .memory import GpuMemory
+    from ..domain.vulkan import VulkanDomain
+    from ..vk.memory import GpuMemory
 
 __all__ = ["Initiator"]
 
@@ -204,7 +205,7 @@ class Initiator:
     def kernel(self, spirv: str | os.PathLike[str] | bytes, *, name: str | None = None,
                entry: str = "main", scratch_bytes: int = 4096) -> UserKernel:
         """A user kernel on the launch device with this PE's heap, ring and numbers in its
-        push header (see :class:`~vkshmem.gpu.launch.UserKernel`)."""
+        push header (see :class:`~vkshmem.gpu.initiated.launch.UserKernel`)."""
         k = UserKernel(self.device, spirv, name=name, entry=entry, heap=self.heap,
                        ring=self.ring, my_pe=self.rt.my_pe, n_pes=self.rt.n_pes,
                        scratch_bytes=scratch_bytes)
@@ -356,7 +357,7 @@ class Initiator:
         if check and error is not None:
             raise error
         if check and errors:
-            from .errors import GpuError
+            from ..errors import GpuError
             raise GpuError("Vulkan validation errors on the launch device (VKSHMEM_GPU_"
                            "VALIDATION=1): " + " | ".join(errors[:5]))
 

@@ -42,7 +42,7 @@ REDUCE_DTYPES = {np.dtype(np.int8): "reduce_i8", np.dtype(np.uint8): "reduce_u8"
                  np.dtype(np.float16): "reduce_f16",
                  np.dtype(np.float32): "reduce_f32", np.dtype(np.float64): "reduce_f64",
                  np.dtype(np.complex64): "reduce_c64", np.dtype(np.complex128): "reduce_c128"}
-#: numpy dtype -> the device features (:data:`vkshmem.gpu.physical.SHADER_FEATURES` names) its
+#: numpy dtype -> the device features (:data:`vkshmem.gpu.vk.physical.SHADER_FEATURES` names) its
 #: variants need; a dtype not listed needs nothing optional.
 REDUCE_FEATURES: dict[np.dtype, tuple[str, ...]] = {
     np.dtype(np.int8): ("shaderInt8", "storageBuffer8BitAccess"),
@@ -129,7 +129,7 @@ def _copy_groups(count: int) -> int:
 class Kernels:
     """Per-device state of the shipped kernels (see module doc). ``pipeline`` gives the
     device's cached pipeline of a shipped shader by name (:meth:`VulkanDevice.pipeline
-    <vkshmem.gpu.device.VulkanDevice.pipeline>`)."""
+    <vkshmem.gpu.vk.device.VulkanDevice.pipeline>`)."""
 
     def __init__(self, device: LogicalDevice,
                  pipeline: Callable[[str], ComputePipeline]) -> None:

@@ -23,7 +23,7 @@ from typing import Any
 
 from vkshmem.core.errors import FeatureNotAvailableError
 
-from .errors import GpuError
+from ..errors import GpuError
 
 __all__ = ["VK", "c_strings", "check", "cstr", "keep", "load", "make_version"]
 
