@@ -4,7 +4,7 @@ and taking turns: run with ``vkshmem run -n 2 benchmarks/fast_vs_python.py``.
 On a loaded machine two separate runs (the code before and after a change) can differ by
 several times from one minute to the next; here each sample of the C path (``sum_reduce``,
 ``sum_inscan``: the compiled entries) is followed by one of the Python algorithm
-(``vkshmem.core.collectives.reduce``/``scan`` after the same argument handling), so both meet
+(``vkshmem.core.collectives.host.reduce``/``scan`` after the same argument handling), so both meet
 the same load. PE 0 prints the median over ``--rounds`` (7) of the mean time per call of each,
 float64, at 64 KiB, 1 MiB and 4 MiB (scans: 64 KiB); each PE is pinned to its own core when
 there are enough.
@@ -21,7 +21,7 @@ import numpy as np
 
 from vkshmem import shmem
 from vkshmem._api.collargs import prep, team_of
-from vkshmem.core import collectives as core
+from vkshmem.core.collectives import host as core
 
 me, n = shmem.my_pe(), shmem.n_pes()
 rounds = int(sys.argv[sys.argv.index("--rounds") + 1]) if "--rounds" in sys.argv else 7

@@ -13,7 +13,7 @@ from typing import Any
 
 from vkshmem.core._native import lib as native
 
-from vkshmem.core.transport import AmoOp, PeerInfo, Transport, TransportContext
+from vkshmem.core.transports.contract import AmoOp, PeerInfo, Transport, TransportContext
 
 _TARGET = """
 import json, mmap, os, sys, time

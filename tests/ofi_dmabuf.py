@@ -19,7 +19,7 @@ from vkshmem_ofi._ofi import lib
 from vkshmem_ofi._transport import OfiTransport
 
 from vkshmem.core.errors import TransportError
-from vkshmem.core.transport import AmoOp, PeerInfo, SegmentInfo
+from vkshmem.core.transports.contract import AmoOp, PeerInfo, SegmentInfo
 from vkshmem.testing import Segment
 from vkshmem.testing.transport import Job
 

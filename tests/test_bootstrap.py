@@ -24,7 +24,7 @@ from vkshmem.core.bootstrap.select import choose_bootstrap, open_bootstrap
 from vkshmem.core.bootstrap.store import StoreClient, StoreServer, pack_blobs, unpack_blobs
 from vkshmem.core.config import load as load_config
 from vkshmem.core.errors import BootstrapError, ConfigError
-from vkshmem.core.plugins import load_plugins
+from vkshmem.core.plugins.loader import load_plugins
 
 PE_DIR = Path(__file__).parent / "pe"
 ALLGATHER = str(PE_DIR / "boot_allgather.py")

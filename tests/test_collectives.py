@@ -9,8 +9,8 @@ from collections.abc import Callable, Mapping
 import pytest
 from test_multipe import MODE_PARAMS, MODES, check_run, launch
 
-from vkshmem.core.collteam import find_offload
-from vkshmem.core.transport import CollectiveArgs, PeerInfo, SegmentInfo, Transport
+from vkshmem.core.collectives.team import find_offload
+from vkshmem.core.transports.contract import CollectiveArgs, PeerInfo, SegmentInfo, Transport
 
 
 def _run(npes: int, mode: str, extra: Mapping[str, str] | None = None) -> None:

@@ -47,8 +47,8 @@ def test_every_variable_documented_in_readme() -> None:
 
 
 def test_gpu_proxy_chunk_auto_fits_an_eighth_of_the_heap() -> None:
-    from vkshmem.core.domainproxy import proxy_chunk
-    from vkshmem.core.proxymailbox import DEPTH, Layout
+    from vkshmem.core.proxy.mailbox import DEPTH, Layout
+    from vkshmem.core.proxy.protocol import proxy_chunk
 
     assert load({"VKSHMEM_GPU_PROXY_CHUNK": "auto"}).gpu_proxy_chunk == 0
     assert load({"VKSHMEM_GPU_PROXY_CHUNK": "1M"}).gpu_proxy_chunk == 1 << 20

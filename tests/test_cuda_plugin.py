@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from test_multipe import MODES, check_run, launch
 
-from vkshmem.core import plugins
 from vkshmem.core.config import load
+from vkshmem.core.plugins import loader as plugins
 
 PLUGIN = Path(__file__).parent.parent / "plugins" / "cuda"
 

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from vkshmem.core.config import load
-from vkshmem.core.plugins import load_plugins
+from vkshmem.core.plugins.loader import load_plugins
 
 
 def doctor(*args: str, env: dict[str, str] | None = None,

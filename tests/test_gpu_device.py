@@ -26,7 +26,7 @@ from vkshmem.core.errors import (
     FeatureNotAvailableError,
     InvalidArgumentError,
 )
-from vkshmem.core.transport import AmoOp
+from vkshmem.core.transports.contract import AmoOp
 from vkshmem.gpu import ExportInfo, GpuSegment, VulkanDevice, list_devices
 from vkshmem.gpu.errors import GpuTimeoutError
 

@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from gpu.helpers import device_fixture
 
 from vkshmem.core.errors import FeatureNotAvailableError, InvalidArgumentError
-from vkshmem.core.transport import AmoOp
+from vkshmem.core.transports.contract import AmoOp
 from vkshmem.gpu import (
     REDUCE_DTYPES,
     REDUCE_FEATURES,

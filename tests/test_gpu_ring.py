@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from gpu.helpers import device_fixture
 
 from vkshmem.core.errors import InvalidArgumentError
-from vkshmem.core.transport import AmoOp
+from vkshmem.core.transports.contract import AmoOp
 from vkshmem.gpu import Descriptor, GpuMemory, Ring, RingOp, SignalOp, VulkanDevice
 from vkshmem.gpu.initiated import ring as ringmod
 

@@ -22,7 +22,7 @@ from test_fast import routed_through, shmem  # noqa: F401 - shmem: a fixture
 from test_multipe import MODES, check_run, launch
 
 from vkshmem.core.errors import TransportError
-from vkshmem.core.transport import PeerInfo
+from vkshmem.core.transports.contract import PeerInfo
 
 pytest.importorskip("vkshmem_hostproxy")
 from vkshmem_hostproxy import HostProxyTransport

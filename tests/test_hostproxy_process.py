@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from vkshmem.core.transport import AmoOp, PeerInfo
+from vkshmem.core.transports.contract import AmoOp, PeerInfo
 
 pytest.importorskip("vkshmem_hostproxy")
 from vkshmem_hostproxy import HostProxyTransport

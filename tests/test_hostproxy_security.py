@@ -20,7 +20,7 @@ from attack import read_all, rss_kib
 
 from vkshmem.core.auth import derive_key
 from vkshmem.core.errors import TransportError
-from vkshmem.core.transport import PeerInfo
+from vkshmem.core.transports.contract import PeerInfo
 
 pytest.importorskip("vkshmem_hostproxy")
 from test_hostproxy_unit import REP, REQ, SEG_SIZES, Job, raw_connect, recv_exact

@@ -19,7 +19,7 @@ import pytest
 
 from vkshmem.core.auth import derive_key
 from vkshmem.core.errors import ConfigError, TransportError
-from vkshmem.core.transport import AmoOp, PeerInfo
+from vkshmem.core.transports.contract import AmoOp, PeerInfo
 
 hostproxy = pytest.importorskip("vkshmem_hostproxy")
 from vkshmem_hostproxy import HostProxyTransport  # noqa: E402

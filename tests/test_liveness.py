@@ -1,4 +1,5 @@
-"""Failure detection (:mod:`vkshmem.core.liveness`): when a PE dies, every other PE's blocking
+"""Failure detection (:mod:`vkshmem.core.liveness.channel`): when a PE dies, every other PE's
+blocking
 call raises PeerFailedError naming it and why, the job ends non-zero, nothing is left behind.
 
 One multi-PE script (``tests/pe/liveness.py``) runs with its case in environment variables.

@@ -1,4 +1,5 @@
-"""The liveness channel in one process (:mod:`vkshmem.core.liveness`, :mod:`vkshmem.core.livehub`):
+"""The liveness channel in one process (:mod:`vkshmem.core.liveness.channel`,
+:mod:`vkshmem.core.liveness.hub`):
 a real hub on loopback and real connections; "a PE dies" is its socket closing without a
 goodbye, as the kernel does for a killed process."""
 
@@ -18,8 +19,8 @@ from vkshmem.core._native import ffi
 
 import vkshmem
 from vkshmem.core.errors import BootstrapError, PeerFailedError, TransportError, VkshmemError
-from vkshmem.core.livehub import Hub
-from vkshmem.core.liveness import Liveness
+from vkshmem.core.liveness.channel import Liveness
+from vkshmem.core.liveness.hub import Hub
 from vkshmem.core.wait import Waiter
 
 TIMEOUT = 5.0

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from vkshmem.core.errors import ConfigError
-from vkshmem.core.transport import AmoOp
+from vkshmem.core.transports.contract import AmoOp
 
 pytest.importorskip("vkshmem_ofi")
 from test_ofi_unit import PROVIDERS, Job, context, word

@@ -23,7 +23,7 @@ import pytest
 from test_multipe import MODES, launch
 
 from vkshmem.core.errors import ConfigError, TransportError
-from vkshmem.core.transport import AmoOp
+from vkshmem.core.transports.contract import AmoOp
 
 pytest.importorskip("vkshmem_ofi")
 from test_ofi_unit import PROVIDERS, Job

@@ -19,7 +19,7 @@ import time
 import pytest
 
 from vkshmem.core.errors import ConfigError
-from vkshmem.core.transport import AmoOp
+from vkshmem.core.transports.contract import AmoOp
 
 pytest.importorskip("vkshmem_ofi")
 from test_ofi_unit import Job, context

@@ -20,8 +20,15 @@ import pytest
 
 from vkshmem.core.config import Config
 from vkshmem.core.errors import ConfigError, TransportError
-from vkshmem.core.plugins import load_plugins
-from vkshmem.core.transport import AMO, RMA, AmoOp, PeerInfo, SegmentInfo, TransportContext
+from vkshmem.core.plugins.loader import load_plugins
+from vkshmem.core.transports.contract import (
+    AMO,
+    RMA,
+    AmoOp,
+    PeerInfo,
+    SegmentInfo,
+    TransportContext,
+)
 
 vkshmem_ofi = pytest.importorskip("vkshmem_ofi")
 from vkshmem_ofi._ofi import lib as vko  # noqa: E402
@@ -367,7 +374,7 @@ def test_discovering_the_plugin_loads_no_libfabric() -> None:
     library the mpi bootstrap loads later brings its own libfabric.so.1, and finding the
     system's already loaded under that soname it fails (FABRIC_1.9 not found)."""
     probe = ("import vkshmem_ofi; from vkshmem.core.config import load; "
-             "from vkshmem.core.plugins import load_plugins; p = load_plugins(load()); "
+             "from vkshmem.core.plugins.loader import load_plugins; p = load_plugins(load()); "
              "assert 'ofi' in p.transports; "
              "print(sum('libfabric' in line for line in open('/proc/self/maps')))")
     r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from vkshmem.core import plugins
 from vkshmem.core.config import load
 from vkshmem.core.errors import PluginError
+from vkshmem.core.plugins import loader as plugins
 
 ROOT = Path(__file__).parent.parent
 PE_DIR = Path(__file__).parent / "pe"
@@ -48,7 +48,7 @@ def _run(args: list[str], env: dict[str, str], timeout: int = 120) -> subprocess
 def test_discovered_through_its_entry_point(example_installed: None) -> None:
     import importlib
 
-    from vkshmem.core.transport import AmoOp
+    from vkshmem.core.transports.contract import AmoOp
 
     importlib.invalidate_caches()
     reg = plugins.load_plugins(load({}))
@@ -140,8 +140,8 @@ def test_allow_and_deny(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_wrong_api_version_is_refused(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     mod = tmp_path / "future_nic.py"
     mod.write_text(
-        "from vkshmem.core.hookspecs import hookimpl\n"
-        "from vkshmem.core.transport import TransportSpec\n"
+        "from vkshmem.core.plugins.hookspecs import hookimpl\n"
+        "from vkshmem.core.transports.contract import TransportSpec\n"
         "@hookimpl\n"
         "def register_transports(register):\n"
         "    register(TransportSpec(name='future', factory=None, api_version=99))\n")

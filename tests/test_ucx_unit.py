@@ -19,7 +19,7 @@ from collections.abc import Iterator
 import pytest
 
 from vkshmem.core.errors import ConfigError, InvalidArgumentError, TransportError
-from vkshmem.core.transport import (
+from vkshmem.core.transports.contract import (
     AMO,
     RMA,
     AmoOp,

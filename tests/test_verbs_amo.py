@@ -12,7 +12,7 @@ import threading
 
 import pytest
 
-from vkshmem.core.transport import AmoOp
+from vkshmem.core.transports.contract import AmoOp
 
 pytest.importorskip("vkshmem_verbs")
 from vkshmem_verbs._transport import amo_table

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from vkshmem.core.errors import ConfigError, TransportError
-from vkshmem.core.transport import AmoOp
+from vkshmem.core.transports.contract import AmoOp
 
 pytest.importorskip("vkshmem_verbs")
 from rdma import rdma_device

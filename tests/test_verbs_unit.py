@@ -14,8 +14,8 @@ import pytest
 
 from vkshmem.core.config import Config
 from vkshmem.core.errors import ConfigError, TransportError
-from vkshmem.core.plugins import load_plugins
-from vkshmem.core.transport import AmoOp
+from vkshmem.core.plugins.loader import load_plugins
+from vkshmem.core.transports.contract import AmoOp
 
 vkshmem_verbs = pytest.importorskip("vkshmem_verbs")
 from rdma import rdma_device  # noqa: E402

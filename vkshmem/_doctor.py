@@ -27,7 +27,7 @@ from typing import Any
 
 from .core.config import load
 from .core.errors import VkshmemError
-from .core.plugins import load_plugins
+from .core.plugins.loader import load_plugins
 
 __all__ = ["Result", "main", "plan"]
 

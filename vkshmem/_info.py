@@ -15,8 +15,8 @@ from typing import Any
 from . import __version__
 from .core.config import load
 from .core.errors import VkshmemError
-from .core.plugins import load_plugins
-from .core.transport import AMO, RMA
+from .core.plugins.loader import load_plugins
+from .core.transports.contract import AMO, RMA
 
 
 def main(args: argparse.Namespace) -> int:

@@ -10,7 +10,8 @@ line by line with a ``[pe i] `` prefix, and watches them:
 * when a PE exits non-zero, dies from a signal, or reports a failure through the store
   (``Bootstrap.report_failure``), every other PE gets a short *notice* period (1 s) to end on
   its own: its blocking calls raise PeerFailedError through vkshmem's failure detection
-  (:mod:`vkshmem.core.liveness`), so it can name the failed PE; then SIGTERM, and SIGKILL after
+  (:mod:`vkshmem.core.liveness.channel`), so it can name the failed PE; then SIGTERM, and SIGKILL
+  after
   the grace period (the PE that reported gets the grace period to finish printing); the
   launcher prints which PE failed and why. ``global_exit`` (``Bootstrap.abort``) ends the
   others with SIGTERM at once;

@@ -24,18 +24,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .core.apiversion import API_VERSION, check_api_version, parse_api_version
 from .core.auth import derive_key
 from .core.config import Config, parse_size
 from .core.dlpack import KDL_CPU, KDL_CUDA, cuda_array_interface, dlpack_capsule
-from .core.domain import (
+from .core.domains.array import DomainArray
+from .core.domains.contract import (
     DomainContext,
     DomainExport,
     DomainLink,
     DomainSpec,
     MemoryDomain,
 )
-from .core.domainarray import DomainArray
 from .core.errors import (
     BootstrapError,
     ConfigError,
@@ -51,11 +50,12 @@ from .core.errors import (
     VkshmemError,
     WaitTimeoutError,
 )
-from .core.hookspecs import hookimpl
-from .core.nativetransport import STATUS, NativeTransport, status_message
-from .core.pluginbuild import FoundLibrary, header_cdef, locate_library, plugin_cdef
+from .core.plugins.apiversion import API_VERSION, check_api_version, parse_api_version
+from .core.plugins.build import FoundLibrary, header_cdef, locate_library, plugin_cdef
+from .core.plugins.hookspecs import hookimpl
+from .core.plugins.nativetransport import STATUS, NativeTransport, status_message
 from .core.shmnames import job_shm_name
-from .core.transport import (
+from .core.transports.contract import (
     ALL_AMO_OPS,
     ALL_OPS,
     AMO,

@@ -69,6 +69,7 @@ from ._api.compat import ffi, lib
 from ._api.ctx import CTX_DEFAULT, CTX_INVALID, Ctx, ctx_session_start, ctx_session_stop
 from ._api.enums import AMO, CMP, CTX, CTX_SESSION, MALLOC, OP, THREAD
 from ._api.interop import from_dlpack
+from ._api.kernels import device_context, gpu_kernel, offset_of, pack_push
 from ._api.lifecycle import (
     MAJOR_VERSION,
     MINOR_VERSION,
@@ -137,8 +138,7 @@ from ._api.sync import (
 )
 from ._api.team import TEAM_INVALID, TEAM_SHARED, TEAM_WORLD, Team, sync, team_ptr
 from .core.config import load as _load_config
-from .core.domain import DomainArray
-from .gpu.api import device_context, gpu_kernel, offset_of, pack_push
+from .core.domains.contract import DomainArray
 from .gpu.array import DeviceArray
 
 __all__ = [

@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 
-from vkshmem.core.transport import AmoOp
+from vkshmem.core.transports.contract import AmoOp
 from vkshmem.gpu import VulkanDevice
 
 

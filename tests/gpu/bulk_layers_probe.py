@@ -84,7 +84,7 @@ if me == 0:
             rows.setdefault("cupy", []).append(per_call(cpy))
     except ImportError:
         pass
-    from vkshmem.core.transport import AmoOp
+    from vkshmem.core.transports.contract import AmoOp
 
     word = g_dst[:8].view(np.int64)
     amo_rows = {

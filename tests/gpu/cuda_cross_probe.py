@@ -12,7 +12,7 @@ import numpy as np
 from probe_timing import median_call as med
 
 from vkshmem import shmem
-from vkshmem.core.transport import AmoOp
+from vkshmem.core.transports.contract import AmoOp
 
 me = shmem.my_pe()
 s8 = shmem.zeros(8, np.uint8, domain="gpu")

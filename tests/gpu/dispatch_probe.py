@@ -16,7 +16,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from vkshmem.core.transport import AmoOp
+from vkshmem.core.transports.contract import AmoOp
 from vkshmem.gpu import VulkanDevice
 from vkshmem.gpu.vk.submit import Slot
 

@@ -211,7 +211,7 @@ def api_call() -> tuple[float, list[tuple[str, float]]]:
     return (stamps[-1][1] - stamps[0][1]) * 1e6, steps
 
 
-dc = sys.modules["vkshmem._api.device_collectives"]
+dc = sys.modules["vkshmem.core.collectives.device"]
 ct = shmem._state.rt.world
 ct.sync = _stamped(ct.sync, "sync")  # before the first call: the kept path holds this one
 api_call()  # makes the domain's round (the cuda domain's PairReduce), then time inside it
@@ -256,7 +256,7 @@ print(f"PE {me} {name} second phase by the copy engine (push; fold + CE push, GP
       flush=True)
 if link is not None and me == 0:  # the Python the ring's entry runs before its barrier
     f32 = np.dtype(np.float32)
-    dr = sys.modules["vkshmem._api.device_ring"]
+    dr = sys.modules["vkshmem.core.collectives.device_ring"]
     for what, fn in (("link.pairs", lambda: link.pairs((0, 1), "sum", f32)),
                      ("hub.fold_kernel", lambda: link.hub.fold_kernel("sum", f32)),
                      ("folds.known", lambda: link.hub._folds.known("sum", f32)),

@@ -19,7 +19,7 @@ import sys
 
 import numpy as np
 
-from vkshmem.core.transport import AmoOp
+from vkshmem.core.transports.contract import AmoOp
 from vkshmem.gpu import ExportInfo, VulkanDevice
 
 COUNTER = 0  # offset of the shared counter word (the exporter keeps it out of its pattern)

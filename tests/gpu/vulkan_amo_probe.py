@@ -13,7 +13,7 @@ import numpy as np
 from probe_timing import best_per_call
 
 from vkshmem import shmem
-from vkshmem.core.transport import AmoOp
+from vkshmem.core.transports.contract import AmoOp
 
 me = shmem.my_pe()
 w = shmem.zeros(2, np.int64, domain="gpu")

@@ -14,7 +14,7 @@ import time
 
 from vkshmem.core.bootstrap.select import open_bootstrap
 from vkshmem.core.config import load as load_config
-from vkshmem.core.plugins import load_plugins
+from vkshmem.core.plugins.loader import load_plugins
 
 
 def main() -> None:

@@ -23,7 +23,7 @@ SIZE = int(os.environ.get("VKSHMEM_NPES", "1"))
 def open_boot():  # type: ignore[no-untyped-def]
     from vkshmem.core.bootstrap.select import open_bootstrap
     from vkshmem.core.config import load as load_config
-    from vkshmem.core.plugins import load_plugins
+    from vkshmem.core.plugins.loader import load_plugins
 
     cfg = load_config()
     return open_bootstrap(cfg, load_plugins(cfg).bootstraps, os.environ)

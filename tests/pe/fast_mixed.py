@@ -211,7 +211,7 @@ def teams() -> None:
     """On a team of every PE in order (a NativeTeam: its calls go through the Python layer,
     then C), each collective gives the bytes the compiled TEAM_WORLD entry gives; the Python
     algorithms are not called."""
-    from vkshmem.core import collectives as core
+    from vkshmem.core.collectives import host as core
 
     team = W.split_strided(0, 1, n)
     check(team.state.native is not None, "a team of shm peers has a NativeTeam")

@@ -10,7 +10,7 @@ import numpy as np
 from _common import DTYPES, check, data
 
 from vkshmem import shmem
-from vkshmem.core.domainarray import DomainArray
+from vkshmem.core.domains.array import DomainArray
 from vkshmem.core.errors import FeatureNotAvailableError, InvalidArgumentError
 
 me, n = shmem.my_pe(), shmem.n_pes()

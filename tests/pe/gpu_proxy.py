@@ -13,7 +13,7 @@ import numpy as np
 from _common import check
 
 from vkshmem import shmem
-from vkshmem.core.proxymailbox import DEPTH, INLINE
+from vkshmem.core.proxy.mailbox import DEPTH, INLINE
 
 me, n = shmem.my_pe(), shmem.n_pes()
 right, left = (me + 1) % n, (me - 1) % n

@@ -1,4 +1,4 @@
-"""Repeated all-reduces of GPU arrays (``reduce_again`` in vkshmem/_api/device_collectives.py):
+"""Repeated all-reduces of GPU arrays (``reduce_again`` in vkshmem/core/collectives/device.py):
 an all-reduce that took one domain call between two barriers (the domain's in-place reduce of
 mapped peers, or two PEs' pair round over a direct CUDA link) is kept under its arrays, and a
 repeat with the same arrays, op, size and team goes straight to that call. Checks that the
@@ -13,7 +13,8 @@ import numpy as np
 from _common import check
 
 from vkshmem import shmem
-from vkshmem._api import device_collectives, device_ring
+from vkshmem.core.collectives import device as device_collectives
+from vkshmem.core.collectives import device_ring
 from vkshmem.core.errors import InvalidArgumentError
 
 me, n = shmem.my_pe(), shmem.n_pes()

@@ -1,4 +1,5 @@
-"""The ring all-reduce of GPU arrays whose peers are not mapped (vkshmem/_api/device_ring.py):
+"""The ring all-reduce of GPU arrays whose peers are not mapped
+(vkshmem/core/collectives/device_ring.py):
 exact results for sums (float32, int64), max and prod, a dtype the device cannot reduce
 (longdouble: the numpy folds), counts below the threshold and uneven ones above it, the same
 bytes on every PE, sources left unchanged, and in-place calls (the gather path). Whether the
@@ -17,7 +18,7 @@ import numpy as np
 from _common import check
 
 from vkshmem import shmem
-from vkshmem._api import device_ring
+from vkshmem.core.collectives import device_ring
 
 me, n = shmem.my_pe(), shmem.n_pes()
 probe = shmem.zeros(1, np.uint8, domain="gpu")

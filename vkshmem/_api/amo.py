@@ -15,7 +15,7 @@ import numpy as np
 from ..core._native import ffi, lib
 from ..core.errors import InvalidArgumentError, InvalidTypeError
 from ..core.fast import entry
-from ..core.transport import AmoOp
+from ..core.transports.contract import AmoOp
 from . import state
 from .args import ND, DomainArray, check_pe, locate, resolve, segment_route
 from .enums import AMO

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..core.errors import InvalidArgumentError, InvalidTypeError
 from ..core.fast import entry
-from ..core.transport import AmoOp
+from ..core.transports.contract import AmoOp
 from .amo import _amo, _op, op_map
 from .args import DomainArray
 

@@ -11,14 +11,13 @@ from typing import Any
 import numpy as np
 
 from ..core._native import ffi, lib
-from ..core.domain import DomainArray
-from ..core.domainheap import DomainHeap
+from ..core.domains.contract import DomainArray
+from ..core.domains.heap import DomainHeap
 from ..core.errors import InvalidArgumentError, InvalidTypeError, NotAllocatedError
 from . import state
 
-__all__ = ["ND", "DomainArray", "check_pe", "contiguous", "count_of", "element_count",
-           "foreign", "heap_of", "host_copy", "locate", "place", "resolve", "same_dtype",
-           "segment_route"]
+__all__ = ["ND", "DomainArray", "check_pe", "contiguous", "foreign", "heap_of", "locate", "place",
+           "resolve", "same_dtype", "segment_route"]
 
 _MASK48 = (1 << 48) - 1
 #: numpy's array type: the hot paths test ``type(a) is not ND`` before anything slower
@@ -87,14 +86,9 @@ def locate(a: np.ndarray, nbytes: int, what: str) -> tuple[int, int]:
 
 
 def heap_of(a: DomainArray, what: str) -> DomainHeap:
-    """The open heap ``a`` belongs to, or an error when that heap is gone (an earlier
-    ``init``)."""
-    heap = state.rt.domain_heaps.get(a.domain)
-    if heap is None:
-        raise InvalidArgumentError(f"{what}: this {type(a).__name__} belongs to a "
-                                   f"{a.domain.spec.name} heap that was released (finalize); "
-                                   "allocate it again")
-    return heap
+    """The open heap ``a`` belongs to (see :meth:`MemoryDomains.heap_of_array
+    <vkshmem.core.domains.registry.MemoryDomains.heap_of_array>`)."""
+    return state.rt.heap_of_array(a, what)
 
 
 def place(a: DomainArray, nbytes: int, what: str) -> tuple[DomainHeap, int]:
@@ -107,11 +101,6 @@ def place(a: DomainArray, nbytes: int, what: str) -> tuple[DomainHeap, int]:
         raise InvalidArgumentError(f"{what}: {nbytes} bytes from this {type(a).__name__} run "
                                    f"past the end of the {heap.name} heap")
     return heap, off
-
-
-def host_copy(a: Any) -> Any:
-    """``a`` itself, or for a domain's array a numpy copy of its contents (a local source)."""
-    return a.to_numpy() if isinstance(a, DomainArray) else a
 
 
 def segment_route(t: Any, seg: int) -> Any:
@@ -135,29 +124,6 @@ def same_dtype(target: np.ndarray, source: np.ndarray) -> np.dtype:
     if dt.hasobject:
         raise InvalidArgumentError("arrays of Python objects cannot be moved between PEs")
     return dt
-
-
-def count_of(target: np.ndarray, source: np.ndarray, size: int | None) -> int:
-    """Elements to move: ``size`` checked against both arrays, or the smaller length."""
-    if size is None:
-        t, s = target.size, source.size
-        return t if t < s else s
-    return element_count(size, target.size, source.size)
-
-
-def element_count(size: Any, *limits: int) -> int:
-    """Validate an explicit element count against the lengths it must fit in."""
-    try:
-        n = int(size.__index__())
-    except AttributeError:
-        raise InvalidTypeError(f"size must be an integer, got {size!r}") from None
-    if n < 0:
-        raise InvalidArgumentError(f"size must be >= 0, got {n}")
-    for limit in limits:
-        if n > limit:
-            raise InvalidArgumentError(f"size {n} is larger than a buffer of {limit} elements")
-    return n
-
 
 
 def resolve(ctx: Any, pe: Any) -> tuple[int, Any]:

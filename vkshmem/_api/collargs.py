@@ -13,11 +13,12 @@ from typing import Any
 import numpy as np
 
 from ..core._native import ffi, lib
-from ..core.collteam import _TEAMS, CollTeam, coll_team
+from ..core.collectives.team import _TEAMS, CollTeam, coll_team
+from ..core.elements import element_count
 from ..core.errors import InvalidArgumentError, InvalidTypeError
-from ..core.transport import CollectiveArgs
+from ..core.transports.contract import CollectiveArgs
 from . import state
-from .args import contiguous, element_count, locate, same_dtype
+from .args import contiguous, locate, same_dtype
 
 __all__ = ["coll_args", "prep", "size_or", "team_of"]
 

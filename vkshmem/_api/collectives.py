@@ -8,7 +8,7 @@ the same order with the same ``size``/``root``/``op`` (collect's ``size`` may di
 checks that depend only on arguments every member passes alike (sizes, dtypes, root, op) fail
 on every member, so nothing hangs. As OpenSHMEM requires, ``target`` must be ready on every
 member before any member enters the call: reusing one ``target`` in back-to-back collectives
-needs a ``team.sync()`` in between. The algorithms are in :mod:`vkshmem.core.collectives`.
+needs a ``team.sync()`` in between. The algorithms are in :mod:`vkshmem.core.collectives.host`.
 """
 
 from __future__ import annotations
@@ -17,11 +17,12 @@ from typing import Any
 
 import numpy as np
 
-from ..core import collectives as _core
+from ..core.collectives import device as _dev
+from ..core.collectives import host as _core
+from ..core.elements import count_of, element_count
 from ..core.errors import InvalidArgumentError, InvalidTypeError
 from ..core.fast import entry
-from . import device_collectives as _dev
-from .args import ND, count_of, element_count, foreign
+from .args import ND, foreign
 from .collargs import coll_args, prep, size_or, team_of
 from .collcheck import agree
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from ..core._native import lib
 from ..core.errors import InvalidArgumentError, InvalidTypeError
-from ..core.transport import Transport
+from ..core.transports.contract import Transport
 from . import state
 from .args import check_pe
 from .enums import CTX, CTX_SESSION

@@ -44,7 +44,7 @@ import numpy as np
 from ..core._native import ffi, lib
 from ..core.errors import InvalidArgumentError, InvalidTypeError, TransportError, WaitTimeoutError
 from ..core.fast import entry
-from ..core.transport import AmoOp
+from ..core.transports.contract import AmoOp
 from . import state
 from .alloc import free, new_array
 from .args import locate, resolve

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core.domain import DomainArray
+from ..core.domains.contract import DomainArray
 from ..core.errors import InvalidArgumentError
 from . import state
 from .args import check_pe, heap_of, locate

@@ -1,7 +1,7 @@
 """Reductions and scans (shmem4py names and signatures): ``reduce`` and its per-operation
 forms (``sum_reduce``, ``and_reduce``, ...), and the OpenSHMEM 1.6 scans
 ``sum_inscan``/``sum_exscan``. Collective over ``team`` with the rules of :mod:`.collectives`;
-the algorithms are in :mod:`vkshmem.core.collectives`.
+the algorithms are in :mod:`vkshmem.core.collectives.host`.
 """
 
 from __future__ import annotations
@@ -10,11 +10,13 @@ from typing import Any
 
 import numpy as np
 
-from ..core import collectives as _core
+from ..core.collectives import device as _dev
+from ..core.collectives import host as _core
+from ..core.elements import count_of
 from ..core.errors import InvalidArgumentError
 from ..core.fast import entry
-from . import device_collectives as _dev
-from .args import ND, count_of, foreign
+from . import state
+from .args import ND, foreign
 from .collargs import coll_args, prep, team_of
 from .collcheck import agree
 from .enums import OP
@@ -70,7 +72,7 @@ def reduce(target: np.ndarray, source: np.ndarray, op: OP | str = OP.SUM,
     ``or``, ``xor`` take integers; ``max``, ``min`` integers and floats; ``sum``, ``prod``
     every numeric dtype, complex included. ``source`` may be, or overlap, ``target``."""
     if type(target) is not ND or type(source) is not ND:
-        if _dev.reduce_again(target, source, op, size, team):
+        if _dev.reduce_again(state.rt, target, source, op, size, team):
             return  # a repeat of a device all-reduce whose path was kept
         if foreign(target, source):
             _dev.reduce(team_of(team), target, source, _op(op, np.dtype(target.dtype)), size,

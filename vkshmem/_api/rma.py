@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from ..core._native import ffi, lib
+from ..core.elements import count_of, element_count, host_copy
 from ..core.errors import InvalidArgumentError, InvalidTypeError
 from ..core.fast import entry
 from . import state
@@ -20,10 +21,7 @@ from .args import (
     DomainArray,
     check_pe,
     contiguous,
-    count_of,
-    element_count,
     foreign,
-    host_copy,
     locate,
     place,
     resolve,

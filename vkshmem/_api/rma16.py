@@ -15,9 +15,10 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from ..core.elements import element_count, host_copy
 from ..core.errors import InvalidArgumentError
 from . import state
-from .args import DomainArray, element_count, host_copy, resolve, same_dtype, segment_route
+from .args import DomainArray, resolve, same_dtype, segment_route
 from .rma import _scatter_device, _sym
 from .sync import quiet
 

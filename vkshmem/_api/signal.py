@@ -27,7 +27,7 @@ import numpy as np
 from ..core._native import ffi, lib
 from ..core.errors import InvalidArgumentError, InvalidTypeError
 from ..core.fast import entry
-from ..core.transport import AmoOp
+from ..core.transports.contract import AmoOp
 from . import state
 from .alloc import free, new_array
 from .args import ND, DomainArray, heap_of, locate, resolve, segment_route

@@ -106,7 +106,7 @@ class PeerFailedError(VkshmemError):
 
     Raised by every blocking call (barriers, waits, locks, collectives, and RMA or AMOs
     addressed to the failed PE) once this PE has heard of the failure; see
-    :mod:`vkshmem.core.liveness`."""
+    :mod:`vkshmem.core.liveness.channel`."""
 
     def __init__(self, pe: int, reason: str, what: str = "") -> None:
         self.pe = pe

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from ._native import ffi
 from .errors import HeapExhaustedError, InvalidArgumentError, VkshmemError
-from .transport import SegmentInfo
+from .transports.contract import SegmentInfo
 
 __all__ = ["MIN_ALIGN", "Allocator", "HostSegment"]
 

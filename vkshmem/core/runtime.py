@@ -4,7 +4,7 @@
 API (:mod:`vkshmem.shmem`) reads :data:`current`. Start-up order:
 
 1. config and plugins; bootstrap; all-gather of node identity, heap size and pid; the
-   liveness channel (:mod:`vkshmem.core.liveness`: failure detection);
+   liveness channel (:mod:`vkshmem.core.liveness.channel`: failure detection);
 2. host heap segment; shm mappings of same-node peers (fd passing);
 3. transports for the rails (only if some peer needs one), registration, all-gather of their
    addresses and remote keys, connect, and one route per peer;
@@ -30,9 +30,9 @@ from .bootstrap.base import Bootstrap
 from .bootstrap.select import open_bootstrap
 from .config import Config
 from .config import load as load_config
-from .domain import DomainSpec
-from .domainheap import DomainHeap
-from .domains import FIRST_DOMAIN_SEG, MemoryDomains
+from .domains.contract import DomainSpec
+from .domains.heap import DomainHeap
+from .domains.registry import FIRST_DOMAIN_SEG, MemoryDomains
 from .errors import (
     BootstrapError,
     ConfigError,
@@ -44,12 +44,12 @@ from .fast import set_world as set_fast_world
 from .fdshare import exchange_fds
 from .heap import Allocator, HostSegment
 from .hostalloc import CHECK_RECORD, HOST_SEG, HostAllocation
-from .liveness import open_liveness
-from .plugins import Registry, load_plugins
-from .rails import Rail, Route, TransportRoutes
-from .shm import ShmTransport
+from .liveness.channel import open_liveness
+from .plugins.loader import Registry, load_plugins
 from .teams import INTERNAL_SEG, TeamState
-from .transport import Transport
+from .transports.contract import Transport
+from .transports.rails import Rail, Route, TransportRoutes
+from .transports.shm import ShmTransport
 from .wait import Waiter
 
 __all__ = ["HOST_SEG", "Route", "Runtime", "current", "start", "stop"]
@@ -110,8 +110,8 @@ def _read_info(pe: int, blob: bytes) -> dict[str, Any]:
 
 class Runtime(TransportRoutes, MemoryDomains, HostAllocation):
     """Everything one PE holds while vkshmem is initialised (its transports and routes:
-    :class:`~vkshmem.core.rails.TransportRoutes`; its memory domains:
-    :class:`~vkshmem.core.domains.MemoryDomains`)."""
+    :class:`~vkshmem.core.transports.rails.TransportRoutes`; its memory domains:
+    :class:`~vkshmem.core.domains.registry.MemoryDomains`)."""
 
     def __init__(self, config: Config) -> None:
         self.config = config

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from . import fast
 from ._native import lib
 from .errors import InvalidArgumentError, TransportError, VkshmemError
-from .transport import AmoOp
+from .transports.contract import AmoOp
 
 if TYPE_CHECKING:
     from .runtime import Runtime

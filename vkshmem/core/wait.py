@@ -4,7 +4,7 @@ Every wait honours ``VKSHMEM_WAIT_TIMEOUT`` (the waits of barriers, collectives 
 allocations also ``VKSHMEM_COLLECTIVE_TIMEOUT``: :meth:`Waiter.for_collectives`), stays
 interruptible by Ctrl-C, raises
 :class:`~vkshmem.core.errors.PeerFailedError` once another PE of the job is known to have failed
-(:mod:`vkshmem.core.liveness`), and drives the progress of transports that need it while it
+(:mod:`vkshmem.core.liveness.channel`), and drives the progress of transports that need it while it
 waits.
 """
 
@@ -15,8 +15,8 @@ from collections.abc import Callable, Sequence
 
 from ._native import ffi, lib
 from .errors import PeerFailedError, WaitTimeoutError
-from .liveness import Liveness
-from .transport import Transport
+from .liveness.channel import Liveness
+from .transports.contract import Transport
 
 __all__ = ["Waiter"]
 

@@ -20,7 +20,7 @@ mappings of peers' heaps), :mod:`~vkshmem.gpu.initiated` (GPU-initiated communic
 kernels, the request ring, its service); beside them the domain's entry point
 (:mod:`~vkshmem.gpu.plugin`), its variables (:mod:`~vkshmem.gpu.env`), the interface a vendor's
 accelerations attach through (:mod:`~vkshmem.gpu.accel`), ``DeviceArray``
-(:mod:`~vkshmem.gpu.array`), the public GPU API helpers (:mod:`~vkshmem.gpu.api`) and the
+(:mod:`~vkshmem.gpu.array`), the public GPU API helpers (:mod:`~vkshmem._api.kernels`) and the
 errors.
 """
 

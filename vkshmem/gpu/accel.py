@@ -46,7 +46,7 @@ from .vk.memory import ExportInfo, GpuMemory
 
 if TYPE_CHECKING:
     from vkshmem.core.config import Config
-    from vkshmem.core.domain import DomainLink
+    from vkshmem.core.domains.contract import DomainLink
 
     from .vk.physical import DeviceInfo
 
@@ -151,7 +151,8 @@ class DomainAccelerator:
         """Forget a peer's heap (before Vulkan's import of it is freed)."""
 
     def link_group(self) -> str | None:
-        """The domain's ``link_group`` (see :class:`~vkshmem.core.domain.DomainExport`)."""
+        """The domain's ``link_group`` (see
+        :class:`~vkshmem.core.domains.contract.DomainExport`)."""
         return None
 
     def link_peer(self, pe: int, fds: list[int], meta: bytes,

@@ -1,7 +1,7 @@
 """``DeviceArray``: an array in the symmetric GPU heap of the Vulkan domain.
 
 What ``shmem.zeros(..., domain='gpu')`` returns there: a
-:class:`~vkshmem.core.domainarray.DomainArray` (offset, shape, dtype, views, ``to_numpy``,
+:class:`~vkshmem.core.domains.array.DomainArray` (offset, shape, dtype, views, ``to_numpy``,
 ``copy_from``, ...) plus what Vulkan adds: the device address kernels take. On NVIDIA GPUs it
 is also a DLPack tensor and has ``__cuda_array_interface__`` (the heap imported into CUDA by
 the domain's accelerator, :mod:`vkshmem.gpu.accel`: vkshmem-cuda): ``torch.from_dlpack(a)``,
@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from vkshmem.core.dlpack import KDL_CUDA, cuda_array_interface, dlpack_capsule
-from vkshmem.core.domainarray import DomainArray
+from vkshmem.core.domains.array import DomainArray
 
 if TYPE_CHECKING:
     from .domain.vulkan import VulkanDomain

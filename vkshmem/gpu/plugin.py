@@ -11,8 +11,8 @@ from collections.abc import Callable
 from typing import Any
 
 from vkshmem.core.config import Config
-from vkshmem.core.domain import DomainContext, DomainSpec, MemoryDomain
-from vkshmem.core.hookspecs import hookimpl
+from vkshmem.core.domains.contract import DomainContext, DomainSpec, MemoryDomain
+from vkshmem.core.plugins.hookspecs import hookimpl
 
 from .env import VARIABLES, settings
 

@@ -10,7 +10,7 @@ import random
 import threading
 
 from vkshmem.core._native import lib as native
-from vkshmem.core.transport import AmoOp
+from vkshmem.core.transports.contract import AmoOp
 
 from .job import Job, amo_model, run_threads, set_word, word
 

@@ -1,6 +1,7 @@
 """The memory-domain contract, collected: :class:`DomainContract`, run against one domain.
 
-A memory domain (:class:`~vkshmem.core.domain.MemoryDomain`) gives every PE a second symmetric
+A memory domain (:class:`~vkshmem.core.domains.contract.MemoryDomain`) gives every PE a second
+symmetric
 heap; the contract is that the whole API works on its arrays. The tests run PE jobs of 1, 2
 and 4 PEs under the launcher (``vkshmem run``), over the shm path and with it off (each of the
 transports ``hostproxy`` and ``ucx`` carrying everything, where installed), with the script
@@ -27,10 +28,10 @@ from typing import Any
 
 import pytest
 
-from vkshmem.core.apiversion import check_api_version
 from vkshmem.core.config import Config
-from vkshmem.core.domain import DomainSpec
-from vkshmem.core.plugins import load_plugins
+from vkshmem.core.domains.contract import DomainSpec
+from vkshmem.core.plugins.apiversion import check_api_version
+from vkshmem.core.plugins.loader import load_plugins
 
 from .launch import check_pes, pe_script, run_pes
 

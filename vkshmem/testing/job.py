@@ -1,9 +1,10 @@
 """Hand-made jobs of one process: the transports of a few PEs, opened as the core would.
 
 A :class:`Job` opens one transport per PE and rail through a factory (a
-:class:`~vkshmem.core.transport.TransportSpec`'s, usually), registers memfd-backed
+:class:`~vkshmem.core.transports.contract.TransportSpec`'s, usually), registers memfd-backed
 :class:`~vkshmem.testing.segments.Segment` objects with each, and connects them through
-:class:`~vkshmem.core.transport.PeerInfo` exchanged as the core's bootstrap would. The checks of
+:class:`~vkshmem.core.transports.contract.PeerInfo` exchanged as the core's bootstrap would. The
+checks of
 :mod:`vkshmem.testing.transport` and :mod:`vkshmem.testing.amo` drive it; so may a plugin's own
 tests (subclass :class:`Job` with ``transport``, ``default_options`` and ``seg_sizes``).
 """
@@ -17,18 +18,18 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 import pytest
 
-from vkshmem.core import transport as core_transport
 from vkshmem.core._native import lib as native
 from vkshmem.core.config import Config
 from vkshmem.core.config import load as load_config
-from vkshmem.core.plugins import load_plugins
-from vkshmem.core.transport import AmoOp, PeerInfo, Transport, TransportContext
+from vkshmem.core.plugins.loader import load_plugins
+from vkshmem.core.transports import contract as core_transport
+from vkshmem.core.transports.contract import AmoOp, PeerInfo, Transport, TransportContext
 
 from .segments import Segment
 
 if TYPE_CHECKING:
-    from vkshmem.core.plugins import Registry
-    from vkshmem.core.transport import TransportSpec
+    from vkshmem.core.plugins.loader import Registry
+    from vkshmem.core.transports.contract import TransportSpec
 
 __all__ = [
     "ALL_OPS",

@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 
 from vkshmem.core.config import Config
-from vkshmem.core.plugins import load_plugins
+from vkshmem.core.plugins.loader import load_plugins
 
 from .domain_suite import DomainContract, DomainUnderTest
 from .transport_suite import TransportContract, TransportUnderTest

@@ -1,7 +1,7 @@
 """What every host transport must do: the checks of the transport contract.
 
 Each check takes a :class:`~vkshmem.testing.job.Job` (or a factory of jobs) and asserts one
-promise of :class:`~vkshmem.core.transport.Transport`; its keyword arguments are where
+promise of :class:`~vkshmem.core.transports.contract.Transport`; its keyword arguments are where
 transports legitimately differ (how hard it is pushed, what a fetching SET returns). A plugin's
 own tests call them from their own test functions (so that the test ids stay theirs); the
 collected suite (:class:`vkshmem.testing.transport_suite.TransportContract`) calls them with
@@ -20,7 +20,7 @@ from collections.abc import Callable
 import pytest
 
 from vkshmem.core.errors import InvalidArgumentError, TransportError
-from vkshmem.core.transport import AmoOp, SegmentInfo, Transport
+from vkshmem.core.transports.contract import AmoOp, SegmentInfo, Transport
 
 from .amo import (
     amo_fetching,

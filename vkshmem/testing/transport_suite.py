@@ -1,6 +1,6 @@
 """The transport contract, collected: :class:`TransportContract`, run against one transport.
 
-The class holds one test per promise of :class:`~vkshmem.core.transport.Transport`, in one
+The class holds one test per promise of :class:`~vkshmem.core.transports.contract.Transport`, in one
 process (a :class:`~vkshmem.testing.job.Job` of hand-opened transports, calling the checks of
 :mod:`vkshmem.testing.transport`) and under the launcher (PE jobs of 1, 2 and 4 PEs that reach
 each other through the transport alone). What a test needs that the transport's spec does not
@@ -22,11 +22,11 @@ from typing import Any
 import pytest
 
 import vkshmem.testing.transport as contract
-from vkshmem.core.apiversion import check_api_version
 from vkshmem.core.config import Config
 from vkshmem.core.errors import InvalidArgumentError, VkshmemError
-from vkshmem.core.plugins import load_plugins
-from vkshmem.core.transport import AmoOp, PeerInfo, TransportSpec
+from vkshmem.core.plugins.apiversion import check_api_version
+from vkshmem.core.plugins.loader import load_plugins
+from vkshmem.core.transports.contract import AmoOp, PeerInfo, TransportSpec
 
 from .job import Job, fd_count
 from .launch import check_pes, pe_script, run_pes

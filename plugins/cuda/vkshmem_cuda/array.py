@@ -1,6 +1,6 @@
 """``CudaArray``: an array in the symmetric heap of the ``cuda`` domain.
 
-A :class:`~vkshmem.core.domainarray.DomainArray` (offset, shape, dtype, views, ``to_numpy``,
+A :class:`~vkshmem.core.domains.array.DomainArray` (offset, shape, dtype, views, ``to_numpy``,
 ``copy_from``) that CUDA libraries take as it is: ``__cuda_array_interface__`` (version 3)
 points at this PE's mapping, so ``cupy.asarray(a)`` and ``torch.as_tensor(a, device="cuda")``
 view the symmetric memory without a copy, and kernels may read and write it.

@@ -1,6 +1,6 @@
 """The ``cuda`` memory domain: a PE's symmetric GPU heap as a CUDA VMM allocation.
 
-:class:`CudaDomain` implements :class:`~vkshmem.core.domain.MemoryDomain`: the segment is
+:class:`CudaDomain` implements :class:`~vkshmem.core.domains.contract.MemoryDomain`: the segment is
 ``VKSHMEM_CUDA_SYMMETRIC_SIZE`` (default ``VKSHMEM_GPU_SYMMETRIC_SIZE``) bytes rounded up to the
 allocation granularity on this PE's GPU (``VKSHMEM_CUDA_DEVICE``, else local rank modulo
 GPUs), exported as a POSIX fd. Every PE of the node imports it (``group`` is the node: a VMM

@@ -26,7 +26,7 @@ CSRC = HERE / "csrc"
 try:  # vkshmem installed where the build runs (--no-build-isolation, or a wheel of it)
     from vkshmem.plugin import get_include, header_cdef, plugin_cdef
 except ImportError:  # an isolated build of the in-tree plugin: the kit of this source tree
-    _kit_path = HERE.parents[2] / "vkshmem" / "core" / "pluginbuild.py"
+    _kit_path = HERE.parents[2] / "vkshmem" / "core" / "plugins" / "build.py"
     _spec = importlib.util.spec_from_file_location("_vkshmem_pluginbuild", _kit_path)
     if _spec is None or _spec.loader is None:
         raise

@@ -37,7 +37,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..auth import new_secret
-from ..hookspecs import hookimpl
+from ..plugins.hookspecs import hookimpl
 from .base import Bootstrap, BootstrapSpec, flush_stdio, guess_host_address
 from .envvars import PORT_VAR, first_slurm_host, parse_host_port
 from .mpi import MpiBootstrap, check_mpi_usable

@@ -1,7 +1,7 @@
 """A symmetric GPU segment: exportable device memory in the shape the core's transports see.
 
 The lead's runtime makes one per PE for the ``gpu`` domain (segment id 1). ``info()`` gives
-the :class:`~vkshmem.core.transport.SegmentInfo` a transport registers: ``kind`` is
+the :class:`~vkshmem.core.transports.contract.SegmentInfo` a transport registers: ``kind`` is
 ``"opaque_fd"`` (``"dmabuf"`` when the device can export one, see ``dmabuf_fd``), ``fd`` an
 exported fd the segment owns, ``address`` the host address of the mapping (0 when the memory
 is not host-visible) and ``buffer`` the mapped bytes (empty when not host-visible: such a
@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from vkshmem.core._native import lib as _core
-from vkshmem.core.transport import SegmentInfo
+from vkshmem.core.transports.contract import SegmentInfo
 
 from ..errors import GpuError
 

@@ -4,7 +4,7 @@ It registers itself through the entry-point group ``vkshmem.domains`` (see
 :mod:`vkshmem.gpu.plugin`) exactly as a third party's domain would; the core opens it on the
 first allocation with ``domain='gpu'`` (or ``'vulkan'``), so a job that never asks for GPU
 memory never opens a Vulkan device. This module implements the
-:class:`~vkshmem.core.domain.MemoryDomain` contract:
+:class:`~vkshmem.core.domains.contract.MemoryDomain` contract:
 
 - the segment: ``VKSHMEM_GPU_SYMMETRIC_SIZE`` bytes of exportable memory on this PE's device
   (``VKSHMEM_GPU_DEVICE``, else local rank modulo GPUs; where a vendor's accelerator supplies
@@ -32,9 +32,9 @@ import numpy as np
 
 from vkshmem.core._native import ffi as _core_ffi
 from vkshmem.core._native import lib as _core
-from vkshmem.core.domain import DomainContext, DomainExport, DomainSpec, MemoryDomain
+from vkshmem.core.domains.contract import DomainContext, DomainExport, DomainSpec, MemoryDomain
 from vkshmem.core.errors import FeatureNotAvailableError
-from vkshmem.core.transport import AmoOp, SegmentInfo
+from vkshmem.core.transports.contract import AmoOp, SegmentInfo
 
 from ..accel import DomainAccelerator, accelerator_for
 from ..array import DeviceArray

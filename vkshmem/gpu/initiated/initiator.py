@@ -17,7 +17,7 @@ Vulkan imports as device-local memory, so the same kernels run on it). It holds:
 - a :class:`~vkshmem.gpu.initiated.ringservice.RingService` whose handler performs each
   request with the runtime: GPU-heap targets through the domain's heap (imported memory of
   same-device peers, the domain proxy for the others:
-  :class:`~vkshmem.core.domainheap.DomainHeap`), host-heap targets through the PE's
+  :class:`~vkshmem.core.domains.heap.DomainHeap`), host-heap targets through the PE's
   transports (own endpoints, so the service thread never shares the application's), and
   completes it.
 
@@ -34,9 +34,9 @@ import struct
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from vkshmem.core.endpoints import Endpoints
 from vkshmem.core.errors import FeatureNotAvailableError, InvalidArgumentError
-from vkshmem.core.transport import AmoOp, Transport
+from vkshmem.core.transports.contract import AmoOp, Transport
+from vkshmem.core.transports.endpoints import Endpoints
 
 from ..env import settings
 from ..errors import GpuError
@@ -48,7 +48,7 @@ from .ring import Descriptor, Ring, RingOp, SignalOp
 from .ringservice import RingService
 
 if TYPE_CHECKING:
-    from vkshmem.core.domainheap import DomainHeap
+    from vkshmem.core.domains.heap import DomainHeap
     from vkshmem.core.runtime import Runtime
 
     from ..domain.vulkan import VulkanDomain

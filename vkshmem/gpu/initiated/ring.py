@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from vkshmem.core.errors import InvalidArgumentError
-from vkshmem.core.transport import AmoOp
+from vkshmem.core.transports.contract import AmoOp
 
 from ..errors import GpuError
 

@@ -18,7 +18,7 @@ request):
                         ``pe``'s segment ``dst_seg`` at ``dst``
 ``GET``                 copy ``nbytes`` from PE ``pe``'s segment ``src_seg`` at ``src`` to
                         this PE's segment ``dst_seg`` at ``dst``
-``AMO``                 apply ``amo_op`` (:class:`~vkshmem.core.transport.AmoOp`) to the
+``AMO``                 apply ``amo_op`` (:class:`~vkshmem.core.transports.contract.AmoOp`) to the
                         ``width``-byte (4 or 8) word at ``dst`` of PE ``pe``'s segment
                         ``dst_seg``, operand ``value``, CSWAP's condition ``compare``
                         (``aux``); **return the old value** (written to ``result`` when

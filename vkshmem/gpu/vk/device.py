@@ -260,7 +260,8 @@ class VulkanDevice(LogicalDevice):
 
     def amo(self, mem: GpuMemory, offset: int, op: int, width: int, operand: int = 0,
             compare: int = 0, *, timeout: float | None = None) -> int:
-        """Apply one AMO (:class:`~vkshmem.core.transport.AmoOp`) to the ``width``-byte word at
+        """Apply one AMO (:class:`~vkshmem.core.transports.contract.AmoOp`) to the ``width``-byte
+        word at
         ``offset`` of ``mem`` with a shader atomic; returns the old value (unsigned)."""
         return self.kernels.amo(mem, offset, op, width, operand, compare, timeout=timeout)
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from vkshmem.core.errors import FeatureNotAvailableError, InvalidArgumentError
-from vkshmem.core.transport import AmoOp
+from vkshmem.core.transports.contract import AmoOp
 
 from .submit import Slot
 

@@ -3,7 +3,8 @@
 Vulkan memory cannot be imported on another GPU, and CUDA's import of it is not mapped for
 peer GPUs either (``tests/gpu/vulkan_cuda_peer_probe.py``); a CUDA VMM allocation is. So
 where the peer's heap is CUDA's (:mod:`~vkshmem_cuda.vmm`, ``VKSHMEM_GPU_CUDA_HEAP``) a
-:class:`CudaLink` (a :class:`~vkshmem.core.domain.DomainLink`, route ``link``) maps it on this
+:class:`CudaLink` (a :class:`~vkshmem.core.domains.contract.DomainLink`, route ``link``) maps it on
+this
 GPU (:attr:`CudaLink.direct`) and every operation is one step in this GPU's context:
 
 * host bytes and device bytes: one copy (``cuMemcpy*Async`` + a spin on the stream, one

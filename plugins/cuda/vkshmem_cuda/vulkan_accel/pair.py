@@ -3,7 +3,7 @@ then reduce locally, in one C call (``csrc/cudapair.c``, the same round as the c
 ``vkshmem_cuda.pairreduce``).
 
 Each member owns one share of the elements (the ring's shares,
-:mod:`vkshmem._api.device_ring`). Between the core's two barriers, each PE on its link's
+:mod:`vkshmem.core.collectives.device_ring`). Between the core's two barriers, each PE on its link's
 stream: the copy engine pushes its source's part of the peer's share into the peer's target
 across NVLink, a ``cuStreamWriteValue32`` then writes the round number into the peer's word
 for this PE (in the peer's control bytes, which the link maps), the stream waits for this PE's

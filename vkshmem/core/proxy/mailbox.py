@@ -1,0 +1,60 @@
+"""The domain proxy's mailbox: its layout (:class:`Layout`), the request and response headers
+and the piece size (:func:`proxy_chunk`), shared by the sending side
+(:mod:`vkshmem.core.proxy.protocol`, whose docstring describes the protocol) and the serving side
+(:mod:`vkshmem.core.proxy.serve`)."""
+
+from __future__ import annotations
+
+import struct
+
+__all__ = ["AMO", "DEPTH", "GET", "HDR", "HEAD", "INLINE", "PUT", "RESP", "U64", "Layout",
+           "proxy_chunk"]
+
+#: requests in flight per (sender, target) pair
+DEPTH = 3
+PUT, GET, AMO = 1, 2, 3
+HEAD = 64  # bytes of a request or response header area
+HDR = struct.Struct("<IIQQQQQ")  # op, width, offset, nbytes, operand, compare, seq
+RESP = struct.Struct("<QQQ")  # value, status, nbytes
+U64 = struct.Struct("<Q")
+#: host payloads up to this size are copied next to their header and sent with it in one put
+INLINE = 8 << 10
+
+
+def proxy_chunk(configured: int, heap_size: int, n_pes: int) -> int:
+    """The proxy's piece size: ``configured`` (VKSHMEM_GPU_PROXY_CHUNK), or for ``auto`` (0)
+    4 MiB, less where the mailbox (2 x DEPTH pieces per PE) would take more than an eighth of
+    the host heap, never below 256 KiB unless that would take more than a quarter of it (then
+    what fits the eighth, at least 16 KiB). Every piece costs a request and a device copy on
+    each side; DEPTH are in flight per pair, so larger pieces move more per round trip."""
+    if configured:
+        return configured
+    per_piece = 2 * DEPTH * max(n_pes, 1)
+    fit = heap_size // (8 * per_piece) // 4096 * 4096
+    if per_piece * (256 << 10) > heap_size // 4:
+        return max(16 << 10, fit)
+    return max(256 << 10, min(4 << 20, fit))
+
+
+class Layout:
+    """Byte offsets within a PE's mailbox (see :mod:`vkshmem.core.proxy.protocol`)."""
+
+    def __init__(self, n: int, depth: int, chunk: int) -> None:
+        self.n, self.depth, self.chunk = n, depth, chunk
+        self.area = HEAD + chunk
+        words = -(-n * depth * 8 // 64) * 64
+        self.answers = words
+        self.blocks = 2 * words
+        self.size = self.blocks + n * depth * 2 * self.area
+
+    def bell(self, s: int, j: int) -> int:
+        return (s * self.depth + j) * 8
+
+    def answer(self, t: int, j: int) -> int:
+        return self.answers + (t * self.depth + j) * 8
+
+    def request(self, s: int, j: int) -> int:
+        return self.blocks + (s * self.depth + j) * 2 * self.area
+
+    def response(self, t: int, j: int) -> int:
+        return self.request(t, j) + self.area
