@@ -371,7 +371,8 @@ shmem.sum_reduce(counts, counts)
 if me == 0:
     with open(args.json, "w") as f:
         dom = g_dst.domain  # the cuda domain's service, or the Vulkan domain's (AMOs)
-        svc = getattr(dom, "service", None) or getattr(dom, "cuda_service", None)
+        svc = getattr(dom, "service", None) or \
+            getattr(getattr(dom, "accel", None), "cuda_service", None)
         json.dump({"domain": g_dst.domain.spec.name, "device": device_name, "route": route,
                    "service": None if svc is None else f"{svc.launches} launches",
                    "proxy": None if not route.endswith("proxy") else

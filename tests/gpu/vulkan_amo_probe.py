@@ -30,7 +30,7 @@ if me == 0:
     link = heap.links[1]
     shmem.atomic_fetch_add(w[0:1], 1, 1)  # makes the copier and the service
     copier = dom.accel._copier
-    svc = dom.cuda_service
+    svc = dom.accel.cuda_service
     addr = link._ptr + w.offset
     rows = []
     if svc is not None:

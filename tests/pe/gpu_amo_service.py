@@ -24,7 +24,7 @@ shmem.barrier_all()
 K = 200
 olds = [shmem.atomic_fetch_add(word[0:1], 1, 0) for _ in range(K)]
 check(all(b > a for a, b in itertools.pairwise(olds)), f"fetch_add not increasing: {olds[:5]}")
-svc = dom.cuda_service
+svc = dom.accel.cuda_service
 check(svc is not None and svc.launches >= 1,
       f"no service kernel (VKSHMEM_GPU_CUDA_SERVICE=on): {svc}")
 assert svc is not None
@@ -38,9 +38,9 @@ shmem.barrier_all()
 # park: resident after an AMO, parked by the next Vulkan submission, launched again after it
 before = shmem.atomic_fetch_add(word[1:2], 5, me)
 launches, parks = svc.launches, svc.parks
-dom.cuda_amo = False  # this PE's AMOs on Vulkan shaders: a submission
+dom.accel.cuda_amo = False  # this PE's AMOs on Vulkan shaders: a submission
 shmem.atomic_add(word[1:2], 7, me)
-dom.cuda_amo = True
+dom.accel.cuda_amo = True
 check(svc.parks == parks + 1, f"a Vulkan submission did not park the kernel ({svc.parks})")
 got = shmem.atomic_fetch_add(word[1:2], 1, me)
 check(got == before + 12, f"fetch_add after a park: {got}, expected {before + 12}")
@@ -49,10 +49,10 @@ check(int(word[1:2].to_numpy()[0]) == before + 13, f"word after a park: {word[1:
 
 # one word, odd PEs through Vulkan shaders, even ones through the service
 shmem.barrier_all()
-dom.cuda_amo = me % 2 == 0
+dom.accel.cuda_amo = me % 2 == 0
 for _ in range(K):
     shmem.atomic_add(word[2:3], 3, 0)
-dom.cuda_amo = True
+dom.accel.cuda_amo = True
 shmem.barrier_all()
 if me == 0:
     check(int(word[2:3].to_numpy()[0]) == 3 * K * n, f"mixed adds {word[2:3].to_numpy()}")

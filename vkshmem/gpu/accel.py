@@ -107,10 +107,6 @@ class DomainAccelerator:
     """One Vulkan domain's acceleration (:meth:`GpuAccelerator.attach`). This base class is
     the Vulkan-only domain's: it takes nothing over; a vendor's overrides what it does."""
 
-    #: attributes of the accelerator that read and set through the domain (counters and
-    #: switches tests and probes use: ``domain.<name>``)
-    exposed: frozenset[str] = frozenset()
-
     def __init__(self, why: str = "no GPU accelerator is installed") -> None:
         self.why = why
 

@@ -53,13 +53,6 @@ __all__ = ["VulkanDomain", "address_of"]
 
 log = logging.getLogger("vkshmem")
 
-#: what the domain answers, where no accelerator exposes them, for the counters and switches
-#: that scripts written for vkshmem-cuda's accelerator read on every device (tests/pe/
-#: gpu_cuda_copy.py): nothing taken over
-_UNACCELERATED: dict[str, Any] = {"cuda_amo": False, "cuda_copy_min": 0, "cuda_copies": 0,
-                                  "cuda_amos": 0, "cuda_service": None}
-
-
 def address_of(buf: Any) -> int:
     """The address of a contiguous host buffer (read-only ones included): valid while the
     caller holds ``buf`` (cffi's view of it costs a sixth of numpy's)."""
@@ -128,23 +121,6 @@ class VulkanDomain(MemoryDomain):
                 log.info("PE %d: the host heap stays unimported on %s: %s", self.my_pe,
                          self.device.name, exc)
         self.cpu_atomics = self.device.info.is_cpu and own.mapped
-
-    # -- the accelerator's own state, read and set through the domain (tests, probes) --------
-
-    def __getattr__(self, name: str) -> Any:
-        accel = self.__dict__.get("accel")
-        if accel is not None and name in accel.exposed:
-            return getattr(accel, name)
-        if name in _UNACCELERATED:
-            return _UNACCELERATED[name]
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        accel = self.__dict__.get("accel")
-        if accel is not None and name in accel.exposed:
-            setattr(accel, name, value)
-        else:
-            object.__setattr__(self, name, value)
 
     def dlpack_range(self) -> tuple[int, int, int, int] | None:
         return self.accel.dlpack_range()

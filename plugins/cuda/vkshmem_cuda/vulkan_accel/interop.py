@@ -44,11 +44,8 @@ log = logging.getLogger("vkshmem")
 class CudaInterop(DomainAccelerator):
     """CUDA's view of the heap, the CUDA copier and the links of the Vulkan domain ``dom``
     (whose ``device``, ``memory``, ``size``, ``ctx``, ``my_pe``, ``closed`` and ``vmm`` it
-    reads at use)."""
-
-    #: read and set through the domain (``domain.cuda_amo = False``: tests, probes)
-    exposed = frozenset({"cuda_amo", "cuda_copy_min", "cuda_copies", "cuda_amos",
-                         "cuda_service", "cuda_view"})
+    reads at use). Its counters and switches (``cuda_amo``, ``cuda_copies``, ...) are read
+    and set as ``domain.accel.<name>`` (tests, probes)."""
 
     def __init__(self, dom: Any) -> None:
         super().__init__()
