@@ -32,6 +32,8 @@ from vkshmem.plugin import (
 ROOT = Path(__file__).resolve().parent.parent
 HEADER = Path(get_include()) / "vkshmem" / "plugin.h"
 NATIVE_PLUGINS = ("hostproxy", "ucx", "ofi", "verbs")
+#: every in-tree plugin (cuda: the cuda domain and the Vulkan domain's NVIDIA accelerator)
+IN_TREE_PLUGINS = (*NATIVE_PLUGINS, "cuda")
 
 
 # -- the header ------------------------------------------------------------------------------
@@ -93,7 +95,7 @@ def test_plugin_cdef_parses_and_plugins_see_the_codes() -> None:
 # -- imports ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", NATIVE_PLUGINS)
+@pytest.mark.parametrize("name", IN_TREE_PLUGINS)
 def test_plugins_import_only_the_kit(name: str) -> None:
     for path in (ROOT / "plugins" / name).rglob("*.py"):
         if "egg-info" in str(path) or "build" in path.parts:
