@@ -56,7 +56,7 @@ rows = [
     ("fcollect 8 B", timed(lambda: shmem.fcollect(tcol, s8), 10000), 8),
 ]
 if me == 0:
-    routes = sorted({r.name for r in shmem._state.rt.routes})
+    routes = sorted({r.name for r in shmem._state.rt.routing.routes})
     print(f"\nvkshmem collectives at {n} PEs over {', '.join(routes)}")
     print(f"{'operation':20s} {'time (us)':>12s} {'GB/s':>8s}")
     for name, t, nbytes in rows:

@@ -106,5 +106,5 @@ rows = {
     "test_lock + clear_lock": timed(test_clear, 20000),
 }
 if me == 0:
-    routes = sorted({r.name for r in shmem._state.rt.routes})
+    routes = sorted({r.name for r in shmem._state.rt.routing.routes})
     report(rows, {"impl": "vkshmem", "routes": routes, "pes": n}, f"vkshmem at {n} PEs")

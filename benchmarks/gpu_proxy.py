@@ -37,9 +37,9 @@ word = shmem.zeros(1, np.int64, domain=DOMAIN)
 h_dst = shmem.zeros(BIG, np.uint8)
 h_src = shmem.zeros(BIG, np.uint8)
 done = shmem.zeros(1, np.int64)
-heap = shmem._state.rt.heaps[g_dst.domain.spec.name]
+heap = shmem._state.rt.domains.heaps[g_dst.domain.spec.name]
 route = heap.route_names[1 - me]
-carrier = shmem._state.rt.route_transport[1 - me].spec.name
+carrier = shmem._state.rt.routing.route_transport[1 - me].spec.name
 if route != "proxy":
     raise SystemExit(f"the {DOMAIN} route to the peer is {route!r}, not the proxy: run with "
                      "VKSHMEM_SHM=0 (or pick a domain the peers cannot map: --domain)")

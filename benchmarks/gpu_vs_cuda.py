@@ -211,7 +211,7 @@ ipc = ipc_exchange()
 if me == 0:
     note = cuda_reference(ipc)
     dom = word.domain
-    route = shmem._state.rt.heaps[dom.spec.name].route_names[peer]
+    route = shmem._state.rt.domains.heaps[dom.spec.name].route_names[peer]
     dev = dom.device
     info = getattr(dev, "info", None)
     driver = info.driver_info if info is not None else "CUDA driver"

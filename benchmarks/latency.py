@@ -75,6 +75,6 @@ for size, iters in ((64 * KIB, 5000), (MIB, 500), (4 * MIB, 100)):
         rows[name] = timed(fn(size), iters)
         sizes[name] = size
 if me == 0:
-    routes = sorted({r.name for r in shmem._state.rt.routes})
+    routes = sorted({r.name for r in shmem._state.rt.routing.routes})
     report(rows, {"impl": "vkshmem", "routes": routes, "pes": n},
            f"vkshmem latency at {n} PEs over {', '.join(routes)}", sizes)

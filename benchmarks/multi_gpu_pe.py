@@ -113,7 +113,7 @@ word = shmem.zeros(1, np.int64, domain=dom)
 r_src = shmem.zeros(TOP // 4, np.float32, domain=dom)
 r_dst = shmem.zeros(TOP // 4, np.float32, domain=dom)
 r_src.copy_from(np.full(TOP // 4, me + 1, np.float32))
-heap = shmem._state.rt.heaps[g_dst.domain.spec.name]
+heap = shmem._state.rt.domains.heaps[g_dst.domain.spec.name]
 route = heap.route_names[1 - me]
 device_name = getattr(g_dst.domain.device, "name", "?")
 print(f"PE {me}: domain {g_dst.domain.spec.name} on {device_name}, route to the peer "

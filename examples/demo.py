@@ -13,7 +13,7 @@ from vkshmem import shmem
 
 me, n = shmem.my_pe(), shmem.n_pes()
 right, left = (me + 1) % n, (me - 1) % n
-routes = sorted({r.name for r in shmem._state.rt.routes})
+routes = sorted({r.name for r in shmem._state.rt.routing.routes})
 print(f"PE {me} of {n}: up, reaching its peers through {', '.join(routes)}")
 
 # 1. Ring exchange: every PE puts a message into its right neighbour's symmetric array.

@@ -301,7 +301,7 @@ def routed_through(ops: ctypes.Structure, transport: object) -> Iterator[None]:
         table = np.array([ctypes.addressof(ops)], np.uint64).tobytes()
         _fast.configure(my_pe=5, direct=b"\0", ops=table, transports=(transport,),
                         quiet_fence=True, native_waits=True, crowded=False, waiter=rt.waiter,
-                        seg_heaps=rt.seg_heaps)
+                        seg_heaps=rt.domains.seg_heaps)
         yield
     finally:
         fast.configure(rt)
@@ -357,3 +357,19 @@ def test_native_transport_route(shmem: Any) -> None:
     assert calls[1] == ("get", 0, 0, base + 16, 16) and out.tolist() == [0x2A2A2A2A2A2A2A2A] * 2
     assert calls[2] == ("amo", base + 24, 4, 8, 9, 1) and len(calls) == 4
 
+
+
+def test_the_per_call_paths_bind_the_runtime_parts_lists(shmem: Any) -> None:
+    """The API's per-call state indexes the routing part's own list (no copy, no hops), and
+    the runtime's parts are the objects its quiet, fence and allocation work through."""
+    from vkshmem._api import state
+
+    rt = state.rt
+    assert state.route_transport is rt.routing.route_transport
+    assert rt.routing.route_transport == [r.transport for r in rt.routing.routes]
+    assert rt.routing.route_transport[0] is rt.routing.shm  # this PE: the shm path
+    a = shmem.zeros(4, np.int64)
+    off = a.__array_interface__["data"][0] - rt.host.segment.address
+    assert off in rt.host.allocator.used and rt.domains.seg_heaps[0] is None
+    shmem.free(a)
+    assert off not in rt.host.allocator.used

@@ -56,7 +56,7 @@ def test_quiet_and_fence_through_the_transports_c_functions(shmem: Any) -> None:
         table = np.array([ctypes.addressof(ops)], np.uint64).tobytes()
         _fast.configure(my_pe=rt.my_pe, direct=b"\1", ops=np.zeros(1, np.uint64).tobytes(),
                         transports=(None,), quiet_fence=False, native_waits=True,
-                        crowded=False, waiter=rt.waiter, seg_heaps=rt.seg_heaps,
+                        crowded=False, waiter=rt.waiter, seg_heaps=rt.domains.seg_heaps,
                         quiet_ops=table, fence_quiet=fence_quiet, quiet_transports=(Fake(),))
 
     try:

@@ -113,7 +113,7 @@ shmem.init()
 me, n = shmem.my_pe(), shmem.n_pes()
 other = 1 - me
 rt = runtime.current
-assert rt.route_transport[other] is rt.shm, "the peer is not reached through shm"
+assert rt.routing.route_transport[other] is rt.routing.shm, "the peer is not reached through shm"
 dst = shmem.zeros(4096, np.int64)
 src = np.arange(4096, dtype=np.int64) * 7 + me
 shmem.put(dst, src, other)

@@ -66,8 +66,8 @@ PE_SCRIPT = textwrap.dedent("""\
     out = os.environ["HPSEC_DIR"]
     box = shmem.zeros(2 * n, np.int64)   # slot me of the peer's box is this PE's
     shmem.barrier_all()
-    hp = [t for t in shmem._state.rt.transports if hasattr(t, "listen_address")]
-    assert len(hp) == 1, f"pe {me}: transports {shmem._state.rt.transports}"
+    hp = [t for t in shmem._state.rt.routing.transports if hasattr(t, "listen_address")]
+    assert len(hp) == 1, f"pe {me}: transports {shmem._state.rt.routing.transports}"
     host, port = hp[0].listen_address
 
     rounds = 0

@@ -56,7 +56,7 @@ PE_SCRIPT = textwrap.dedent("""
     me = shmem.my_pe()
     rt = shmem._state.rt
     check_dir = os.environ["OFI_SEC_DIR"]
-    buf = rt.host.buffer          # the symmetric heap (segment 0), offset 0 = its first byte
+    buf = rt.host.segment.buffer  # the symmetric heap (segment 0), offset 0 = its first byte
     canary = struct.pack("<Q", 0x5EC0DE0000C0FFEE ^ me)
     buf[8:16] = canary
     shmem.barrier_all()

@@ -141,3 +141,17 @@ def test_no_cuda_code_in_vkshmem() -> None:
             text = re.sub(r"/\*.*?\*/|//[^\n]*", "", path.read_text(), flags=re.S)
             bad.extend(f"{rel}: {m.group(0).strip()}" for m in re.finditer(_CUDA_C, text))
     assert not bad, "CUDA code in vkshmem (it belongs in plugins/cuda):\n" + "\n".join(bad)
+
+
+def test_runtime_and_domain_heap_are_composed_of_parts() -> None:
+    """The runtime owns its parts (routing, domains, host heap) and a domain heap its device
+    transfers: plain classes given what they read, no mixin bases (issue 37)."""
+    from vkshmem.core.domains.heap import DomainHeap
+    from vkshmem.core.domains.registry import MemoryDomains
+    from vkshmem.core.domains.xfer import DeviceTransfers
+    from vkshmem.core.hostalloc import HostHeap
+    from vkshmem.core.runtime import Runtime
+    from vkshmem.core.transports.rails import TransportRoutes
+
+    for cls in (Runtime, TransportRoutes, MemoryDomains, HostHeap, DomainHeap, DeviceTransfers):
+        assert cls.__bases__ == (object,), f"{cls.__name__} derives from {cls.__bases__}"

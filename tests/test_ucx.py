@@ -66,7 +66,7 @@ else:
     shmem.wait_until(flag[1:], ">=", 7)
     print(f"waited {time.monotonic() - t0:.2f} s")
 shmem.barrier_all()
-print(f"routes: {sorted({r.name for r in shmem._state.rt.routes})}")
+print(f"routes: {sorted({r.name for r in shmem._state.rt.routing.routes})}")
 print("wait ok")
 """
 

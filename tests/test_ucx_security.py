@@ -83,7 +83,7 @@ PE_SCRIPT = textwrap.dedent(f"""\
     shmem.get(got, work[:1], right)
     assert int(got[0]) == 1000 + me, f"pe {{me}}: get saw {{int(got[0])}}"
     shmem.barrier_all()
-    print(f"routes: {{sorted({{r.name for r in shmem._state.rt.routes}})}}", flush=True)
+    print(f"routes: {{sorted({{r.name for r in shmem._state.rt.routing.routes}})}}", flush=True)
     if os.environ.get("UCXSEC_REPORT") != "1":
         assert seen == [{CANARY:#x}] * 8, f"pe {{me}}: canary overwritten: {{seen[0]:#x}}"
     print(f"pe {{me}} ucxsec ok", flush=True)

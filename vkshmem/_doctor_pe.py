@@ -57,7 +57,7 @@ def _host(shmem: Any) -> dict[str, Any]:
         shmem.quiet()
     put_us = (time.perf_counter() - t0) / reps * 1e6
     shmem.barrier_all()
-    return {"routes": sorted({r.name for r in shmem._state.rt.routes}),
+    return {"routes": sorted({r.name for r in shmem._state.rt.routing.routes}),
             "put_quiet_us": round(put_us, 2)}
 
 
@@ -72,7 +72,7 @@ def _domain(shmem: Any, name: str) -> dict[str, Any]:
     got = np.empty(_N, np.int64)
     shmem.get(got, d, right)
     _expect((got == np.arange(_N) + 1000 * me).all(), f"a {name}->host get")
-    heap = shmem._state.rt.domain(name)
+    heap = shmem._state.rt.domains.domain(name)
     out: dict[str, Any] = {"routes": list(heap.route_names)}
     device = getattr(heap.domain, "device", None)
     for key, attr in (("device_name", "name"), ("device_type", "device_type")):

@@ -5,12 +5,12 @@ the host heap (``PE i -> PE j: <route>``) and for every installed memory domain
 from vkshmem import shmem
 
 rt = shmem._state.rt
-for r in rt.routes:
+for r in rt.routing.routes:
     rail = "" if r.rail is None else f" (rail {r.rail})"
     print(f"PE {rt.my_pe} -> PE {r.pe}: {r.name}{rail}")
-for spec in rt.domain_specs:
+for spec in rt.domains.specs:
     try:
-        heap = rt.domain(spec.name)
+        heap = rt.domains.domain(spec.name)
     except Exception as exc:  # the same on every PE for a missing device or driver
         print(f"PE {rt.my_pe}: domain {spec.name} cannot open: {exc}")
         continue

@@ -31,7 +31,7 @@ shmem.barrier_all()
 if me == 0:
     from vkshmem._api import state
 
-    heap = state.rt.domain("gpu")
+    heap = state.rt.domains.domain("gpu")
     dom = heap.domain
     peer_mem = heap.direct[1]
     rows: dict[str, list[float]] = {}

@@ -18,7 +18,7 @@ me = shmem.my_pe()
 s8 = shmem.zeros(8, np.uint8, domain="gpu")
 d8 = shmem.zeros(8, np.uint8, domain="gpu")
 word = shmem.zeros(1, np.int64, domain="gpu")
-heap = shmem._state.rt.heaps[s8.domain.spec.name]
+heap = shmem._state.rt.domains.heaps[s8.domain.spec.name]
 dom = heap.domain
 h8 = np.ones(8, np.uint8)
 hv = memoryview(h8)
@@ -30,7 +30,9 @@ if me == 0:
     assert peer is not None, "PE 1's heap is not mapped here"
     svc = dom.service
     rows.append(("shmem.put GPU->GPU", med(lambda: shmem.put(d8, s8, 1))))
-    rows.append(("heap.put_device", med(lambda: heap.put_device(1, d8.offset, s8.offset, 8))))
+    put_device = heap.transfers.put_device
+    rows.append(("heap.transfers.put_device", med(lambda: put_device(1, d8.offset, s8.offset,
+                                                                      8))))
     rows.append(("domain.copy", med(lambda: dom.copy(peer, d8.offset, dom.local, s8.offset,
                                                        8))))
     dst, src = peer.va + d8.offset, dom.local.va + s8.offset

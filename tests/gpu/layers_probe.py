@@ -30,7 +30,7 @@ b = shmem.zeros(64 << 20, np.uint8, domain="gpu")
 a8, b8 = a[:8], b[:8]
 dom = a.domain
 dev = dom.device
-heap = shmem._state.rt.heaps[dom.spec.name]
+heap = shmem._state.rt.domains.heaps[dom.spec.name]
 mem = dom.memory
 tr = dev.transfer
 slot = tr._aux
@@ -61,9 +61,11 @@ def measure() -> None:
 
     rows.append(("record+submit+wait", per_call(recorded)))
     rows.append(("device.copy", per_call(lambda: dev.copy(mem, 64, mem, 0, 8))))
-    rows.append(("heap.put_device", per_call(lambda: heap.put_device(0, 64, 0, 8))))
+    put_device = heap.transfers.put_device
+    rows.append(("heap.transfers.put_device", per_call(lambda: put_device(0, 64, 0, 8))))
     if shmem.n_pes() > 1:  # into PE 1's heap, imported here from its fd
-        rows.append(("heap.put_device to PE 1", per_call(lambda: heap.put_device(1, 64, 0, 8))))
+        rows.append(("heap.transfers.put_device to PE 1",
+                     per_call(lambda: put_device(1, 64, 0, 8))))
     rows.append(("shmem.put gpu->gpu", per_call(lambda: shmem.put(a8, b8, 0))))
     h8 = np.ones(8, np.uint8)
     rows.append(("shmem.put cpu->gpu", per_call(lambda: shmem.put(a8, h8, 0))))

@@ -21,7 +21,7 @@ me = shmem.my_pe()
 s8 = shmem.zeros(8, np.uint8, domain="gpu")
 d8 = shmem.zeros(8, np.uint8, domain="gpu")
 word = shmem.zeros(1, np.uint64, domain="gpu")
-heap = shmem._state.rt.heaps[s8.domain.spec.name]
+heap = shmem._state.rt.domains.heaps[s8.domain.spec.name]
 h8 = np.ones(8, np.uint8)
 
 

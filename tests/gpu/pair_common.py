@@ -36,7 +36,7 @@ class PairHeaps(NamedTuple):
 
 def pair_heaps(array: Any, peer: int, half: int) -> PairHeaps:
     """The heaps of ``array``'s domain between this PE and ``peer`` on the other GPU."""
-    heap = shmem._state.rt.heaps[array.domain.spec.name]
+    heap = shmem._state.rt.domains.heaps[array.domain.spec.name]
     dom = heap.domain
     f32 = np.dtype(np.float32)
     link = heap.links[peer] if heap.links else None

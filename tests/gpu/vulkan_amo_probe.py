@@ -18,7 +18,7 @@ from vkshmem.core.transports.contract import AmoOp
 me = shmem.my_pe()
 w = shmem.zeros(2, np.int64, domain="gpu")
 dom = w.domain
-heap = shmem._state.rt.domain_heaps[dom]
+heap = shmem._state.rt.domains.domain_heaps[dom]
 shmem.barrier_all()
 
 

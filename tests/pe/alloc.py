@@ -13,7 +13,7 @@ rt = shmem._state.rt
 
 
 def offset(a: np.ndarray) -> int:
-    return a.__array_interface__["data"][0] - rt.host.address
+    return a.__array_interface__["data"][0] - rt.host.segment.address
 
 
 # the same sequence gives the same offsets on every PE: compare through the heap itself
@@ -55,9 +55,9 @@ check(np.array_equal(r3, np.arange(10) + me), "realloc shrink")
 
 # exhaustion: a clear error on every PE (all PEs fail the same way, so no one hangs)
 try:
-    shmem.zeros(rt.host.size, np.uint8)
+    shmem.zeros(rt.host.segment.size, np.uint8)
 except HeapExhaustedError as exc:
-    check("VKSHMEM_SYMMETRIC_SIZE" in str(exc) and str(rt.host.size) in str(exc), str(exc))
+    check("VKSHMEM_SYMMETRIC_SIZE" in str(exc) and str(rt.host.segment.size) in str(exc), str(exc))
 else:
     check(False, "over-sized allocation must fail")
 # the heap still works afterwards
@@ -65,5 +65,5 @@ z = shmem.zeros(16, np.int64)
 shmem.put(z, np.full(16, me, np.int64), right)
 shmem.barrier_all()
 check((z == (me - 1) % n).all(), "heap usable after exhaustion")
-print(f"routes: {sorted({r.name for r in shmem._state.rt.routes})}")
+print(f"routes: {sorted({r.name for r in shmem._state.rt.routing.routes})}")
 print(f"alloc ok: {n} PEs")

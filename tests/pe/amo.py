@@ -108,5 +108,5 @@ for _ in range(500):
 shmem.barrier_all()
 check(shmem.atomic_fetch(hot, 0) == 500 * n, "mixed-path atomicity")
 shmem.barrier_all()
-print(f"routes: {sorted({r.name for r in shmem._state.rt.routes})}")
+print(f"routes: {sorted({r.name for r in shmem._state.rt.routing.routes})}")
 print(f"amo ok: {n} PEs")

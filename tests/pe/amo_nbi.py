@@ -193,5 +193,5 @@ for bad in ([n], [-1], "x", 1.5):
 check(shmem.query_initialized() is True, "query_initialized")
 shmem.barrier_all()
 
-print(f"routes: {sorted({r.name for r in shmem._state.rt.routes})}")
+print(f"routes: {sorted({r.name for r in shmem._state.rt.routing.routes})}")
 print(f"amo_nbi ok: {n} PEs")

@@ -410,5 +410,5 @@ if len({id(t) for t in W.state.routes}) == 1:
     finally:
         del transport_cls.collective
 shmem.barrier_all()
-print(f"routes: {sorted({r.name for r in shmem._state.rt.routes})}")
+print(f"routes: {sorted({r.name for r in shmem._state.rt.routing.routes})}")
 print(f"coll ok: {n} PEs")

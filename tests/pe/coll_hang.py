@@ -73,7 +73,7 @@ else:
     # at most the mistaken call's timeout, then the next barrier's
     check(took < 2 * timeout + 10, f"{case}: the error came after {took:.1f} s")
     print(f"coll_hang error on PE {me}: {type(error).__name__}: {text}", flush=True)
-print("routes: " + str(sorted({r.name for r in shmem._state.rt.routes})), flush=True)
+print("routes: " + str(sorted({r.name for r in shmem._state.rt.routing.routes})), flush=True)
 print(f"coll_hang ok: {case} on {n} PEs", flush=True)
 if error is not None:
     shmem._state.rt.bootstrap.barrier()  # out of band: every PE has its error

@@ -199,5 +199,5 @@ x = shmem.zeros(1, np.int64)
 shmem.atomic_add(x, 1 + me, right)
 shmem.finalize()  # a barrier_all: the add is complete everywhere
 check(shmem.query_initialized() and int(x[0]) == 1 + left, f"finalize as barrier: {x}")
-print(f"routes: {sorted({r.name for r in shmem._state.rt.routes})}")
+print(f"routes: {sorted({r.name for r in shmem._state.rt.routing.routes})}")
 print(f"conform_handles ok: {n} PEs")

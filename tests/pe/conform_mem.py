@@ -19,7 +19,7 @@ warnings.simplefilter("ignore")  # numpy warns about the lossy casts these fills
 
 
 def offset(a: np.ndarray | memoryview) -> int:
-    return int(shmem.ffi.cast("uintptr_t", shmem.ffi.from_buffer(a))) - rt.host.address
+    return int(shmem.ffi.cast("uintptr_t", shmem.ffi.from_buffer(a))) - rt.host.segment.address
 
 
 def raises(kinds: type | tuple[type, ...], fn, *args, match: str = "", **kw) -> BaseException:
@@ -198,5 +198,5 @@ shmem.atomic_set(three[1:2], 5 + me, right)  # the left neighbour sets our middl
 check(shmem.wait_until_any(three, shmem.CMP_GE, 5, status=[1, 0, 1]) == 1, "status mask")
 check(int(three[1]) == 5 + left, f"the left neighbour's word {three}")
 shmem.barrier_all()
-print(f"routes: {sorted({r.name for r in shmem._state.rt.routes})}")
+print(f"routes: {sorted({r.name for r in shmem._state.rt.routing.routes})}")
 print(f"conform_mem ok: {n} PEs")

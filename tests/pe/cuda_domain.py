@@ -19,7 +19,7 @@ right, left = (me + 1) % n, (me - 1) % n
 rt = shmem._state.rt
 
 a = shmem.zeros(1024, np.int64, domain="cuda")
-heap = rt.heaps["cuda"]
+heap = rt.domains.heaps["cuda"]
 check(type(a).__name__ == "CudaArray" and not a.to_numpy().any(), "a zeroed CudaArray")
 print(f"PE {me} cuda domain on {a.domain.device.name} (GPU {a.domain.device.ordinal}): "
       f"{heap.route_names}", flush=True)
@@ -213,5 +213,5 @@ shmem.barrier_all()
 for x in (a, b, c, ctr, data, src, dst, fsrc, fdst, fn_in_place, half, hdst):
     shmem.free(x)
 shmem.del_signal(sig)
-print(f"routes: {sorted({r.name for r in rt.routes})}")
+print(f"routes: {sorted({r.name for r in rt.routing.routes})}")
 print("cuda_domain ok", flush=True)

@@ -130,5 +130,5 @@ if cpu_map != "auto":
     check((dom.mapped_calls > 0) == on and svc.requests_on_gpu == on,
           f"{cpu_map}: {dom.mapped_calls} CPU copies, requests on the GPU: {svc.requests_on_gpu}")
 print(f"PE {me}: service kernel launched {svc.launches} times, {dom.mapped_calls} CPU copies")
-print(f"routes: {sorted({r.name for r in rt.routes})}")
+print(f"routes: {sorted({r.name for r in rt.routing.routes})}")
 print("cuda_service ok", flush=True)

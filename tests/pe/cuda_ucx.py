@@ -26,7 +26,7 @@ a = shmem.zeros(MAX, np.uint8, domain="cuda")  # GPU -> peer GPU puts land here
 b = shmem.zeros(MAX, np.uint8, domain="cuda")  # host -> peer GPU puts land here
 src = shmem.zeros(MAX, np.uint8, domain="cuda")  # this PE's GPU source
 c = shmem.zeros(MAX, np.uint8, domain="cuda")  # this PE's GPU destination of gets
-heap = rt.heaps["cuda"]
+heap = rt.domains.heaps["cuda"]
 check(type(a).__name__ == "CudaArray", "a CudaArray")
 want = ["direct" if pe == me else "ucx+proxy" for pe in range(n)]
 for pe in range(n):
@@ -108,5 +108,5 @@ shmem.barrier_all()
 for x in (a, b, src, c, ctr, data):
     shmem.free(x)
 shmem.del_signal(sig)
-print(f"routes: {sorted({r.name for r in rt.routes})}")
+print(f"routes: {sorted({r.name for r in rt.routing.routes})}")
 print("cuda_ucx ok", flush=True)

@@ -16,7 +16,7 @@ rt = shmem._state.rt
 host = shmem.zeros(8, np.int64)
 a = shmem.zeros(64, np.int64, domain="file")
 check(type(a) is np.ndarray and a.sum() == 0, "a file-domain array is a zeroed numpy array")
-heap = rt.heaps["file"]
+heap = rt.domains.heaps["file"]
 check(shmem.offset_of(host)[0] == 0, "host arrays stay in segment 0")
 print(f"PE {me} file domain: {heap.route_names}", flush=True)
 shmem.barrier_all()
@@ -65,5 +65,5 @@ for x in (a, ctr, sig, data, src, dst):
 b = shmem.zeros(64, np.int64, domain="file")
 check(b.ctypes.data == a.ctypes.data, "a freed block is reused")
 shmem.free(b)
-print(f"routes: {sorted({r.name for r in rt.routes})}")
+print(f"routes: {sorted({r.name for r in rt.routing.routes})}")
 print("domain_file ok", flush=True)

@@ -21,7 +21,7 @@ right, left = (me + 1) % n, (me - 1) % n
 rt = shmem._state.rt
 
 a = shmem.zeros(1 << 16, np.int64, domain="file")
-heap = rt.heaps["file"]
+heap = rt.domains.heaps["file"]
 amo_links = os.environ.get("VKSHMEM_FILE_DOMAIN_LINK") == "amo"
 want = ["direct" if pe == me else ("link" if amo_links else "link+proxy") for pe in range(n)]
 check(heap.route_names == want, f"routes {heap.route_names}, want {want}")
@@ -81,5 +81,5 @@ check(np.array_equal(dst, n * np.arange(16) + n * (n - 1) // 2), f"sum {dst}")
 shmem.barrier_all()
 for x in (src, dst, c, b, a):
     shmem.free(x)
-print(f"routes: {sorted({r.name for r in rt.routes})}")
+print(f"routes: {sorted({r.name for r in rt.routing.routes})}")
 print("domain_link ok", flush=True)

@@ -18,7 +18,7 @@ rt = shmem._state.rt
 
 a = shmem.zeros(2 << 16, np.uint8, domain="file")
 b = a[1 << 16:]  # where the non-blocking puts land, while a peer may still check a
-heap = rt.heaps["file"]
+heap = rt.domains.heaps["file"]
 want = ["direct" if pe == me else "ucx+proxy" for pe in range(n)]
 check(heap.route_names == want, f"routes {heap.route_names}, want {want}")
 check((heap.proxy is not None) == (n > 1), "the proxy runs where a peer needs it")
@@ -76,5 +76,5 @@ check(np.all(dst == n * (n + 1) // 2), f"sum_reduce into the file heap: {dst}")
 
 for x in (a, ctr, sig, data, src, dst):
     shmem.free(x)
-print(f"routes: {sorted({r.name for r in rt.routes})}")
+print(f"routes: {sorted({r.name for r in rt.routing.routes})}")
 print("domain_split ok", flush=True)

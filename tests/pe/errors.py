@@ -46,5 +46,5 @@ check(shmem.addr_accessible(buf, right) and not shmem.addr_accessible(local, rig
       "addr_accessible")
 check(shmem.query_thread() == shmem.THREAD_MULTIPLE, "thread level")
 shmem.barrier_all()
-print(f"routes: {sorted({r.name for r in shmem._state.rt.routes})}")
+print(f"routes: {sorted({r.name for r in shmem._state.rt.routing.routes})}")
 print(f"errors ok: {n} PEs")

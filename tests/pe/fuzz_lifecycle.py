@@ -129,6 +129,6 @@ expect_error(lambda: shmem.put(old, np.ones(4, np.int64), (me + 1) % n),
              "a put to an array of the finalized runtime")
 shmem.barrier_all()
 check(not new.any(), "the refused put changed nothing")
-print(f"routes: {sorted({r.name for r in shmem._state.rt.routes})}")
+print(f"routes: {sorted({r.name for r in shmem._state.rt.routing.routes})}")
 print(f"fuzz_lifecycle ok: {n} PEs")
 shmem.finalize()

@@ -296,5 +296,5 @@ for p in range(n):
     shmem.get(got, scratch[mine], p)
     check((got == model[p]).all(), f"my slots on PE {p}: {got} != model {model[p]}")
 shmem.barrier_all()
-print(f"routes: {sorted({r.name for r in shmem._state.rt.routes})}")
+print(f"routes: {sorted({r.name for r in shmem._state.rt.routing.routes})}")
 print(f"fuzz_rma ok: {n} PEs, {os.environ.get('FUZZ_EXAMPLES', 'default')} examples")

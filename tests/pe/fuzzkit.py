@@ -65,7 +65,7 @@ class Heap:
 
     def __init__(self, shmem: Any) -> None:
         self.shmem = shmem
-        self.buf = np.frombuffer(shmem._state.rt.host.buffer, np.uint8)
+        self.buf = np.frombuffer(shmem._state.rt.host.segment.buffer, np.uint8)
         self.base = self.buf.__array_interface__["data"][0]
         self.guards: list[np.ndarray] = []
         self.scratch: list[tuple[int, int]] = []

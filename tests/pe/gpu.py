@@ -208,7 +208,7 @@ shmem.del_signal(sig)
 
 # -- collectives on GPU memory ------------------------------------------------------------------
 M = 37
-gpu_dev = shmem._state.rt.domain("gpu").domain.device
+gpu_dev = shmem._state.rt.domains.domain("gpu").domain.device
 for dt in DTYPES:  # on the GPU where reduce.comp has the dtype (not longdouble: numpy)
     tol = {"rtol": 1e-2, "atol": 1e-3} if dt == np.float16 else {"rtol": 1e-5}
     src = shmem.array(data(dt, M, seed=7 * me + 1), domain="gpu")
@@ -294,9 +294,9 @@ for bad, what in ((lambda: shmem.put(e, np.zeros(4, np.int64), right), "dtype"),
 shmem.free(e)
 
 last = shmem.zeros(1, np.int8, domain="gpu")
-dom = shmem._state.rt.heaps[last.domain.spec.name]  # the domain's heap: its routes
+dom = shmem._state.rt.domains.heaps[last.domain.spec.name]  # the domain's heap: its routes
 shmem.free(last)
-print(f"routes: {sorted({r.name for r in shmem._state.rt.routes})}")
+print(f"routes: {sorted({r.name for r in shmem._state.rt.routing.routes})}")
 linked = [pe for pe in range(n) if dom.links[pe] is not None]  # peers on other GPUs
 amo_links = " (AMOs too)" if linked and all(dom.links[pe].amos for pe in linked) else ""
 print(f"gpu: imported {sorted(dom.peers)}, proxy {'on' if dom.proxy else 'off'}, "

@@ -118,7 +118,7 @@ if me == 0:
 if use_cuda:
     acc.cuda_amo = True
 amos = getattr(acc, "cuda_amos", 0) - amos0
-link = shmem._state.rt.heaps[dom.spec.name].links[0]  # PE 0 on another GPU: a CUDA link
+link = shmem._state.rt.domains.heaps[dom.spec.name].links[0]  # PE 0 on another GPU: a CUDA link
 want_amo = expect_amo and (me % 2 == 0 or (link is not None and link.amos))
 check((amos > 0) == want_amo, f"{amos} AMOs went through CUDA (expected "
                               f"{'some' if want_amo else 'none'})")

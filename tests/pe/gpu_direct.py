@@ -32,7 +32,7 @@ init = buf.domain.initiator
 if os.environ.get("SIMULATE_SHARED_GPU") == "1":
     # as on a GPU whose other PEs' kernels never run at once with this PE's (NVIDIA): what
     # the runtime sets there, set here on a CPU driver to run the same shader and host paths
-    heap = shmem._state.rt.heap_of(buf.domain.seg_id)
+    heap = shmem._state.rt.domains.heap_of(buf.domain.seg_id)
     init.ring.set_direct(init.peer_table.device_address, heap.device_sync_off,
                          len(init.direct_pes) == n, 0, shared=True)
     init.shared_gpu = True

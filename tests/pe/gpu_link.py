@@ -20,7 +20,7 @@ right, left = (me + 1) % n, (me - 1) % n
 N = 72 << 20  # nine 8 MiB pieces (VKSHMEM_GPU_LINK_PIECE=8M): the four bounce slots reused
 src = shmem.zeros(N + 64, np.uint8, domain="gpu")
 dst = shmem.zeros(N + 64, np.uint8, domain="gpu")
-heap = shmem._state.rt.heaps[src.domain.spec.name]
+heap = shmem._state.rt.domains.heaps[src.domain.spec.name]
 linked = [pe for pe in range(n) if heap.links[pe] is not None]
 print(f"PE {me} gpu_link: links to {linked}, routes {heap.route_names}", flush=True)
 for pe in linked:  # "link": the link carries AMOs too (a peer's CUDA heap mapped here)
@@ -74,5 +74,5 @@ direct = sum(bool(heap.links[pe].direct) for pe in linked)
 mapped = sum(heap.links[pe].mapped_calls > 0 for pe in linked)
 print(f"PE {me} gpu_link: {len(linked)} links ({direct} direct, {mapped} CPU-mapped), domain "
       f"{src.domain.spec.name}", flush=True)
-print(f"routes: {sorted({r.name for r in shmem._state.rt.routes})}")
+print(f"routes: {sorted({r.name for r in shmem._state.rt.routing.routes})}")
 print("gpu_link ok", flush=True)

@@ -18,7 +18,7 @@ from vkshmem.core.proxy.mailbox import DEPTH, INLINE
 me, n = shmem.my_pe(), shmem.n_pes()
 right, left = (me + 1) % n, (me - 1) % n
 probe = shmem.zeros(1, np.uint8, domain="gpu")
-heap = shmem._state.rt.heaps[probe.domain.spec.name]
+heap = shmem._state.rt.domains.heaps[probe.domain.spec.name]
 proxy = heap.proxy
 check(n == 1 or proxy is not None, "several PEs that do not import must start the proxy")
 check(n == 1 or heap.route_names[right] == "proxy", f"route {heap.route_names}")

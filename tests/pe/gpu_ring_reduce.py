@@ -23,7 +23,7 @@ from vkshmem.core.collectives import device_ring
 me, n = shmem.my_pe(), shmem.n_pes()
 probe = shmem.zeros(1, np.uint8, domain="gpu")
 rt = shmem._state.rt
-heap = rt.heaps[probe.domain.spec.name]
+heap = rt.domains.heaps[probe.domain.spec.name]
 check(n == 1 or heap.route_names[(me + 1) % n] != "direct", f"routes {heap.route_names}")
 least = rt.config.gpu_ring_reduce
 BIG = 3 * 65536 + 7  # uneven: not a multiple of n, nor of the shares' alignment

@@ -14,7 +14,7 @@ from vkshmem.gpu.errors import GpuError
 
 me = shmem.my_pe()
 g = shmem.zeros(16, np.int64, domain="gpu")
-dom = shmem._state.rt.heaps[g.domain.spec.name]  # the domain's heap: its routes and proxy
+dom = shmem._state.rt.domains.heaps[g.domain.spec.name]  # the domain's heap: its routes and proxy
 check(dom.proxy is not None, "this test needs the GPU proxy (VKSHMEM_SHM=0)")
 if me == 1:
     dom.proxy.stop()  # PE 1 no longer serves GPU requests

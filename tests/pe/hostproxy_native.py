@@ -17,7 +17,7 @@ ROUNDS = 200
 shmem.init()
 me, n = shmem.my_pe(), shmem.n_pes()
 right, left = (me + 1) % n, (me - 1) % n
-(hp,) = shmem._state.rt.transports
+(hp,) = shmem._state.rt.routing.transports
 check(hp.spec.name == "hostproxy", f"transport {hp.spec.name}")
 before = hp.client_stats()
 
@@ -98,5 +98,5 @@ check(calls == want, f"{calls} native calls, not {want}")
 shmem.barrier_all()
 check(int(word[0]) == 2 * ROUNDS, f"word {word[0]} after {2 * ROUNDS} adds")
 print(f"native requests: {native}")
-print(f"routes: {sorted({r.name for r in shmem._state.rt.routes})}")
+print(f"routes: {sorted({r.name for r in shmem._state.rt.routing.routes})}")
 print("hostproxy_native ok")

@@ -196,5 +196,5 @@ except InvalidArgumentError:
 else:
     check(False, "a destroyed Lock must refuse acquire")
 shmem.del_lock(lock)
-print(f"routes: {sorted({r.name for r in shmem._state.rt.routes})}")
+print(f"routes: {sorted({r.name for r in shmem._state.rt.routing.routes})}")
 print(f"lock ok: {n} PEs")

@@ -41,5 +41,5 @@ for name, call in CASES.items():
     shmem.sum_reduce(t[:4], ones)  # the job goes on
     check((t[:4] == n).all(), f"after {name}: sum_reduce gave {t[:4]}")
 shmem.barrier_all()
-print(f"routes: {sorted({r.name for r in shmem._state.rt.routes})}")
+print(f"routes: {sorted({r.name for r in shmem._state.rt.routing.routes})}")
 print(f"mismatch_coll ok: {n} PEs")

@@ -24,7 +24,7 @@ nodes = rt.node_ids  # hostname:boot id:network namespace, per PE
 check(len(set(nodes)) == hosts, f"{len(set(nodes))} nodes seen, not {hosts}: {nodes}")
 names = {node.split(":")[0] for node in nodes}
 check(len(names) == hosts and socket.gethostname() in names, f"hostnames {names}")
-for r in rt.routes:
+for r in rt.routing.routes:
     want = "shm" if nodes[r.pe] == nodes[me] else transport
     check(r.name == want, f"PE {me} reaches PE {r.pe} through {r.name}, not {want}")
 mates = [pe for pe in range(n) if nodes[pe] == nodes[me]]

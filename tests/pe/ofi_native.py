@@ -17,7 +17,7 @@ from vkshmem import shmem
 me, n = shmem.my_pe(), shmem.n_pes()
 right, left = (me + 1) % n, (me - 1) % n
 rt = shmem._state.rt
-t = rt.route_transport[right]
+t = rt.routing.route_transport[right]
 check(t.spec.name == "ofi" and t.native_ops() != 0, f"route to PE {right}: {t.spec.name}")
 python_calls = {"put": 0, "get": 0, "amo": 0}
 emulated_in_c = [0]  # AMOs the C path ran as compare-and-swap loops, in the sections

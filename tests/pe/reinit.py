@@ -48,7 +48,7 @@ def communicate(k: int) -> list[str]:
     team = shmem.TEAM_WORLD.split_strided(0, 1, n)
     check(team.my_pe() == me and team.n_pes() == n, f"runtime {k}: split team")
     team.destroy()
-    routes = sorted({r.name for r in shmem._state.rt.routes})
+    routes = sorted({r.name for r in shmem._state.rt.routing.routes})
     for arr in (sums, vals, counter, dst):
         shmem.free(arr)
     return routes

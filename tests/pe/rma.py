@@ -82,7 +82,7 @@ check(np.array_equal(big, data(np.float64, 1 << 17, seed=77 + left)), "1 MiB put
 
 # ptr: a direct view when the shm path reaches the PE
 view = shmem.ptr(big, right)
-if shmem._state.rt.routes[right].name == "shm" or right == me:
+if shmem._state.rt.routing.routes[right].name == "shm" or right == me:
     check(view is not None and np.array_equal(view, payload), "ptr view")
 else:
     check(view is None, "ptr must be None where the shm path does not reach")
@@ -96,5 +96,5 @@ reach = [pe for pe in range(n) if shmem.ptr(big, pe) is not None]
 check(reach == members, f"TEAM_SHARED {members} vs ptr reaching {reach}")
 check(shmem.team_ptr(team, big, team.my_pe()) is not None, "team_ptr to this PE")
 shmem.barrier_all()
-print(f"routes: {sorted({r.name for r in shmem._state.rt.routes})}")
+print(f"routes: {sorted({r.name for r in shmem._state.rt.routing.routes})}")
 print(f"rma ok: {len(DTYPES)} dtypes, {n} PEs")

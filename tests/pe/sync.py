@@ -112,5 +112,5 @@ else:
     check(False, "wait_until must time out")
 rt.waiter.timeout = old
 shmem.barrier_all()
-print(f"routes: {sorted({r.name for r in shmem._state.rt.routes})}")
+print(f"routes: {sorted({r.name for r in shmem._state.rt.routing.routes})}")
 print(f"sync ok: {n} PEs, pid {os.getpid()}")

@@ -104,5 +104,5 @@ for _ in range(100):
         check(t.n_pes() == n, "split of everything")
         t.sync()
 shmem.barrier_all()
-print(f"routes: {sorted({r.name for r in shmem._state.rt.routes})}")
+print(f"routes: {sorted({r.name for r in shmem._state.rt.routing.routes})}")
 print(f"teams ok: {n} PEs")

@@ -43,5 +43,5 @@ if me % 2 == 0:
     for _ in range(50):
         evens.sync()
 shmem.barrier_all()
-print(f"routes: {sorted({t.name for t in rt.routes})}")
+print(f"routes: {sorted({t.name for t in rt.routing.routes})}")
 print("transport_barrier ok")

@@ -20,7 +20,7 @@ ROUNDS = 300
 shmem.init()
 me, n = shmem.my_pe(), shmem.n_pes()
 rt = state.rt
-(ucx,) = rt.transports
+(ucx,) = rt.routing.transports
 want = [int(s) for s in os.environ["UCX_HEAP_WANT"].split(",") if s]
 got = ucx.stats()["ucx_allocated_segments"]
 check(got == want, f"UCX allocated segments {got}, expected {want}")
@@ -58,7 +58,7 @@ old = shmem.atomic_fetch_add(counter, 5, (me + 1) % n)
 check(old >= ROUNDS * n, f"fetch_add returned {old}")
 shmem.barrier_all()
 check(counter[0] == ROUNDS * n + 5, f"counter {counter[0]} after the fetch_add")
-print(f"routes: {sorted({r.name for r in rt.routes})}")
+print(f"routes: {sorted({r.name for r in rt.routing.routes})}")
 shmem.finalize()
 # the arrays still view the heap: its bytes are the memfd's again, with every write kept
 check(counter[0] == ROUNDS * n + 5 and board.tolist() == expect, "heap changed at finalize")

@@ -42,7 +42,7 @@ def _check_domain(domain: str) -> str:
     the first time)."""
     if domain == "host":
         return domain
-    return state.rt.resolve_domain(domain)
+    return state.rt.domains.resolve_domain(domain)
 
 
 def _domain_array(where: str, shape: Shape, dt: np.dtype, align: int | None, clear: bool,
@@ -51,7 +51,7 @@ def _domain_array(where: str, shape: Shape, dt: np.dtype, align: int | None, cle
     ``value`` if given)."""
     if order == "F":
         raise InvalidArgumentError(f"{where} arrays are C-ordered: order='F' is not available")
-    heap = state.rt.domain(where)
+    heap = state.rt.domains.domain(where)
     count = _count(shape)
     nbytes = count * dt.itemsize
     fill = None
@@ -129,8 +129,8 @@ def _bytes(count: Any, size: Any) -> int:
 def _allocate(nbytes: int, align: int | None, clear: bool,
               fill: Callable[[memoryview], None] | None = None) -> memoryview:
     rt = state.rt
-    off = rt.alloc(nbytes, align or MIN_ALIGN, clear and fill is None, fill)
-    return rt.host.buffer[off:off + nbytes]
+    off = rt.host.alloc(nbytes, align or MIN_ALIGN, clear and fill is None, fill)
+    return rt.host.segment.buffer[off:off + nbytes]
 
 
 def alloc(count: int, size: int = 1, align: int | None = None, hints: int | None = None,
@@ -172,11 +172,11 @@ def _place(obj: Any, what: str) -> tuple[int, int]:
         raise InvalidTypeError(f"{what} takes a symmetric array or memoryview, got "
                                f"{type(obj).__name__}")
     seg, off = locate(mem, 0, what)
-    heap = rt.seg_heaps[seg]
+    heap = rt.domains.seg_heaps[seg]
     if heap is not None:  # a numpy array over a domain's CPU-addressable memory
         _check_live(heap.heap.used, off, what)
     elif seg == HOST_SEG:
-        _check_live(rt.heap.used, off, what)
+        _check_live(rt.host.allocator.used, off, what)
     else:
         raise InvalidArgumentError(f"{what}: not a symmetric allocation")
     return seg, off
@@ -198,11 +198,11 @@ def free(mem: memoryview | np.ndarray | None) -> None:
         return
     rt = state.rt
     seg, off = _place(mem, "free")
-    heap = rt.seg_heaps[seg]
+    heap = rt.domains.seg_heaps[seg]
     if heap is not None:
         heap.free(off)
     else:
-        rt.free(off)
+        rt.host.free(off)
 
 
 def realloc(mem: memoryview | np.ndarray, count: int, size: int | None = None,
@@ -232,8 +232,8 @@ def realloc(mem: memoryview | np.ndarray, count: int, size: int | None = None,
     else:
         dt = None
         nbytes = _bytes(count, size or 1)
-    new = rt.realloc(off, nbytes, align or MIN_ALIGN)
-    buf = rt.host.buffer[new:new + nbytes]
+    new = rt.host.realloc(off, nbytes, align or MIN_ALIGN)
+    buf = rt.host.segment.buffer[new:new + nbytes]
     return buf if dt is None else np.frombuffer(buf, dt)
 
 

@@ -88,12 +88,12 @@ def locate(a: np.ndarray, nbytes: int, what: str) -> tuple[int, int]:
 def heap_of(a: DomainArray, what: str) -> DomainHeap:
     """The open heap ``a`` belongs to (see :meth:`MemoryDomains.heap_of_array
     <vkshmem.core.domains.registry.MemoryDomains.heap_of_array>`)."""
-    return state.rt.heap_of_array(a, what)
+    return state.rt.domains.heap_of_array(a, what)
 
 
 def place(a: DomainArray, nbytes: int, what: str) -> tuple[DomainHeap, int]:
     """``(heap, offset)`` of a domain's array whose first ``nbytes`` will be accessed."""
-    heap = state.rt.domain_heaps.get(a.domain)
+    heap = state.rt.domains.domain_heaps.get(a.domain)
     if heap is None:
         heap_of(a, what)  # raises
     off = a.offset
@@ -106,7 +106,7 @@ def place(a: DomainArray, nbytes: int, what: str) -> tuple[DomainHeap, int]:
 def segment_route(t: Any, seg: int) -> Any:
     """The endpoint for segment ``seg``: ``t`` for the host heap, else the domain's heap
     (which routes each peer: imported memory, a transport, or the domain proxy)."""
-    heap = state.rt.seg_heaps[seg]
+    heap = state.rt.domains.seg_heaps[seg]
     return t if heap is None else heap
 
 
@@ -138,7 +138,7 @@ def resolve(ctx: Any, pe: Any) -> tuple[int, Any]:
         rt = state.rt
         if rt.liveness.any:
             rt.liveness.check(pe, f"operation on PE {pe}")
-        return pe, rt.route_transport[pe]
+        return pe, state.route_transport[pe]
     try:
         target = ctx.target
     except AttributeError:

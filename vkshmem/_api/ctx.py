@@ -79,7 +79,7 @@ class Ctx:
         if body is None:
             if self._kind == "default":
                 pe = check_pe(pe)
-                return pe, state.rt.route_transport[pe]
+                return pe, state.route_transport[pe]
             raise InvalidArgumentError(_INVALID)
         return body.target(pe)
 
@@ -274,7 +274,7 @@ class _Body:
         self.session: dict[str, Any] | None = None
         mapping: dict[int, Transport] = {}
         self.owned: list[tuple[Transport, Transport]] = []  # (parent, endpoint)
-        for t in rt.transports:
+        for t in rt.routing.transports:
             ep = t.create_context()
             mapping[id(t)] = ep
             self.owned.append((t, ep))

@@ -54,11 +54,11 @@ def from_dlpack(x: Any) -> Any:
             raise InvalidArgumentError(f"from_dlpack: the tensor is not C-contiguous (strides "
                                        f"{strides} for shape {shape})")
     if dev_type == KDL_CPU:
-        host = rt.host
+        host = rt.host.segment
         if host.address <= address and address + nbytes <= host.address + host.size:
             off = address - host.address
             return np.frombuffer(host.buffer, dtype, count, off).reshape(shape)
-    for heap in rt.domain_heaps.values():
+    for heap in rt.domains.domain_heaps.values():
         where = heap.domain.dlpack_range()
         if where is None or where[0] != dev_type or dev_id not in (-1, where[1]):
             continue

@@ -34,7 +34,7 @@ def gpu_kernel(spirv: str | os.PathLike[str] | bytes, *, name: str | None = None
     from the GPU: dispatch it with ``kernel.dispatch(groups, push=shmem.pack_push(...))`` and
     wait with ``launch.wait()``. Opens the GPU heap if it is not open yet, which is collective
     (as the first GPU allocation); otherwise local."""
-    heap = state.rt.domain("gpu")
+    heap = state.rt.domains.domain("gpu")
     get_initiator = getattr(heap.domain, "get_initiator", None)
     if get_initiator is None:
         raise FeatureNotAvailableError(f"gpu_kernel needs a GPU domain that runs Vulkan kernels "
@@ -48,7 +48,7 @@ def device_context(domain: str = "gpu") -> int:
     mapped in this process, this PE's number and the device-sync block. Opens the heap if it
     is not open yet, which is collective (as the first GPU allocation); otherwise local.
     Vulkan shaders use :func:`gpu_kernel` instead."""
-    heap = state.rt.domain(domain)
+    heap = state.rt.domains.domain(domain)
     make = getattr(heap.domain, "device_context", None)
     if make is None:
         raise FeatureNotAvailableError(
@@ -62,7 +62,7 @@ def offset_of(a: Any) -> tuple[int, int]:
     host heap, 1 the GPU heap; the same numbers on every PE."""
     if isinstance(a, DomainArray):
         heap = heap_of(a, "offset_of")
-        if not isinstance(a, DeviceArray) and heap is not state.rt.heaps.get("gpu"):
+        if not isinstance(a, DeviceArray) and heap is not state.rt.domains.heaps.get("gpu"):
             raise InvalidArgumentError(f"offset_of: kernels address the host heap and the GPU "
                                        f"heap (domain='gpu', open once an array of it or "
                                        f"gpu_kernel was made); this array is in the "

@@ -61,7 +61,7 @@ def init() -> None:
     of the previous runtime (symmetric arrays, teams, contexts) may be used in the new one."""
     global _inits
     running = query_initialized()
-    state.rt = _runtime.start()
+    state.bind(_runtime.start())
     _inits = _inits + 1 if running else 1
 
 
@@ -88,7 +88,7 @@ def finalize() -> None:
         state.rt.barrier_all()
         return
     _inits = 0
-    state.rt = state.NOT_INITIALISED
+    state.bind(None)
     reset_default_session()
     _runtime.stop()
 

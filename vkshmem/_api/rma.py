@@ -78,14 +78,16 @@ def put(target: np.ndarray, source: np.ndarray, pe: int, size: int | None = None
     if (type(target) is not ND or type(source) is not ND) and foreign(target, source):
         _put_device(target, source, pe, t, n, nbytes)
         return
-    if t is rt.shm and target.flags.c_contiguous and source.flags.c_contiguous and \
+    routing = rt.routing
+    if t is routing.shm and target.flags.c_contiguous and source.flags.c_contiguous and \
             lib.vk_direct_put(ffi.from_buffer(target), ffi.from_buffer(source), nbytes, pe) == 0:
         return  # the shm fast path: one native call
     seg, off = _sym(target, nbytes, "put target")
-    if seg and rt.seg_heaps[seg] is not None:  # a domain's CPU-addressable segment
-        t = rt.seg_heaps[seg]
-    elif nbytes >= rt.stripe_threshold and ctx is None and rt.stripes[pe] is not None:
-        rt.striped_put(pe, seg, off, _src_bytes(source, n, nbytes))
+    heap = rt.domains.seg_heaps[seg] if seg else None
+    if heap is not None:  # a domain's CPU-addressable segment
+        t = heap
+    elif nbytes >= routing.stripe_threshold and ctx is None and routing.stripes[pe] is not None:
+        routing.striped_put(pe, seg, off, _src_bytes(source, n, nbytes))
         return
     t.put(pe, seg, off, _src_bytes(source, n, nbytes))
 
@@ -127,18 +129,20 @@ def get(target: np.ndarray, source: np.ndarray, pe: int, size: int | None = None
         _get_device(target, source, pe, t, n, nbytes)
         return
     flags = target.flags
-    if t is rt.shm and flags.c_contiguous and flags.writeable and source.flags.c_contiguous \
+    routing = rt.routing
+    if t is routing.shm and flags.c_contiguous and flags.writeable and source.flags.c_contiguous \
             and lib.vk_direct_get(ffi.from_buffer(target, require_writable=True),
                                   ffi.from_buffer(source), nbytes, pe) == 0:
         return  # the shm fast path: one native call
     seg, off = _sym(source, nbytes, "get source")
-    if seg and rt.seg_heaps[seg] is not None:  # a domain's CPU-addressable segment
-        t = rt.seg_heaps[seg]
+    heap = rt.domains.seg_heaps[seg] if seg else None
+    if heap is not None:  # a domain's CPU-addressable segment
+        t = heap
     dst = _dst_bytes(target, nbytes)
     if dst is not None:
-        if nbytes >= rt.stripe_threshold and ctx is None and rt.stripes[pe] is not None \
-                and t is not rt.seg_heaps[seg]:
-            rt.striped_get(pe, seg, off, dst)
+        if nbytes >= routing.stripe_threshold and ctx is None and routing.stripes[pe] is not None \
+                and heap is None:
+            routing.striped_get(pe, seg, off, dst)
         else:
             t.get(pe, seg, off, dst)
         return
@@ -212,7 +216,7 @@ def iput(target: np.ndarray, source: np.ndarray, pe: int, tst: int = 1, sst: int
     if tst == 1:
         t.put(pe, seg, off, memoryview(src).cast("B"))
         return
-    peer = rt.peer_buffer(pe, seg) if t is rt.shm else None
+    peer = rt.peer_buffer(pe, seg) if t is rt.routing.shm else None
     if peer is not None:
         np.ndarray((n,), dt, buffer=peer, offset=off, strides=(tst * isz,))[...] = src
         return
@@ -264,7 +268,7 @@ def _checked(remote: Any, local: Any, pe: int, is_put: bool) -> tuple[Any, int, 
     rt = state.rt
     if rt.liveness.any:
         rt.liveness.check(pe, f"operation on PE {pe}")
-    heap = rt.domain_heaps.get(remote.domain)
+    heap = rt.domains.domain_heaps.get(remote.domain)
     nbytes = n * dt.itemsize
     if heap is None or remote.offset + nbytes > heap.size:
         place(remote, nbytes, "put target" if is_put else "get source")  # raises
@@ -278,9 +282,9 @@ def _within(remote: Any, local: Any, pe: int, is_put: bool) -> None:
     if loff + nbytes > heap.size:
         place(local, nbytes, "put source" if is_put else "get target")  # raises
     if is_put:
-        heap.put_device(pe, remote.offset, loff, nbytes)
+        heap.transfers.put_device(pe, remote.offset, loff, nbytes)
     else:
-        heap.get_device(pe, remote.offset, loff, nbytes)
+        heap.transfers.get_device(pe, remote.offset, loff, nbytes)
 
 
 def _host_side(remote: Any, local: np.ndarray, pe: int, is_put: bool) -> None:
@@ -304,7 +308,7 @@ def _put_device(target: Any, source: Any, pe: int, t: Any, n: int, nbytes: int) 
         return
     heap, off = place(target, nbytes, "put target")
     if isinstance(source, DomainArray) and source.domain is target.domain:
-        heap.put_device(pe, off, place(source, nbytes, "put source")[1], nbytes)
+        heap.transfers.put_device(pe, off, place(source, nbytes, "put source")[1], nbytes)
     else:
         heap.put(pe, heap.seg_id, off, _src_bytes(host_copy(source), n, nbytes))
 
@@ -321,7 +325,7 @@ def _get_device(target: Any, source: Any, pe: int, t: Any, n: int, nbytes: int) 
     seg = heap.seg_id
     if isinstance(target, DomainArray):
         if target.domain is source.domain:
-            heap.get_device(pe, off, place(target, nbytes, "get target")[1], nbytes)
+            heap.transfers.get_device(pe, off, place(target, nbytes, "get target")[1], nbytes)
             return
         tmp = np.empty(n, source.dtype)
         heap.get(pe, seg, off, memoryview(tmp).cast("B"))
@@ -349,7 +353,8 @@ def _device_nbi(remote: Any, local: Any, pe: int, n: int, nbytes: int, is_put: b
         if local.domain is not remote.domain:
             return False
         loc = place(local, nbytes, "put_nbi source" if is_put else "get_nbi target")[1]
-        (heap.put_device_nbi if is_put else heap.get_device_nbi)(pe, off, loc, nbytes)
+        xfer = heap.transfers
+        (xfer.put_device_nbi if is_put else xfer.get_device_nbi)(pe, off, loc, nbytes)
         return True
     if not isinstance(local, np.ndarray):
         return False

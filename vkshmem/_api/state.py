@@ -20,11 +20,26 @@ class _NotInitialised:
     def __getattr__(self, name: str) -> Any:
         raise _not_initialised()
 
+    def __getitem__(self, key: Any) -> Any:
+        raise _not_initialised()
+
 
 NOT_INITIALISED: Any = _NotInitialised()
 
 #: The running :class:`Runtime` (or the stand-in). Hot paths read ``state.rt`` once per call.
 rt: Runtime = NOT_INITIALISED
+#: Its parts' lists that per-call paths index, bound once at init (no attribute hops per
+#: call): each PE's transport (``rt.routing.route_transport``).
+route_transport: list[Any] = NOT_INITIALISED
+
+
+def bind(runtime: Runtime | None) -> None:
+    """Make ``runtime`` the running one (None: the stand-in), with its bound lists."""
+    global rt, route_transport
+    if runtime is None:
+        rt = route_transport = NOT_INITIALISED
+    else:
+        rt, route_transport = runtime, runtime.routing.route_transport
 
 
 def require() -> Runtime:

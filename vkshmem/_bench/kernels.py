@@ -157,7 +157,7 @@ def _describe(impl: str, shmem: Any, plan: Plan) -> dict[str, Any]:
 
     routes = "?"
     try:
-        routes = ", ".join(sorted({r.name for r in shmem._state.rt.routes}))
+        routes = ", ".join(sorted({r.name for r in shmem._state.rt.routing.routes}))
     except AttributeError:
         pass
     return {"impl": impl, "label": f"vkshmem {__version__}", "library": f"routes: {routes}",

@@ -83,25 +83,26 @@ def configure(rt: Runtime) -> None:
     transport that offers its data path in C (``Transport.native_ops``) is served by it,
     unless large transfers to it are striped over several rails; ``quiet``/``fence`` (and
     barrier_all's quiet) stay in C when every open transport offers them there."""
-    routes = rt.route_transport
-    ops = array.array("Q", (0 if t is rt.shm or rt.stripes[pe] is not None else t.native_ops()
+    routing = rt.routing
+    routes, shm, transports = routing.route_transport, routing.shm, routing.transports
+    ops = array.array("Q", (0 if t is shm or routing.stripes[pe] is not None else t.native_ops()
                             for pe, t in enumerate(routes)))
     # quiet/fence in C when every open transport offers them (as Runtime.quiet/fence do)
-    several = len(rt.rails) > 1
-    quiet_ops = array.array("Q", (t.native_ops() for t in rt.transports))
-    fence_quiet = bytes(several or not t.spec.native_fence for t in rt.transports)
+    several = len(routing.rails) > 1
+    quiet_ops = array.array("Q", (t.native_ops() for t in transports))
+    fence_quiet = bytes(several or not t.spec.native_fence for t in transports)
     # the wake board (a long wait sleeps until a transport's progress pokes it): only where
     # every byte arriving here comes through the open transports (no peer on the shm path;
     # the C side also needs every one of them to offer watch)
-    shm_peers = any(t is rt.shm for pe, t in enumerate(routes) if pe != rt.my_pe)
-    watch_ops = b"" if shm_peers or not rt.transports else quiet_ops.tobytes()
-    _fast.configure(my_pe=rt.my_pe, direct=bytes(t is rt.shm for t in routes),
-                    ops=ops.tobytes(), transports=tuple(routes), quiet_fence=not rt.transports,
+    shm_peers = any(t is shm for pe, t in enumerate(routes) if pe != rt.my_pe)
+    watch_ops = b"" if shm_peers or not transports else quiet_ops.tobytes()
+    _fast.configure(my_pe=rt.my_pe, direct=bytes(t is shm for t in routes),
+                    ops=ops.tobytes(), transports=tuple(routes), quiet_fence=not transports,
                     native_waits=not rt.waiter.progress,
                     crowded=len(rt.node_pes) > (os.cpu_count() or 1), waiter=rt.waiter,
-                    seg_heaps=rt.seg_heaps, failed=rt.waiter.failed_address,
+                    seg_heaps=rt.domains.seg_heaps, failed=rt.waiter.failed_address,
                     quiet_ops=quiet_ops.tobytes(), fence_quiet=fence_quiet,
-                    quiet_transports=tuple(rt.transports), watch_ops=watch_ops)
+                    quiet_transports=tuple(transports), watch_ops=watch_ops)
 
 
 def watch_stats() -> dict[str, int]:
@@ -113,7 +114,7 @@ def watch_stats() -> dict[str, int]:
 
 def set_world(rt: Runtime) -> None:
     """Give the fast paths TEAM_WORLD's native team (barrier_all stays native while quiet is a
-    fence and ``rt.seg_heaps`` holds no open memory domain: those check their errors at each
+    fence and ``rt.domains.seg_heaps`` holds no open memory domain: those check their errors at each
     barrier)."""
     _fast.set_world(rt.world.native)
 
@@ -131,8 +132,9 @@ def native_team(ts: TeamState, half: int, rd_fast: int) -> Any:
     rt = ts.rt
     if ts.me < 0 or rt.waiter.progress or not _fast.enabled():
         return None
-    ops = array.array("Q", (0 if t is rt.shm else t.native_ops() for t in ts.routes))
-    if any(not op and t is not rt.shm for op, t in zip(ops, ts.routes, strict=True)):
+    shm = rt.routing.shm
+    ops = array.array("Q", (0 if t is shm else t.native_ops() for t in ts.routes))
+    if any(not op and t is not shm for op, t in zip(ops, ts.routes, strict=True)):
         return None
     return NativeTeam(ts.pes, ts.me, ts.slot, ts.base, rt.internal.address, ts.scratch_offset,
                       half, rd_fast, ops.tobytes() if any(ops) else b"",

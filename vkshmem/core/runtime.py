@@ -12,7 +12,16 @@ API (:mod:`vkshmem.shmem`) reads :data:`current`. Start-up order:
 
 Segments: 0 is the host heap, 1 the internal area, then one per installed memory domain
 (plugins of ``vkshmem.domains``, in name order); a domain's segment is made when the domain is
-first used (:meth:`Runtime.domain`, collective), never at start-up.
+first used (:meth:`MemoryDomains.domain <vkshmem.core.domains.registry.MemoryDomains.domain>`,
+collective), never at start-up.
+
+The runtime is composed of parts, each a plain class given what it reads of the runtime
+(:class:`~vkshmem.core.basics.RuntimeBasics` and the like, small protocols): ``routing``
+(:class:`~vkshmem.core.transports.rails.TransportRoutes`: the shm path, transports, rails,
+per-PE routes, stripes), ``domains`` (:class:`~vkshmem.core.domains.registry.MemoryDomains`:
+the installed domains and their open heaps) and ``host``
+(:class:`~vkshmem.core.hostalloc.HostHeap`: the host heap segment, its allocator and collective
+allocation). Who this PE is, ordering and synchronisation, and the teams stay the runtime's.
 """
 
 from __future__ import annotations
@@ -32,7 +41,7 @@ from .config import Config
 from .config import load as load_config
 from .domains.contract import DomainSpec
 from .domains.heap import DomainHeap
-from .domains.registry import FIRST_DOMAIN_SEG, MemoryDomains
+from .domains.registry import MemoryDomains
 from .errors import (
     BootstrapError,
     ConfigError,
@@ -41,15 +50,12 @@ from .errors import (
 from .fast import configure as configure_fast
 from .fast import reset as reset_fast
 from .fast import set_world as set_fast_world
-from .fdshare import exchange_fds
-from .heap import Allocator, HostSegment
-from .hostalloc import CHECK_RECORD, HOST_SEG, HostAllocation
+from .heap import HostSegment
+from .hostalloc import HOST_SEG, HostHeap
 from .liveness.channel import open_liveness
 from .plugins.loader import Registry, load_plugins
 from .teams import INTERNAL_SEG, TeamState
-from .transports.contract import Transport
-from .transports.rails import Rail, Route, TransportRoutes
-from .transports.shm import ShmTransport
+from .transports.rails import Route, TransportRoutes
 from .wait import Waiter
 
 __all__ = ["HOST_SEG", "Route", "Runtime", "current", "start", "stop"]
@@ -108,10 +114,14 @@ def _read_info(pe: int, blob: bytes) -> dict[str, Any]:
     return info
 
 
-class Runtime(TransportRoutes, MemoryDomains, HostAllocation):
-    """Everything one PE holds while vkshmem is initialised (its transports and routes:
-    :class:`~vkshmem.core.transports.rails.TransportRoutes`; its memory domains:
-    :class:`~vkshmem.core.domains.registry.MemoryDomains`)."""
+class Runtime:
+    """Everything one PE holds while vkshmem is initialised: who it is in the job, its parts
+    (``routing``: :class:`~vkshmem.core.transports.rails.TransportRoutes`; ``domains``:
+    :class:`~vkshmem.core.domains.registry.MemoryDomains`; ``host``:
+    :class:`~vkshmem.core.hostalloc.HostHeap`), the internal area, the teams and the waiter."""
+
+    routing: TransportRoutes
+    host: HostHeap
 
     def __init__(self, config: Config) -> None:
         self.config = config
@@ -122,20 +132,8 @@ class Runtime(TransportRoutes, MemoryDomains, HostAllocation):
         self.bootstrap: Bootstrap = open_bootstrap(config, self.registry.bootstraps, os.environ)
         self.my_pe = self.bootstrap.rank
         self.n_pes = self.bootstrap.size
-        self.transports: list[Transport] = []
-        self.rails: list[Rail] = []
-        #: installed memory domains in segment order (segments 2, 3, ...)
-        self.domain_specs: list[DomainSpec] = sorted(self.registry.domains.values(),
-                                                     key=lambda s: s.name)
-        #: per segment id, the open domain heap (None: host, internal, or not opened yet)
-        self.seg_heaps: list[DomainHeap | None] = [None] * (FIRST_DOMAIN_SEG +
-                                                            len(self.domain_specs))
-        self.heaps: dict[str, DomainHeap] = {}
-        #: the open heap of each open domain object (what a domain's array points to)
-        self.domain_heaps: dict[object, DomainHeap] = {}
-        #: open heaps whose domain has its own quiet (non-blocking operations to complete)
-        self.nbi_heaps: list[DomainHeap] = []
-        self._resolved: dict[str, str] = {}
+        self.domains = MemoryDomains(self, self._open_domain_heap)
+        self.segments: dict[int, HostSegment] = {}
         try:
             self._start()
         except BaseException:
@@ -147,7 +145,7 @@ class Runtime(TransportRoutes, MemoryDomains, HostAllocation):
     def _start(self) -> None:
         cfg = self.config
         me = {"node": _node_id(), "heap": cfg.symmetric_size, "pid": os.getpid(),
-              "domains": [d.name for d in self.domain_specs]}
+              "domains": [d.name for d in self.domains.specs]}
         infos = [_read_info(pe, blob) for pe, blob in
                  enumerate(self.bootstrap.allgather(json.dumps(me).encode()))]
         sizes = {i["heap"] for i in infos}
@@ -171,38 +169,23 @@ class Runtime(TransportRoutes, MemoryDomains, HostAllocation):
         self.liveness = open_liveness(self.bootstrap, self.node_ids, cfg.failure_timeout,
                                       cfg.bootstrap_timeout)
 
-        if lib.vk_table_init(self.n_pes, len(self.seg_heaps)) != 0:
+        if lib.vk_table_init(self.n_pes, len(self.domains.seg_heaps)) != 0:
             raise MemoryError("cannot allocate the peer table")
-        self.host = HostSegment(HOST_SEG, cfg.symmetric_size, f"vkshmem-heap-pe{self.my_pe}",
-                                cfg.host_pin)
+        host = HostSegment(HOST_SEG, cfg.symmetric_size, f"vkshmem-heap-pe{self.my_pe}",
+                           cfg.host_pin)
+        self.segments[HOST_SEG] = host
         self.teams_max = cfg.teams_max
         self.slot_bytes = cfg.team_scratch
         self.internal = HostSegment(INTERNAL_SEG, self.teams_max * self.slot_bytes,
                                     f"vkshmem-internal-pe{self.my_pe}", cfg.host_pin)
-        self.segments = {HOST_SEG: self.host, INTERNAL_SEG: self.internal}
+        self.segments[INTERNAL_SEG] = self.internal
         for seg in self.segments.values():
             lib.vk_set_local(seg.seg_id, seg.address, seg.size)
-        self.heap = Allocator(self.host.size, "host", "VKSHMEM_SYMMETRIC_SIZE")
-        # RMA, AMOs and collectives refuse host-heap memory outside live allocations (freed)
-        if lib.vk_track(HOST_SEG) == 0:
-            self.heap.on_change = lambda off, n, live: lib.vk_mark_live(HOST_SEG, off, n, live)
+        self.host = HostHeap(self, host)
 
-        self.shm = ShmTransport(self.my_pe)
-        for seg in self.segments.values():
-            self.shm.register(seg.info())
-        if cfg.shm:
-            peers = [pe for pe in self.node_pes if pe != self.my_pe]
-            segs = list(self.segments.values())
-            got = exchange_fds(self.my_pe, {pe: self.pids[pe] for pe in peers},
-                               [s.fd for s in segs], self.bootstrap.allgather,
-                               self.bootstrap.barrier, cfg.bootstrap_timeout)
-            for pe, fds in got.items():
-                for seg, fd in zip(segs, fds, strict=True):
-                    self.shm.attach(pe, seg.seg_id, fd, seg.size)
-
-        self._open_rails()
-        self._route()
-        self.waiter = Waiter(cfg.wait_timeout, self.transports, self.liveness)
+        self.routing = TransportRoutes(self, self.liveness.address)
+        self.routing.open(self.segments)
+        self.waiter = Waiter(cfg.wait_timeout, self.routing.transports, self.liveness)
         if not cfg.check_collectives:  # the compiled collectives would skip the check
             configure_fast(self)  # before the teams: their native parts belong to it
         # TEAM_WORLD and TEAM_SHARED own slots 0 and 1 on every PE.
@@ -215,9 +198,11 @@ class Runtime(TransportRoutes, MemoryDomains, HostAllocation):
         set_fast_world(self)
         self.world.reset_slot()
         self.shared.reset_slot()
-        self._alloc_seq = 0
-        self._check_buf = bytearray(CHECK_RECORD.size)
         self.bootstrap.barrier()
+
+    def _open_domain_heap(self, spec: DomainSpec, seg: int) -> DomainHeap:
+        """Collective: open domain ``spec``'s heap on segment ``seg`` (for ``domains``)."""
+        return DomainHeap(self, spec, seg)
 
     # -- ordering and synchronisation ---------------------------------------------------------
 
@@ -225,22 +210,23 @@ class Runtime(TransportRoutes, MemoryDomains, HostAllocation):
         """Remote completion of every operation this PE issued, on every transport and in
         every open memory domain (its batched non-blocking operations)."""
         lib.vk_fence()
-        for t in self.transports:
+        for t in self.routing.transports:
             t.quiet()
-        for heap in self.nbi_heaps:
+        for heap in self.domains.nbi_heaps:
             heap.quiet()
 
     def fence(self) -> None:
         """Order earlier operations to each PE before later ones (quiet where an operation to
         a PE may have taken another rail, or the transport has no native fence)."""
         lib.vk_fence()
-        several = len(self.rails) > 1
-        for t in self.transports:
+        routing = self.routing
+        several = len(routing.rails) > 1
+        for t in routing.transports:
             if t.spec.native_fence and not several:
                 t.fence()
             else:
                 t.quiet()
-        for heap in self.nbi_heaps:
+        for heap in self.domains.nbi_heaps:
             heap.fence()
 
     def sync_all(self) -> None:
@@ -252,22 +238,23 @@ class Runtime(TransportRoutes, MemoryDomains, HostAllocation):
         past the barrier, so raising on one PE leaves none of the others waiting)."""
         self.quiet()
         self.sync_all()
-        for heap in self.seg_heaps:
+        for heap in self.domains.seg_heaps:
             if heap is not None:
                 heap.domain.check_errors()
 
     def peer_buffer(self, pe: int, seg: int) -> Any:
         """Memory of ``pe``'s segment ``seg`` mapped here, if loads/stores reach it (this PE,
         or a PE of this node while the shm path is on), else None."""
-        if self.route_transport[pe] is not self.shm and pe != self.my_pe:
+        routing = self.routing
+        if routing.route_transport[pe] is not routing.shm and pe != self.my_pe:
             return None  # this PE's own memory is always reachable (shmem_ptr)
-        heap = self.seg_heaps[seg]
+        heap = self.domains.seg_heaps[seg]
         if heap is not None:  # a domain's segment, imported here or not
             mem = heap.direct[pe]
             return None if mem is None else heap.domain.host_view(mem)
         if pe == self.my_pe:
             return self.segments[seg].buffer
-        return self.shm.peer_buffer(pe, seg)
+        return routing.shm.peer_buffer(pe, seg)
 
     # -- shutdown ---------------------------------------------------------------------------
 
@@ -296,26 +283,24 @@ class Runtime(TransportRoutes, MemoryDomains, HostAllocation):
         if lv is not None:  # first: a clean goodbye, before this PE stops serving peers
             lv.close(clean=not self.failed and not lv.any)
         error = None
-        heaps = [h for h in getattr(self, "seg_heaps", []) if h is not None]
+        heaps = self.domains.open_heaps()
         for heap in heaps:  # no more serving; the proxies' endpoints go with the transports
             failure = heap.stop_threads()
             if failure is not None:
                 log.error("PE %d: the %s domain failed: %s", self.my_pe, heap.name, failure)
                 error = error or failure
-        for t in getattr(self, "transports", []):
-            try:
-                t.close()
-            except Exception as exc:  # keep releasing the rest
-                log.warning("closing transport %s: %s", t.spec.name, exc)
+        routing = getattr(self, "routing", None)
+        if routing is not None:
+            routing.close_transports()
         for heap in heaps:
             try:
                 heap.close()
             except Exception as exc:
                 log.error("PE %d closing the %s domain: %s", self.my_pe, heap.name, exc)
                 error = error or exc
-        if hasattr(self, "shm"):
-            self.shm.close()
-        for seg in getattr(self, "segments", {}).values():
+        if routing is not None:
+            routing.shm.close()
+        for seg in self.segments.values():
             seg.close()
         self.bootstrap.close()
         return error

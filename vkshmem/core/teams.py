@@ -74,7 +74,7 @@ class TeamState:
         self._splits = 0
         self.destroyed = False
         # transports of the members, in team order (world PE numbers go to the transport)
-        self.routes = [rt.route_transport[pe] for pe in self.pes]
+        self.routes = [rt.routing.route_transport[pe] for pe in self.pes]
         #: the waits of its barrier and collectives: bounded by VKSHMEM_COLLECTIVE_TIMEOUT too
         self.waiter = rt.waiter.for_collectives(rt.config.collective_timeout)
         self.half, self.rd_bytes, self.rd_fast = scratch_layout(self.scratch_bytes, self.size)

@@ -341,7 +341,7 @@ class CudaDomain(Reductions, MemoryDomain):
 
             if self._runtime is None:
                 raise InvalidArgumentError("the device API needs the runtime (shmem.init)")
-            heap = self._runtime.heap_of(self.seg_id)
+            heap = self._runtime.domains.heap_of(self.seg_id)
             bases = [int(m.va) if m is not None else 0 for m in heap.direct]
             self._devctx = DeviceContext(self.device, bases, heap.device_sync_off, self.size,
                                          self.my_pe)

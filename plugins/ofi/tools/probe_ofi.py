@@ -38,7 +38,7 @@ def pe_main(iters: int, reps: int) -> None:
     from vkshmem import shmem
 
     me = shmem.my_pe()
-    t = shmem._state.rt.route_transport[1]
+    t = shmem._state.rt.routing.route_transport[1]
     word = shmem.zeros(1, np.int64)
     one, out8 = np.ones(1, np.int64), np.empty(1, np.int64)
     out = ffi.new("uint64_t[3]")

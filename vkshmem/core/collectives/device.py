@@ -43,7 +43,7 @@ _Host = Callable[[Any, Any], None]
 
 
 def _check(ct: CollTeam, target: Any, source: Any, what: str) -> np.dtype:
-    ct.rt.heap_of_array(target, f"{what} target")
+    ct.rt.domains.heap_of_array(target, f"{what} target")
     dt = np.dtype(target.dtype)
     if np.dtype(source.dtype) != dt:
         raise InvalidArgumentError(f"{what}: dtype mismatch: target is {dt}, source is "
@@ -70,7 +70,7 @@ class _Source:
         if nbytes == 0:
             return
         if self.device:
-            self.gpu.put_device(pe, dst_off, self.offset + lo, nbytes)
+            self.gpu.transfers.put_device(pe, dst_off, self.offset + lo, nbytes)
         else:
             self.gpu.put(pe, self.gpu.seg_id, dst_off, self.bytes[lo:lo + nbytes])
 
@@ -87,7 +87,7 @@ def broadcast(ct: CollTeam, target: DomainArray, source: Any, root: int, size: A
         raise InvalidArgumentError(f"root {root} is not a PE of this team of {ct.n} PEs")
     ct.ts.sync()  # every member's target is free to be written
     if ct.me == root:
-        src = _Source(ct.rt.heap_of_array(target, "collective target"), source)
+        src = _Source(ct.rt.domains.heap_of_array(target, "collective target"), source)
         for pe in ct.pes:
             src.push(pe, target.offset, 0, cnt * dt.itemsize)
     quiet_sync(ct)
@@ -106,7 +106,7 @@ def fcollect(ct: CollTeam, target: DomainArray, source: Any, size: Any,
                                    f"target of {target.size}")
     isz = dt.itemsize
     ct.ts.sync()
-    src = _Source(ct.rt.heap_of_array(target, "collective target"), source)
+    src = _Source(ct.rt.domains.heap_of_array(target, "collective target"), source)
     for pe in ct.pes:
         src.push(pe, target.offset + ct.me * cnt * isz, 0, cnt * isz)
     quiet_sync(ct)
@@ -120,7 +120,7 @@ def collect(ct: CollTeam, target: DomainArray, source: Any, size: Any,
         return
     dt = _check(ct, target, source, "collect")
     cnt = source.size if size is None else count_of(source, source, size)
-    gpu = ct.rt.heap_of_array(target, "collect target")
+    gpu = ct.rt.domains.heap_of_array(target, "collect target")
     scratch = gpu.scratch_off + ct.ts.slot * gpu.scratch_bytes
     ct.ts.sync()
     mine = np.array([cnt], np.uint64)
@@ -135,7 +135,7 @@ def collect(ct: CollTeam, target: DomainArray, source: Any, size: Any,
                                    f"a target of {target.size}")
     isz = dt.itemsize
     start = int(counts[:ct.me].sum())
-    src = _Source(ct.rt.heap_of_array(target, "collective target"), source)
+    src = _Source(ct.rt.domains.heap_of_array(target, "collective target"), source)
     for pe in ct.pes:
         src.push(pe, target.offset + start * isz, 0, cnt * isz)
     quiet_sync(ct)
@@ -153,12 +153,12 @@ def alltoall(ct: CollTeam, target: DomainArray, source: Any, cnt: int, tst: int,
     me = ct.me
     ct.ts.sync()
     if tst == 1 and sst == 1:
-        src = _Source(ct.rt.heap_of_array(target, "collective target"), source)
+        src = _Source(ct.rt.domains.heap_of_array(target, "collective target"), source)
         for j, pe in enumerate(ct.pes):
             src.push(pe, target.offset + me * cnt * isz, j * cnt * isz, cnt * isz)
     else:
         flat = np.ascontiguousarray(host_copy(source)).reshape(-1)
-        gpu = ct.rt.heap_of_array(target, "alltoall target")
+        gpu = ct.rt.domains.heap_of_array(target, "alltoall target")
         for j, pe in enumerate(ct.pes):
             block = np.ascontiguousarray(flat[j * cnt * sst:(j * cnt + cnt - 1) * sst + 1:sst])
             for i in range(cnt):
@@ -171,7 +171,7 @@ def _gather_reduce(ct: CollTeam, target: DomainArray, source: Any, cnt: int, op:
                    ufunc: np.ufunc, members: Callable[[int], range]) -> None:
     """target[i] = op over members(me) of their source[i], gathered through the domain's
     scratch and reduced on the device where the domain can (else by numpy)."""
-    heap = ct.rt.heap_of_array(target, "collective target")
+    heap = ct.rt.domains.heap_of_array(target, "collective target")
     dt = np.dtype(target.dtype)
     isz = dt.itemsize
     n = ct.n
@@ -254,7 +254,7 @@ def reduce(ct: CollTeam, target: Any, source: Any, entry: tuple[str, np.ufunc, s
     cnt = count_of(target, source, size)
     if not cnt:
         return
-    heap = ct.rt.heap_of_array(target, "collective target")
+    heap = ct.rt.domains.heap_of_array(target, "collective target")
     op = entry[0]
     call = _in_place_call(ct, heap, target, source, cnt, op, dt) or \
         pair_call(ct, heap, target, source, cnt, op, dt)

@@ -163,12 +163,13 @@ def ring_reduce(ct: CollTeam, heap: DomainHeap, target: DomainArray, source: obj
     link = heap.links[right]
     t0, s0 = target.offset, source.offset  # type: ignore[attr-defined]
     folder = _Folder(heap, op, ufunc, dt)
+    put_device = heap.transfers.put_device
     ct.ts.sync()  # every member's target is free to be written
     pushed = False  # the last fold also wrote its result into the right member's target
     for s in range(n - 1):  # reduce-scatter
         lo, m = shares[(me - s) % n]
         if m:  # share me - s: my source's part first, then the partial I folded last step
-            heap.put_device(right, t0 + lo * isz, (s0 if s == 0 else t0) + lo * isz, m * isz)
+            put_device(right, t0 + lo * isz, (s0 if s == 0 else t0) + lo * isz, m * isz)
         quiet_sync(ct)
         lo, m = shares[(me - 1 - s) % n]
         if m and s == n - 2 and link is not None and folder.on_device:
@@ -179,6 +180,6 @@ def ring_reduce(ct: CollTeam, heap: DomainHeap, target: DomainArray, source: obj
     for t in range(n - 1):  # all-gather of the finished shares
         lo, m = shares[(me + 1 - t) % n]
         if m and not (t == 0 and pushed):
-            heap.put_device(right, t0 + lo * isz, t0 + lo * isz, m * isz)
+            put_device(right, t0 + lo * isz, t0 + lo * isz, m * isz)
         quiet_sync(ct)  # the last one: nobody returns while a peer still writes its target
     return True

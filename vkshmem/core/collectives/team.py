@@ -85,7 +85,7 @@ class CollTeam:
         self.me = ts.me
         self.pes = ts.pes
         self.routes = ts.routes
-        self.direct = [t is rt.shm for t in ts.routes]
+        self.direct = [t is rt.routing.shm for t in ts.routes]
         self.expect = ts._expect  # shared with TeamState.wait: one count per counter
         self.flag_off = ts.base + _OFF_FLAGS  # of flag 0, in INTERNAL_SEG, on every member
         self.flag_addr = rt.internal.address + self.flag_off

@@ -126,7 +126,8 @@ class DomainContext:
     runtime: Any = None
     """The running :class:`~vkshmem.core.runtime.Runtime`, for domains that serve
     device-initiated communication (they need the host heap and the transports); its
-    :meth:`~vkshmem.core.runtime.Runtime.heap_of` gives the domain's routes to peers."""
+    ``domains.heap_of`` (:meth:`~vkshmem.core.domains.registry.MemoryDomains.heap_of`) gives
+    the domain's routes to peers."""
 
 
 @dataclass(frozen=True)

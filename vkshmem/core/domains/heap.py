@@ -1,8 +1,8 @@
 """A memory domain opened in a job: its segment, its allocator and its route to every peer.
 
 :class:`DomainHeap` wraps a plugin's :class:`~vkshmem.core.domains.contract.MemoryDomain` (the
-runtime
-makes one, collectively, on the domain's first use: :meth:`Runtime.domain`). Start-up:
+runtime's ``domains`` makes one, collectively, on the domain's first use:
+:meth:`MemoryDomains.domain <vkshmem.core.domains.registry.MemoryDomains.domain>`). Start-up:
 
 1. the factory creates this PE's segment; every PE all-gathers ``export().meta`` and the
    segment size (which must agree);
@@ -22,16 +22,16 @@ makes one, collectively, on the domain's first use: :meth:`Runtime.domain`). Sta
    (route ``proxy``): started on every PE if any PE needs it.
 
 To the API it looks like a transport for its segment (``put/get/amo`` by ``(pe, offset)``),
-plus device-side sources and destinations (``put_device``/``get_device``). Operations on
-direct and proxy routes complete before they return; those on transports complete at
-``quiet`` like host operations.
+plus device-side sources and destinations (its ``transfers``:
+:class:`~vkshmem.core.domains.xfer.DeviceTransfers`, ``put_device``/``get_device``).
+Operations on direct and proxy routes complete before they return; those on transports
+complete at ``quiet`` like host operations.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -61,7 +61,7 @@ SCRATCH_BYTES = 256 << 10
 DEVICE_SYNC_BYTES = 512
 
 
-class DomainHeap(DeviceTransfers):
+class DomainHeap:
     """One domain's symmetric heap on this PE and its routes (collective to make)."""
 
     def __init__(self, rt: Runtime, spec: DomainSpec, seg_id: int) -> None:
@@ -72,15 +72,16 @@ class DomainHeap(DeviceTransfers):
         self.my_pe = rt.my_pe
         self.closed = False
         self.proxy: DomainProxy | None = None
-        self._staging = threading.local()  # _pieces' host buffer, per thread
         self.peers: dict[int, Any] = {}
         self.info: SegmentInfo | None = None
         cfg = rt.config
+        #: device-side sources and destinations of puts and gets
+        self.transfers = DeviceTransfers(self, cfg.gpu_proxy_chunk or 4 << 20)
         ctx = DomainContext(my_pe=rt.my_pe, n_pes=rt.n_pes, local_rank=rt.local_rank,
                             node_id=rt.node_ids[rt.my_pe], seg_id=seg_id, config=cfg,
                             allgather=rt.bootstrap.allgather, barrier=rt.bootstrap.barrier,
                             amo_function=int(lib.vk_amo_address()),
-                            host_heap=rt.host.info(), runtime=rt)
+                            host_heap=rt.host.segment.info(), runtime=rt)
         self.domain: MemoryDomain = spec.factory(ctx)
         try:
             self._start()
@@ -157,12 +158,12 @@ class DomainHeap(DeviceTransfers):
         assert self.info is not None
         kind = self.info.kind
         dmabuf = self.info.dmabuf_fd >= 0
-        ops = {t: t.carries(kind, dmabuf) for t in rt.transports}
-        able = [t for t in rt.transports if RMA in ops[t]]
+        ops = {t: t.carries(kind, dmabuf) for t in rt.routing.transports}
+        able = [t for t in rt.routing.transports if RMA in ops[t]]
         keys = {}
         for t in able:
             try:
-                keys[f"{t.spec.name}@{rt.rail_of(t)}"] = t.register(self.info).hex()
+                keys[f"{t.spec.name}@{rt.routing.rail_of(t)}"] = t.register(self.info).hex()
             except TransportError as exc:
                 if kind == "host":
                     raise
@@ -176,15 +177,16 @@ class DomainHeap(DeviceTransfers):
         #: per PE, the transport carrying AMOs on this domain to it, or None (direct, proxy)
         self.amo_carrier: list[Transport | None] = [None] * rt.n_pes
         for t in able:
-            key = f"{t.spec.name}@{rt.rail_of(t)}"
+            key = f"{t.spec.name}@{rt.routing.rail_of(t)}"
             peers = {}
             for pe in range(rt.n_pes):
                 if key in tables[pe]:
-                    peers[pe] = rt.peer_info(pe, t, {self.seg_id: bytes.fromhex(tables[pe][key])})
+                    rkeys = {self.seg_id: bytes.fromhex(tables[pe][key])}
+                    peers[pe] = rt.routing.peer_info(pe, t, rkeys)
             t.connect(peers)
             for pe in peers:
                 if self.direct[pe] is None and self.links[pe] is None \
-                        and self.carrier[pe] is None and rt.route_transport[pe] is t:
+                        and self.carrier[pe] is None and rt.routing.route_transport[pe] is t:
                     self.carrier[pe] = t
                     if AMO in ops[t]:
                         self.amo_carrier[pe] = t
@@ -368,7 +370,7 @@ class DomainHeap(DeviceTransfers):
         except BaseException:
             self.heap.free(off)
             raise
-        self.rt.collective_check("alloc", nbytes, align, off, self.seg_id)
+        self.rt.host.collective_check("alloc", nbytes, align, off, self.seg_id)
         return off
 
     def free(self, off: int) -> None:
@@ -378,7 +380,7 @@ class DomainHeap(DeviceTransfers):
                 f"free: {self.name} offset {off} is not the start of a live symmetric "
                 "allocation (double free, or a slice instead of the allocated array?)")
         self.rt.quiet()
-        self.rt.collective_check("free", self.heap.block_size(off), 0, off, self.seg_id)
+        self.rt.host.collective_check("free", self.heap.block_size(off), 0, off, self.seg_id)
         self.heap.free(off)
 
     # -- teardown -----------------------------------------------------------------------------

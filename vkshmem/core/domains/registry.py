@@ -1,8 +1,8 @@
-"""The memory domains of a :class:`~vkshmem.core.runtime.Runtime`: what ``domain=`` names, and
-the heaps of the domains opened so far (collectively, on first use).
+"""The memory domains of a :class:`~vkshmem.core.runtime.Runtime` (its ``domains`` part): what
+``domain=`` names, and the heaps of the domains opened so far (collectively, on first use).
 
 Segments: 0 is the host heap, 1 the internal area, then one per installed domain plugin in name
-order (``domain_specs``); ``seg_heaps`` maps a segment to its open
+order (``specs``); ``seg_heaps`` maps a segment to its open
 :class:`~vkshmem.core.domains.heap.DomainHeap`.
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .._native import ffi, lib
@@ -19,8 +20,7 @@ from .contract import DomainArray, DomainSpec, MemoryDomain
 from .heap import DomainHeap
 
 if TYPE_CHECKING:
-    from ..bootstrap.base import Bootstrap
-    from ..config import Config
+    from ..basics import RuntimeBasics
 
 __all__ = ["FIRST_DOMAIN_SEG", "MemoryDomains"]
 
@@ -31,17 +31,32 @@ FIRST_DOMAIN_SEG = INTERNAL_SEG + 1
 
 
 class MemoryDomains:
-    """Part of the runtime (kept in its own file; the attributes below are set by it)."""
+    """The installed memory domains of a runtime and the heaps opened so far (the runtime's
+    ``domains``). ``open_heap(spec, seg)`` opens a domain's heap on segment ``seg``
+    (collective: the runtime builds a :class:`~vkshmem.core.domains.heap.DomainHeap`)."""
 
-    config: Config
-    bootstrap: Bootstrap
-    my_pe: int
-    domain_specs: list[DomainSpec]
-    seg_heaps: list[DomainHeap | None]
-    heaps: dict[str, DomainHeap]
-    domain_heaps: dict[object, DomainHeap]
-    nbi_heaps: list[DomainHeap]
-    _resolved: dict[str, str]
+    def __init__(self, owner: RuntimeBasics,
+                 open_heap: Callable[[DomainSpec, int], DomainHeap]) -> None:
+        self.config = owner.config
+        self.bootstrap = owner.bootstrap
+        self.my_pe = owner.my_pe
+        self._open_heap = open_heap
+        #: installed memory domains in segment order (segments 2, 3, ...)
+        self.specs: list[DomainSpec] = sorted(owner.registry.domains.values(),
+                                              key=lambda s: s.name)
+        #: per segment id, the open domain heap (None: host, internal, or not opened yet)
+        self.seg_heaps: list[DomainHeap | None] = [None] * (FIRST_DOMAIN_SEG + len(self.specs))
+        #: the open heap of each name asked (a domain's name, ``'gpu'``, ``'auto'``)
+        self.heaps: dict[str, DomainHeap] = {}
+        #: the open heap of each open domain object (what a domain's array points to)
+        self.domain_heaps: dict[object, DomainHeap] = {}
+        #: open heaps whose domain has its own quiet (non-blocking operations to complete)
+        self.nbi_heaps: list[DomainHeap] = []
+        self._resolved: dict[str, str] = {}
+
+    def open_heaps(self) -> list[DomainHeap]:
+        """The open domain heaps, in segment order."""
+        return [h for h in self.seg_heaps if h is not None]
 
     def heap_of_array(self, a: DomainArray, what: str) -> DomainHeap:
         """The open heap ``a`` belongs to, or an error when that heap is gone (an earlier
@@ -65,10 +80,10 @@ class MemoryDomains:
         got = self._resolved.get(name)
         if got is not None:
             return got
-        specs = {s.name: s for s in self.domain_specs}
+        specs = {s.name: s for s in self.specs}
         if name in specs:
             return name
-        gpus = sorted((s for s in self.domain_specs if s.family == "gpu"),
+        gpus = sorted((s for s in self.specs if s.family == "gpu"),
                       key=lambda s: (-s.priority, s.name))
         if name not in ("gpu", "auto"):
             installed = ", ".join(["host", *specs, "gpu", "auto"])
@@ -119,9 +134,9 @@ class MemoryDomains:
         if heap is None:
             if real == "host":
                 raise InvalidArgumentError("the host heap is not a domain plugin")
-            index = [s.name for s in self.domain_specs].index(real)
+            index = [s.name for s in self.specs].index(real)
             seg = FIRST_DOMAIN_SEG + index
-            heap = DomainHeap(self, self.domain_specs[index], seg)
+            heap = self._open_heap(self.specs[index], seg)
             self.seg_heaps[seg] = heap
             self.heaps[real] = heap
             self.domain_heaps[heap.domain] = heap

@@ -88,7 +88,7 @@ _PAGE = 4096
 class DomainProxy(ProxyDeviceTransfers):
     """Both sides of the protocol for one PE and domain (collective to create: allocates the
     mailbox and starts the serving thread); transfers from and to this PE's own segment come
-    from :class:`~vkshmem.core.proxydevice.ProxyDeviceTransfers`."""
+    from :class:`~vkshmem.core.proxy.device.ProxyDeviceTransfers` (a mixin)."""
 
     def __init__(self, heap: DomainHeap) -> None:
         rt = heap.rt
@@ -104,11 +104,11 @@ class DomainProxy(ProxyDeviceTransfers):
         self.error = heap.domain.error_type
         #: set by the serving thread when it gave up (an error outside any one request)
         self.failure: BaseException | None = None
-        self.base = rt.alloc(lay.size, 64, clear=True)
+        self.base = rt.host.alloc(lay.size, 64, clear=True)
         #: the mailbox's host address (its bells come first)
-        self.address = rt.host.address + self.base
-        self.mem = memoryview(rt.host.buffer)[self.base:self.base + lay.size]
-        self.words = np.frombuffer(rt.host.buffer, np.uint64, lay.blocks // 8, self.base)
+        self.address = rt.host.segment.address + self.base
+        self.mem = memoryview(rt.host.segment.buffer)[self.base:self.base + lay.size]
+        self.words = np.frombuffer(rt.host.segment.buffer, np.uint64, lay.blocks // 8, self.base)
         self._answers = self.words[lay.answers // 8:]
         self._issued = [0] * self.n
         self._done = [0] * self.n
@@ -126,7 +126,7 @@ class DomainProxy(ProxyDeviceTransfers):
         self._send_lock = threading.Lock()
         # bounded by VKSHMEM_GPU_TIMEOUT; drives transports that need it; ends at once when
         # the PE waited for is known to have failed
-        self._waiter = Waiter(self.timeout, rt.transports, rt.liveness)
+        self._waiter = Waiter(self.timeout, rt.routing.transports, rt.liveness)
         #: counters: requests sent, most in flight to one PE, serving rounds, most per round
         #: and pieces moved by DMA straight to or from a peer's mailbox (sent and served)
         self.stats = {"requests": 0, "max_in_flight": 0, "rounds": 0, "max_round": 0,
@@ -138,7 +138,7 @@ class DomainProxy(ProxyDeviceTransfers):
         #: host staging of the sending side: 0, 1 device pieces, 2 small host payloads
         self._stages = [self.mem[a:a + lay.area] for a in own]
         #: one piece of host-heap staging for other routes' device transfers (take
-        #: ``stage_lock``; see ``DomainHeap._pieces``)
+        #: ``stage_lock``; see ``DeviceTransfers._pieces``)
         self.stage = self._stages[3][HEAD:]
         self.stage_lock = threading.Lock()
         #: per peer, where it is mapped here (shm path) and the domain could register it: the

@@ -27,13 +27,13 @@ class Endpoints:
     def __init__(self, rt: Runtime) -> None:
         made: dict[int, Transport] = {}
         self._own: list[Transport] = []  # contexts this object created (closed by close())
-        for t in rt.route_transport:
+        for t in rt.routing.route_transport:
             if id(t) not in made:
                 ep = t.create_context()
                 made[id(t)] = ep
                 if ep is not t:
                     self._own.append(ep)
-        self._by_pe = [made[id(t)] for t in rt.route_transport]
+        self._by_pe = [made[id(t)] for t in rt.routing.route_transport]
         #: every distinct endpoint (for quiet/fence over all of them)
         self.all = list(made.values())
 

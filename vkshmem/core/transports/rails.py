@@ -1,10 +1,11 @@
 """Transports, rails and routes: which transport carries traffic to each PE.
 
-:class:`TransportRoutes` is the part of :class:`~vkshmem.core.runtime.Runtime` that opens the
+:class:`TransportRoutes` is the part of :class:`~vkshmem.core.runtime.Runtime` (its
+``routing``) that maps same-node peers' segments for the core's ``shm`` path, opens the
 transports of every rail (``VKSHMEM_TRANSPORTS``, ``VKSHMEM_RAIL<n>``), registers the runtime's
 segments with them, all-gathers their addresses and remote keys, connects them and picks one
-route per peer (the core's ``shm`` path for same-node peers while ``VKSHMEM_SHM=1``), plus
-the stripes of large transfers over several rails.
+route per peer (the ``shm`` path for same-node peers while ``VKSHMEM_SHM=1``), plus the stripes
+of large transfers over several rails.
 """
 
 from __future__ import annotations
@@ -18,14 +19,13 @@ from typing import TYPE_CHECKING
 from .._native import lib
 from ..config import RailSpec
 from ..errors import ConfigError, TransportError
+from ..fdshare import exchange_fds
 from .contract import PeerInfo, Transport, TransportContext, TransportSpec
+from .shm import ShmTransport
 
 if TYPE_CHECKING:
-    from ..bootstrap.base import Bootstrap
-    from ..config import Config
+    from ..basics import RuntimeBasics
     from ..heap import HostSegment
-    from ..plugins.loader import Registry
-    from .shm import ShmTransport
 
 __all__ = ["Rail", "Route", "TransportRoutes"]
 
@@ -53,19 +53,59 @@ class Rail:
 
 class TransportRoutes:
     """The transports, rails and per-peer routes of a :class:`~vkshmem.core.runtime.Runtime`
-    (a part of it, kept in its own file; the attributes below are set by the runtime)."""
+    (its ``routing``): built empty, then :meth:`open` ed (collective) once the runtime's
+    segments exist. ``liveness_words``: the address of the liveness channel's words
+    (transports that watch them; 0: none)."""
 
-    config: Config
-    registry: Registry
-    bootstrap: Bootstrap
-    my_pe: int
-    n_pes: int
-    node_ids: list[str]
-    node_pes: list[int]
-    segments: dict[int, HostSegment]
-    shm: ShmTransport
-    transports: list[Transport]
-    rails: list[Rail]
+    def __init__(self, owner: RuntimeBasics, liveness_words: int = 0) -> None:
+        self.config = owner.config
+        self.registry = owner.registry
+        self.bootstrap = owner.bootstrap
+        self.my_pe = owner.my_pe
+        self.n_pes = owner.n_pes
+        self.node_ids = owner.node_ids
+        self.node_pes = owner.node_pes
+        self.pids = owner.pids
+        self.liveness_words = liveness_words
+        #: the core's same-node path (its mappings come with :meth:`open`)
+        self.shm = ShmTransport(self.my_pe)
+        #: every open transport, of every rail
+        self.transports: list[Transport] = []
+        self.rails: list[Rail] = []
+        #: per PE, how traffic to it travels; its transport (set by :meth:`open`)
+        self.routes: list[Route] = []
+        self.route_transport: list[Transport] = []
+        #: per PE, the transports a large transfer is split over (None: no striping)
+        self.stripes: list[list[Transport] | None] = []
+        self.stripe_threshold = self.config.stripe_threshold
+        self.segments: dict[int, HostSegment] = {}
+
+    def open(self, segments: dict[int, HostSegment]) -> None:
+        """Collective: map same-node peers' ``segments`` (shm path, fd passing), open the
+        rails' transports, register ``segments`` with them, exchange, connect, route."""
+        cfg = self.config
+        self.segments = segments
+        for seg in segments.values():
+            self.shm.register(seg.info())
+        if cfg.shm:
+            peers = [pe for pe in self.node_pes if pe != self.my_pe]
+            segs = list(segments.values())
+            got = exchange_fds(self.my_pe, {pe: self.pids[pe] for pe in peers},
+                               [s.fd for s in segs], self.bootstrap.allgather,
+                               self.bootstrap.barrier, cfg.bootstrap_timeout)
+            for pe, fds in got.items():
+                for seg, fd in zip(segs, fds, strict=True):
+                    self.shm.attach(pe, seg.seg_id, fd, seg.size)
+        self._open_rails()
+        self._route()
+
+    def close_transports(self) -> None:
+        """Close every open transport (keeps closing after a failure, which it logs)."""
+        for t in self.transports:
+            try:
+                t.close()
+            except Exception as exc:  # keep releasing the rest
+                log.warning("closing transport %s: %s", t.spec.name, exc)
 
     def _candidates(self) -> list[TransportSpec]:
         specs = self.registry.transports
@@ -84,7 +124,7 @@ class TransportRoutes:
             node_id=self.node_ids[self.my_pe], host_address=self.bootstrap.host_address(),
             amo_function=int(lib.vk_amo_address()),
             secret=self.bootstrap.secret,
-            liveness_words=lv.address if (lv := getattr(self, "liveness", None)) else 0,
+            liveness_words=self.liveness_words,
             shm=self.config.shm,
         )
 
@@ -146,7 +186,7 @@ class TransportRoutes:
         self._tables = tables
         self._later_rkeys: dict[tuple[str, int], dict[int, bytes]] = {}
         my_node = self.node_ids[self.my_pe]
-        self.routes: list[Route] = []
+        self.routes = []
         for t in self.transports:
             key = f"{t.spec.name}@{self.rail_of(t)}"
             t.connect({pe: self._peer(pe, tables[pe].get(key), my_node)
@@ -172,9 +212,7 @@ class TransportRoutes:
             self.routes.append(Route(pe, chosen, chosen.spec.name, rail.index,
                                      self._stripes(pe, tables, my_node)))
         self.route_transport = [r.transport for r in self.routes]
-        #: per PE, the transports a large transfer is split over (None: no striping)
         self.stripes = [r.stripes if len(r.stripes) > 1 else None for r in self.routes]
-        self.stripe_threshold = self.config.stripe_threshold
         log.info("PE %d routes: %s", self.my_pe,
                  ", ".join(f"{r.pe}:{r.name}" for r in self.routes))
 

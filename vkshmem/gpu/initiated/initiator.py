@@ -69,7 +69,7 @@ class Initiator:
 
     def __init__(self, rt: Runtime, seg_id: int, device: VulkanDevice, own_device: bool,
                  make_heap: Callable[[VulkanDevice], GpuMemory]) -> None:
-        heap = rt.heap_of(seg_id)
+        heap = rt.domains.heap_of(seg_id)
         assert heap is not None, "the GPU domain's heap is open before its initiator"
         #: the domain's routes to every peer's GPU heap (imported, proxy)
         self.domain = heap
@@ -269,7 +269,7 @@ class Initiator:
 
     def _range(self, seg: int, off: int, n: int) -> None:
         """Reject a kernel's request that runs outside this PE's segment (no truncation)."""
-        size = self.domain.size if seg == _GPU else self.rt.host.size
+        size = self.domain.size if seg == _GPU else self.rt.host.segment.size
         if seg not in (_HOST, _GPU) or off < 0 or n < 0 or off + n > size:
             raise InvalidArgumentError(f"GPU request: {n} bytes at offset {off} of segment "
                                        f"{seg} are outside it ({size} bytes)")
@@ -280,14 +280,14 @@ class Initiator:
             tmp = memoryview(bytearray(n))
             self.domain.read_local(off, tmp)
             return tmp
-        return self.rt.host.buffer[off:off + n]
+        return self.rt.host.segment.buffer[off:off + n]
 
     def _put(self, pe: int, dseg: int, doff: int, sseg: int, soff: int, n: int) -> None:
         self._range(sseg, soff, n)
         self._range(dseg, doff, n)
         dom = self.domain
         if sseg == _GPU and dseg == _GPU:
-            dom.put_device(pe, doff, soff, n)
+            dom.transfers.put_device(pe, doff, soff, n)
         elif dseg == _GPU:
             dom.put(pe, dom.seg_id, doff, self._src_bytes(sseg, soff, n))
         else:
@@ -298,7 +298,7 @@ class Initiator:
         self._range(dseg, doff, n)
         dom = self.domain
         if sseg == _GPU and dseg == _GPU:
-            dom.get_device(pe, soff, doff, n)
+            dom.transfers.get_device(pe, soff, doff, n)
             return
         tmp = memoryview(bytearray(n))
         if sseg == _GPU:
@@ -308,7 +308,7 @@ class Initiator:
         if dseg == _GPU:
             dom.write_local(doff, tmp)
         else:
-            self.rt.host.buffer[doff:doff + n] = tmp
+            self.rt.host.segment.buffer[doff:doff + n] = tmp
 
     def _amo(self, pe: int, seg: int, off: int, op: AmoOp, width: int, value: int,
              compare: int) -> int:

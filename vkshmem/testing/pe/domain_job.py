@@ -37,9 +37,9 @@ host = shmem.zeros(8, np.int64)
 a = shmem.zeros(64, np.int64, domain=NAME)
 check(shmem.offset_of(host)[0] == 0, "host arrays stay in segment 0")
 check(not local(a, 64, np.int64).any(), "a new domain array is zeroed")
-heap = rt.heaps[NAME]
+heap = rt.domains.heaps[NAME]
 print(f"PE {me} {NAME} domain: {heap.route_names}", flush=True)
-print(f"routes: {sorted({r.name for r in rt.routes})}", flush=True)
+print(f"routes: {sorted({r.name for r in rt.routing.routes})}", flush=True)
 shmem.barrier_all()
 
 # put / get / iput into the right neighbour's heap of the domain

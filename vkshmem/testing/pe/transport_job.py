@@ -18,7 +18,7 @@ def check(cond: object, what: str) -> None:
 
 me, n = shmem.my_pe(), shmem.n_pes()
 right, left = (me + 1) % n, (me - 1) % n
-routes = sorted({r.name for r in shmem._state.rt.routes})
+routes = sorted({r.name for r in shmem._state.rt.routing.routes})
 print(f"routes: {routes}", flush=True)
 
 # puts and gets of several sizes into the right neighbour, blocking and not
