@@ -39,7 +39,7 @@ from vkshmem.gpu import (
     shaders,
 )
 from vkshmem.gpu.initiated import ring as ringmod
-from vkshmem.gpu.initiated.launch import PUSH_HEADER, USER_PUSH_SIZE, entry_points
+from vkshmem.gpu.initiated.push import PUSH_HEADER, USER_PUSH_SIZE, entry_points
 
 pytestmark = pytest.mark.timeout(60)
 

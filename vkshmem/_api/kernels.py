@@ -18,7 +18,8 @@ import numpy as np
 from ..core.domains.array import DomainArray
 from ..core.errors import FeatureNotAvailableError, InvalidArgumentError, InvalidTypeError
 from ..gpu.array import DeviceArray
-from ..gpu.initiated.launch import UserKernel, pack_push
+from ..gpu.initiated.launch import UserKernel
+from ..gpu.initiated.push import pack_push
 from . import state
 from .args import heap_of, locate
 

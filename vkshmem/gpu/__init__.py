@@ -27,7 +27,8 @@ errors.
 from .domain.segment import GpuSegment
 from .env import ENV_DEVICE, ENV_STAGING, ENV_TIMEOUT
 from .errors import GpuError, GpuTimeoutError, RingError
-from .initiated.launch import Launch, UserKernel, pack_push
+from .initiated.launch import Launch, UserKernel
+from .initiated.push import pack_push
 from .initiated.ring import Descriptor, Ring, RingOp, SignalOp
 from .initiated.ringservice import RingService
 from .vk.device import VulkanDevice
