@@ -18,12 +18,11 @@ import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 
 import pytest
-from packaging.requirements import Requirement
-from packaging.utils import canonicalize_name
+from wheelenv import link_distributions as _link_distributions
+from wheelenv import run as _run
 
 ROOT = Path(__file__).resolve().parent.parent
 #: what the new environment takes from this one: vkshmem's dependencies, pytest, setuptools
@@ -32,37 +31,6 @@ DEPENDENCIES = ["numpy", "pluggy", "cffi", "tqdm", "pytest", "setuptools"]
 MIN_CONTRACT_PASSED = 40
 
 pytestmark = pytest.mark.timeout(1500)
-
-
-def _run(cmd: list[str], cwd: Path, timeout: int, env: dict[str, str] | None = None,
-         ) -> subprocess.CompletedProcess[str]:
-    r = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout,
-                       env=env)
-    assert r.returncode == 0, f"{' '.join(cmd)}: exit {r.returncode}\n{r.stdout}\n{r.stderr}"
-    return r
-
-
-def _link_distributions(names: list[str], dest: Path) -> None:
-    """Links in ``dest`` to the installed files of ``names`` and of what they require."""
-    dest.mkdir()
-    seen: set[str] = set()
-    todo = list(names)
-    while todo:
-        name = canonicalize_name(todo.pop())
-        if name in seen:
-            continue
-        seen.add(name)
-        dist = metadata.distribution(name)
-        for text in dist.requires or []:
-            req = Requirement(text)
-            if req.marker is None or req.marker.evaluate({"extra": ""}):
-                todo.append(req.name)
-        site = Path(str(dist.locate_file("")))
-        for top in {f.parts[0] for f in dist.files or [] if f.parts[0] != ".."}:
-            if top.endswith(".pth") or top == "__pycache__" or (dest / top).exists():
-                continue
-            if (site / top).exists():
-                (dest / top).symlink_to(site / top)
 
 
 def _source_copy(dest: Path) -> Path:

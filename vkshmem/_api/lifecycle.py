@@ -42,7 +42,7 @@ def info_get_version() -> tuple[int, int]:
 
 
 def info_get_name() -> str:
-    """The implementation's name, ``VENDOR_STRING`` (e.g. ``'vkshmem 0.1.0'``)."""
+    """The implementation's name, ``VENDOR_STRING`` (e.g. ``'vkshmem 0.2.0'``)."""
     return VENDOR_STRING
 
 
