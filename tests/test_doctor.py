@@ -84,6 +84,6 @@ def test_named_checks_must_run() -> None:
     r = doctor("cuda", "--json", "-q")
     assert r.returncode == 1 and r.stderr == ""
     assert rows(r)["cuda"]["status"] == "missing"
-    assert "plugins/cuda" in rows(r)["cuda"]["hint"]
+    assert "pip install 'vkshmem[cuda]'" in rows(r)["cuda"]["hint"]
     r = doctor("no-such-check")
     assert r.returncode == 2 and "unknown check(s) no-such-check" in r.stderr

@@ -37,20 +37,21 @@ UNAVAILABLE_EXIT = 3  # what _doctor_pe exits with when a part is not present
 #: What would change each check's outcome: a variable, a package or both.
 HINTS = {
     "shm": "on by default; VKSHMEM_SHM=0 switches it off (every byte then crosses a transport)",
-    "hostproxy": "pip install plugins/hostproxy (vkshmem-hostproxy; a C compiler to build it)",
-    "ucx": "pip install plugins/ucx (vkshmem-ucx, on the PyPI wheel libucx-cu12; a C compiler "
-           "to build it); UCX_TLS chooses UCX's own transports",
-    "ofi": "apt-get install libfabric1 libfabric-dev, then pip install plugins/ofi "
-           "(vkshmem-ofi); VKSHMEM_OFI_PROVIDER chooses the provider (default tcp;ofi_rxm)",
+    "hostproxy": "pip install 'vkshmem[hostproxy]' (or plugins/hostproxy from the source tree)",
+    "ucx": "pip install 'vkshmem[ucx]' (vkshmem-ucx, on the PyPI wheel libucx-cu12); UCX_TLS "
+           "chooses UCX's own transports",
+    "ofi": "apt-get install libfabric1, then pip install 'vkshmem[ofi]' (vkshmem-ofi; "
+           "libfabric-dev too to build it from source); VKSHMEM_OFI_PROVIDER chooses the "
+           "provider (default tcp;ofi_rxm)",
     "verbs": "an RDMA device (or a soft one: rdma link add rxe0 type rxe netdev eth0), "
-             "apt-get install libibverbs1 ibverbs-providers, and pip install plugins/verbs "
-             "(vkshmem-verbs; libibverbs-dev to build it)",
+             "apt-get install libibverbs1 ibverbs-providers, and pip install 'vkshmem[verbs]' "
+             "(vkshmem-verbs; libibverbs-dev too to build it from source)",
     "vulkan": "apt-get install libvulkan1 and a Vulkan driver (a GPU's, or mesa-vulkan-drivers "
               "for lavapipe on the CPU), pip install 'vkshmem[gpu]' (the vulkan package); "
               "VKSHMEM_GPU_DEVICE chooses the device",
     "vulkan-import": "needs VK_KHR_external_memory_fd on the device and VKSHMEM_SHM=1; "
                      "without it peers reach the GPU heap through the domain proxy (slower)",
-    "cuda": "pip install plugins/cuda (vkshmem-cuda), on a machine with an NVIDIA GPU and "
+    "cuda": "pip install 'vkshmem[cuda]' (vkshmem-cuda), on a machine with an NVIDIA GPU and "
             "driver",
     "validation": "apt-get install vulkan-validationlayers; VKSHMEM_GPU_VALIDATION=1 runs the "
                   "Vulkan domain under it",
