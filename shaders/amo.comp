@@ -3,7 +3,7 @@
 // Built twice: AMO_WIDTH=32 (amo_u32.spv) and AMO_WIDTH=64 (amo_u64.spv, needs
 // shaderBufferInt64Atomics). Invocation i (< count) applies descriptor i of the array at
 // `descs` and writes the word's previous value into the descriptor's `old`. Op codes are
-// vkshmem.core.transport.AmoOp: FETCH 0, SET 1, SWAP 2, CSWAP 3, ADD 4, AND 5, OR 6, XOR 7.
+// vkshmem.plugin.AmoOp: FETCH 0, SET 1, SWAP 2, CSWAP 3, ADD 4, AND 5, OR 6, XOR 7.
 // Because these are the device's own atomics, they are atomic with every other shader atomic
 // on the same word (and, where the memory is shared with another process, with its atomics).
 #version 460

@@ -26,7 +26,7 @@
 #define VKS_SEG_HOST 0u
 #define VKS_SEG_GPU 1u
 
-// AmoOp codes (vkshmem.core.transport.AmoOp)
+// AmoOp codes (vkshmem.plugin.AmoOp)
 #define VKS_AMO_FETCH 0u
 #define VKS_AMO_SET 1u
 #define VKS_AMO_SWAP 2u

@@ -18,7 +18,7 @@ from vkshmem.core.transports.contract import AmoOp, PeerInfo, Transport, Transpo
 _TARGET = """
 import json, mmap, os, sys, time
 from vkshmem.core._native import lib, ffi
-from vkshmem.core.transport import SegmentInfo, TransportContext
+from vkshmem.core.transports.contract import SegmentInfo, TransportContext
 from {module} import {cls}
 
 fd = os.memfd_create("busy")

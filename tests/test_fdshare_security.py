@@ -100,13 +100,14 @@ PE_SCRIPT = """
 import os, time
 import numpy as np
 from vkshmem.core import runtime
+from vkshmem.core.transports import rails  # opens the shm path: the host heaps' exchange
 
-real = runtime.exchange_fds
+real = rails.exchange_fds
 def slow(*args, **kwargs):
     if os.environ.get("VKSHMEM_PE") == "1":
         time.sleep(1.0)
     return real(*args, **kwargs)
-runtime.exchange_fds = slow
+rails.exchange_fds = slow
 
 from vkshmem import shmem
 shmem.init()

@@ -33,7 +33,7 @@ pytestmark = pytest.mark.timeout(120)
 BUSY_TARGET = """
 import ctypes, json, mmap, os, sys, time
 from vkshmem.core._native import lib
-from vkshmem.core.transport import SegmentInfo, TransportContext
+from vkshmem.core.transports.contract import SegmentInfo, TransportContext
 from vkshmem_hostproxy import HostProxyTransport
 
 fd = os.memfd_create("busy")

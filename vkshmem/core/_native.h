@@ -4,7 +4,7 @@
  * path, a transport's progress thread serving a remote request) goes through vk_amo_impl
  * (exported by the cffi helper as vk_amo), so AMOs arriving by different paths on the same
  * word are atomic with each other.
- * Op codes match vkshmem.core.transport.AmoOp (vkshmem/include/vkshmem/plugin.h).
+ * Op codes match vkshmem.plugin.AmoOp (vkshmem/include/vkshmem/plugin.h).
  *
  * Two native modules include this header: the cffi helper ``vkshmem.core._native`` (which
  * owns the peer table) and the CPython extension ``vkshmem.core._fast`` (the per-call hot

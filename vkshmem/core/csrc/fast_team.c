@@ -2,7 +2,7 @@
  * and the small broadcasts and all-reduces, on the team slot of the internal segment.
  *
  * The protocols are those of vkshmem.core.teams (dissemination barrier) and
- * vkshmem.core.collectives (push broadcast down the binomial tree; one-phase butterfly
+ * vkshmem.core.collectives.host (push broadcast down the binomial tree; one-phase butterfly
  * all-reduce with the fold for non-powers of two), flag for flag and byte for byte, and the
  * counts they expect (and the phase) are the ones the Python side reads through this object's
  * buffer: a member running the Python algorithm meets one running this one.

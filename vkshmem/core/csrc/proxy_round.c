@@ -1,5 +1,5 @@
-/* The domain proxy's native rounds (vkshmem.core.proxyserve; the protocol and the mailbox
- * layout: vkshmem.core.domainproxy). Part of the core's cffi helper vkshmem.core._native
+/* The domain proxy's native rounds (vkshmem.core.proxy.serve; the protocol and the mailbox
+ * layout: vkshmem.core.proxy.protocol). Part of the core's cffi helper vkshmem.core._native
  * (appended to _native_build.py's SOURCE, after vk_proxy_due).
  *
  * vk_proxy_serve lists the requests due, like vk_proxy_due, and serves them in C when every

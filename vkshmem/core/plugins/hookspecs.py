@@ -3,11 +3,9 @@
 A plugin is a module (or object) exposed through an entry point in the group
 ``vkshmem.transports`` (transports), ``vkshmem.bootstraps`` (bootstraps) or
 ``vkshmem.domains`` (memory domains, :mod:`vkshmem.core.domains.contract`), with functions
-decorated by
-:data:`hookimpl`::
+decorated by :data:`hookimpl` (plugin authors import it from :mod:`vkshmem.plugin`)::
 
-    from vkshmem.core.hookspecs import hookimpl
-    from vkshmem.core.transport import TransportSpec
+    from vkshmem.plugin import TransportSpec, hookimpl
 
     @hookimpl
     def register_transports(register):

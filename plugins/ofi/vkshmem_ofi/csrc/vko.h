@@ -30,7 +30,7 @@
 
 #define VKO_EFAILED VK_ST_FAILED /* the name this code had before VK_ST_* */
 
-/* AMO op codes: the same as vkshmem.core.transport.AmoOp (checked at import). */
+/* AMO op codes: the same as vkshmem.plugin.AmoOp (checked at import). */
 #define VKO_FETCH 0
 #define VKO_SET 1
 #define VKO_SWAP 2

@@ -23,7 +23,7 @@
 #define VKU_RKEY_MAX 8192    /* largest packed rkey / worker address we accept */
 #define VKU_ERRLEN 256
 
-/* AMO op codes: the same as vkshmem.core.transport.AmoOp (checked at import). */
+/* AMO op codes: the same as vkshmem.plugin.AmoOp (checked at import). */
 #define VKU_FETCH 0
 #define VKU_SET 1
 #define VKU_SWAP 2

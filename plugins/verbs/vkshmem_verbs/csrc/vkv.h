@@ -30,7 +30,7 @@
 #define VKV_ERRLEN 256
 #define VKV_EAMO VK_ST_AMO /* the name this code had before VK_ST_* */
 
-/* AMO op codes: the same as vkshmem.core.transport.AmoOp (checked at import). */
+/* AMO op codes: the same as vkshmem.plugin.AmoOp (checked at import). */
 #define VKV_FETCH 0
 #define VKV_SET 1
 #define VKV_SWAP 2
