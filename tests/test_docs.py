@@ -113,13 +113,15 @@ def test_every_variable_is_in_the_reference(built: Path) -> None:
     assert not missing, missing
     # every variable the plugins declare (transports, domains, accelerators; the in-tree
     # ones whether installed or not), as the site's generator finds them
-    sys.path.insert(0, str(ROOT / "docs" / "_ext"))
-    try:
-        import vkshmem_docs
-    finally:
-        sys.path.remove(str(ROOT / "docs" / "_ext"))
-    declared = [name for _dist, _group, spec in vkshmem_docs._plugin_specs()
-                for name, _default, _doc in getattr(spec, "variables", ())]
+    # (in a process of its own: the generator puts the in-tree plugins' folders on sys.path,
+    # which would make later tests of this session see uninstalled plugins)
+    probe = ("import sys; sys.path.insert(0, sys.argv[1]); import vkshmem_docs; "
+             "print(' '.join(name for _d, _g, spec in vkshmem_docs._plugin_specs() "
+             "for name, _default, _doc in getattr(spec, 'variables', ())))")
+    res = subprocess.run([sys.executable, "-c", probe, str(ROOT / "docs" / "_ext")],
+                         capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert res.returncode == 0, res.stderr
+    declared = res.stdout.split()
     for name in ("VKSHMEM_UCX_TRUSTED_NETWORK", "VKSHMEM_OFI_PROVIDER", "VKSHMEM_CUDA_DEVICE"):
         assert name in declared, name
     missing = [name for name in declared if name not in documented]
