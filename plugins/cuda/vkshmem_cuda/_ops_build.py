@@ -26,12 +26,9 @@ CSRC = Path(__file__).resolve().parent / "csrc"
 
 def _plugin_include() -> str:
     """The folder of vkshmem's ``vkshmem/plugin.h`` (``struct vk_domain_ops``, which
-    cudacalls.c fills): :func:`vkshmem.plugin.get_include`, else the source tree's beside this
-    plugin (an isolated build sees no installed vkshmem)."""
-    try:
-        from vkshmem.plugin import get_include
-    except ImportError:
-        return str(Path(__file__).resolve().parents[3] / "vkshmem" / "include")
+    cudacalls.c fills; vkshmem is a build requirement)."""
+    from vkshmem.plugin import get_include
+
     return get_include()
 
 

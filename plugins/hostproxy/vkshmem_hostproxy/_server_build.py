@@ -6,34 +6,22 @@ lifetime), ``hp_conn.c`` and ``hp_client.c`` (the client: every request a PE sen
 or from the core's compiled hot path; its declarations are read from ``hp_client.h``) and
 ``hp_auth.c`` (HMAC-SHA256 for the handshake that admits peers). It includes vkshmem's
 ``vkshmem/plugin.h`` (``struct vk_native_ops``, the ``vk_amo_fn`` type, the AMO op codes and
-the ``VK_ST_*`` statuses), found through the plugin kit (``vkshmem.plugin.get_include``) of
-an importable ``vkshmem``, or of the vkshmem source tree this plugin sits in
-(``plugins/hostproxy`` of the vkshmem repository), which is what an isolated ``pip install``
-of the in-tree plugin sees.
+the ``VK_ST_*`` statuses), found through the plugin kit (``vkshmem.plugin.get_include``):
+vkshmem is a build requirement.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 from cffi import FFI
 
+# vkshmem is a build requirement (pyproject.toml): the plugin compiles against its header
+from vkshmem.plugin import get_include, header_cdef, plugin_cdef
+
 HERE = Path(__file__).resolve().parent
 CSRC = HERE / "csrc"
 
-try:  # vkshmem installed where the build runs (--no-build-isolation, or a wheel of it)
-    from vkshmem.plugin import get_include, header_cdef, plugin_cdef
-except ImportError:  # an isolated build of the in-tree plugin: the kit of this source tree
-    _kit_path = HERE.parents[2] / "vkshmem" / "core" / "plugins" / "build.py"
-    _spec = importlib.util.spec_from_file_location("_vkshmem_pluginbuild", _kit_path)
-    if _spec is None or _spec.loader is None:
-        raise
-    _kit = sys.modules[_spec.name] = importlib.util.module_from_spec(_spec)
-    _spec.loader.exec_module(_kit)
-    get_include, header_cdef = _kit.include_dir, _kit.header_cdef
-    plugin_cdef = _kit.plugin_cdef
 
 CDEF = """
 #define HP_REQ_SIZE ...

@@ -14,27 +14,17 @@ registration path is compiled only where the headers define ``FI_MR_DMABUF`` (li
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 from cffi import FFI
+
+# vkshmem is a build requirement (pyproject.toml): the plugin compiles against its header
+from vkshmem.plugin import get_include, header_cdef, locate_library, plugin_cdef
 
 HERE = Path(__file__).resolve().parent
 CSRC = HERE / "csrc"
 PREFIX_VAR = "VKSHMEM_OFI_PREFIX"
 
-try:  # vkshmem installed where the build runs (--no-build-isolation, or a wheel of it)
-    from vkshmem.plugin import get_include, header_cdef, locate_library, plugin_cdef
-except ImportError:  # an isolated build of the in-tree plugin: the kit of this source tree
-    _kit_path = HERE.parents[2] / "vkshmem" / "core" / "plugins" / "build.py"
-    _spec = importlib.util.spec_from_file_location("_vkshmem_pluginbuild", _kit_path)
-    if _spec is None or _spec.loader is None:
-        raise
-    _kit = sys.modules[_spec.name] = importlib.util.module_from_spec(_spec)
-    _spec.loader.exec_module(_kit)
-    get_include, header_cdef = _kit.include_dir, _kit.header_cdef
-    locate_library, plugin_cdef = _kit.locate_library, _kit.plugin_cdef
 
 FOUND = locate_library("vkshmem-ofi", "fabric", "rdma/fabric.h", prefix_var=PREFIX_VAR,
                        hint="on Debian: apt-get install libfabric-dev")

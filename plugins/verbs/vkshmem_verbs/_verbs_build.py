@@ -10,27 +10,17 @@ must be compiled (API mode). It builds against ``/usr/include/infiniband/verbs.h
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 from cffi import FFI
+
+# vkshmem is a build requirement (pyproject.toml): the plugin compiles against its header
+from vkshmem.plugin import get_include, header_cdef, locate_library, plugin_cdef
 
 HERE = Path(__file__).resolve().parent
 CSRC = HERE / "csrc"
 PREFIX_VAR = "VKSHMEM_VERBS_PREFIX"
 
-try:  # vkshmem installed where the build runs (--no-build-isolation, or a wheel of it)
-    from vkshmem.plugin import get_include, header_cdef, locate_library, plugin_cdef
-except ImportError:  # an isolated build of the in-tree plugin: the kit of this source tree
-    _kit_path = HERE.parents[2] / "vkshmem" / "core" / "plugins" / "build.py"
-    _spec = importlib.util.spec_from_file_location("_vkshmem_pluginbuild", _kit_path)
-    if _spec is None or _spec.loader is None:
-        raise
-    _kit = sys.modules[_spec.name] = importlib.util.module_from_spec(_spec)
-    _spec.loader.exec_module(_kit)
-    get_include, header_cdef = _kit.include_dir, _kit.header_cdef
-    locate_library, plugin_cdef = _kit.locate_library, _kit.plugin_cdef
 
 #: libibverbs constants the Python side and the tests use (values from the header)
 CONSTANTS = (
