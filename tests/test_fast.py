@@ -366,6 +366,8 @@ def test_the_per_call_paths_bind_the_runtime_parts_lists(shmem: Any) -> None:
 
     rt = state.rt
     assert state.route_transport is rt.routing.route_transport
+    assert state.shm is rt.routing.shm and state.seg_heaps is rt.domains.seg_heaps
+    assert state.domain_heaps is rt.domains.domain_heaps
     assert rt.routing.route_transport == [r.transport for r in rt.routing.routes]
     assert rt.routing.route_transport[0] is rt.routing.shm  # this PE: the shm path
     a = shmem.zeros(4, np.int64)

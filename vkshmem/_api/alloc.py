@@ -172,7 +172,7 @@ def _place(obj: Any, what: str) -> tuple[int, int]:
         raise InvalidTypeError(f"{what} takes a symmetric array or memoryview, got "
                                f"{type(obj).__name__}")
     seg, off = locate(mem, 0, what)
-    heap = rt.domains.seg_heaps[seg]
+    heap = state.seg_heaps[seg]
     if heap is not None:  # a numpy array over a domain's CPU-addressable memory
         _check_live(heap.heap.used, off, what)
     elif seg == HOST_SEG:
@@ -198,7 +198,7 @@ def free(mem: memoryview | np.ndarray | None) -> None:
         return
     rt = state.rt
     seg, off = _place(mem, "free")
-    heap = rt.domains.seg_heaps[seg]
+    heap = state.seg_heaps[seg]
     if heap is not None:
         heap.free(off)
     else:

@@ -119,14 +119,14 @@ def _amo(target: np.ndarray, pe: int, op: AmoOp, value: Any, cond: Any, fetch: b
         pe = check_pe(pe)
         if rt.liveness.any:
             rt.liveness.check(pe, f"operation on PE {pe}")
-        heap = rt.domains.domain_heaps.get(target.domain)
+        heap = state.domain_heaps.get(target.domain)
         off = target.offset
         if heap is None or off & (kind.width - 1) or off + kind.width > heap.size:
             _word(target, ints_only, what)  # raises the precise error
         u = heap.amo(pe, heap.seg_id, off, op, kind.width, operand, compare, fetch)
         return kind.decode(u) if fetch else None
     pe, t = resolve(ctx, pe)
-    if t is rt.routing.shm and (type(target) is ND or not isinstance(target, DomainArray)):
+    if t is state.shm and (type(target) is ND or not isinstance(target, DomainArray)):
         # the shm fast path: one native call
         u = lib.vk_direct_amo(ffi.from_buffer(target), pe, op, kind.width, operand, compare)
         if u != _SENTINEL or lib.vk_last_error() == 0:

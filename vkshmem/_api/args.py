@@ -93,7 +93,7 @@ def heap_of(a: DomainArray, what: str) -> DomainHeap:
 
 def place(a: DomainArray, nbytes: int, what: str) -> tuple[DomainHeap, int]:
     """``(heap, offset)`` of a domain's array whose first ``nbytes`` will be accessed."""
-    heap = state.rt.domains.domain_heaps.get(a.domain)
+    heap = state.domain_heaps.get(a.domain)
     if heap is None:
         heap_of(a, what)  # raises
     off = a.offset
@@ -106,7 +106,7 @@ def place(a: DomainArray, nbytes: int, what: str) -> tuple[DomainHeap, int]:
 def segment_route(t: Any, seg: int) -> Any:
     """The endpoint for segment ``seg``: ``t`` for the host heap, else the domain's heap
     (which routes each peer: imported memory, a transport, or the domain proxy)."""
-    heap = state.rt.domains.seg_heaps[seg]
+    heap = state.seg_heaps[seg]
     return t if heap is None else heap
 
 

@@ -58,7 +58,7 @@ def from_dlpack(x: Any) -> Any:
         if host.address <= address and address + nbytes <= host.address + host.size:
             off = address - host.address
             return np.frombuffer(host.buffer, dtype, count, off).reshape(shape)
-    for heap in rt.domains.domain_heaps.values():
+    for heap in state.domain_heaps.values():
         where = heap.domain.dlpack_range()
         if where is None or where[0] != dev_type or dev_id not in (-1, where[1]):
             continue

@@ -91,7 +91,7 @@ class _Where:
     def direct_address(self) -> int:
         """Address of the owner's word when it can be loaded here, else 0."""
         rt = state.rt
-        if self.t is rt.routing.shm or self.owner == rt.my_pe:
+        if self.t is state.shm or self.owner == rt.my_pe:
             base = lib.vk_peer_base(self.seg, self.owner)
             if base:
                 return int(base) + self.off

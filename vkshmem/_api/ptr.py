@@ -20,7 +20,7 @@ def addr_accessible(addr: Any, pe: int) -> bool:
     """Whether ``addr`` is symmetric (usable as a remote address on ``pe``)."""
     state.require()
     if isinstance(addr, DomainArray):
-        return pe_accessible(pe) and addr.domain in state.rt.domains.domain_heaps
+        return pe_accessible(pe) and addr.domain in state.domain_heaps
     if not pe_accessible(pe) or not isinstance(addr, np.ndarray):
         return False
     try:

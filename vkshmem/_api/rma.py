@@ -83,7 +83,7 @@ def put(target: np.ndarray, source: np.ndarray, pe: int, size: int | None = None
             lib.vk_direct_put(ffi.from_buffer(target), ffi.from_buffer(source), nbytes, pe) == 0:
         return  # the shm fast path: one native call
     seg, off = _sym(target, nbytes, "put target")
-    heap = rt.domains.seg_heaps[seg] if seg else None
+    heap = state.seg_heaps[seg] if seg else None
     if heap is not None:  # a domain's CPU-addressable segment
         t = heap
     elif nbytes >= routing.stripe_threshold and ctx is None and routing.stripes[pe] is not None:
@@ -135,7 +135,7 @@ def get(target: np.ndarray, source: np.ndarray, pe: int, size: int | None = None
                                   ffi.from_buffer(source), nbytes, pe) == 0:
         return  # the shm fast path: one native call
     seg, off = _sym(source, nbytes, "get source")
-    heap = rt.domains.seg_heaps[seg] if seg else None
+    heap = state.seg_heaps[seg] if seg else None
     if heap is not None:  # a domain's CPU-addressable segment
         t = heap
     dst = _dst_bytes(target, nbytes)
@@ -216,7 +216,7 @@ def iput(target: np.ndarray, source: np.ndarray, pe: int, tst: int = 1, sst: int
     if tst == 1:
         t.put(pe, seg, off, memoryview(src).cast("B"))
         return
-    peer = rt.peer_buffer(pe, seg) if t is rt.routing.shm else None
+    peer = rt.peer_buffer(pe, seg) if t is state.shm else None
     if peer is not None:
         np.ndarray((n,), dt, buffer=peer, offset=off, strides=(tst * isz,))[...] = src
         return
@@ -268,7 +268,7 @@ def _checked(remote: Any, local: Any, pe: int, is_put: bool) -> tuple[Any, int, 
     rt = state.rt
     if rt.liveness.any:
         rt.liveness.check(pe, f"operation on PE {pe}")
-    heap = rt.domains.domain_heaps.get(remote.domain)
+    heap = state.domain_heaps.get(remote.domain)
     nbytes = n * dt.itemsize
     if heap is None or remote.offset + nbytes > heap.size:
         place(remote, nbytes, "put target" if is_put else "get source")  # raises

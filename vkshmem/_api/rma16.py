@@ -68,7 +68,7 @@ def ibput(target: np.ndarray, source: np.ndarray, pe: int, tst: int, sst: int, b
     pe, t = resolve(ctx, pe)
     t = segment_route(t, seg)
     src = np.ascontiguousarray(_blocks_view(_flat(host_copy(source)), sst, bsize, nblocks))
-    peer = rt.peer_buffer(pe, seg) if t is rt.routing.shm and tst >= bsize else None
+    peer = rt.peer_buffer(pe, seg) if t is state.shm and tst >= bsize else None
     if peer is not None:
         np.ndarray((nblocks, bsize), dt, buffer=peer, offset=off,
                    strides=(tst * isz, isz))[...] = src
@@ -97,7 +97,7 @@ def ibget(target: np.ndarray, source: np.ndarray, pe: int, tst: int, sst: int, b
     pe, t = resolve(ctx, pe)
     t = segment_route(t, seg)
     tmp = np.empty((nblocks, bsize), dt)
-    peer = rt.peer_buffer(pe, seg) if t is rt.routing.shm else None
+    peer = rt.peer_buffer(pe, seg) if t is state.shm else None
     if peer is not None:
         tmp[...] = np.ndarray((nblocks, bsize), dt, buffer=peer, offset=off,
                               strides=(sst * isz, isz))

@@ -116,7 +116,7 @@ def _read(signal: Any, what: str) -> int:
     except (AttributeError, TypeError, BufferError, ValueError):
         pass
     seg, off = _signal_word(signal, what)  # raises the precise error
-    heap = state.rt.domains.seg_heaps[seg]
+    heap = state.seg_heaps[seg]
     if heap is not None:
         return heap.amo_on(heap.local, off, AmoOp.FETCH, 8, 0, 0)
     raise InvalidArgumentError(f"{what}: this PE's signal memory is not mapped")
@@ -146,14 +146,14 @@ def _put_signal(target: np.ndarray, source: np.ndarray, pe: int, signal: np.ndar
     rt = state.rt
     wpe, t = resolve(ctx, pe)
     device = type(target) is not ND and isinstance(target, DomainArray)
-    if device or rt.domains.seg_heaps[sseg] is not None:
+    if device or state.seg_heaps[sseg] is not None:
         # puts into a domain's memory imported here or through its proxy are complete on
         # return; a put a transport carries is complete after a quiet
         if not device or heap_of(target, what).carrier[wpe] is not None:
             rt.quiet()
         segment_route(t, sseg).amo(wpe, sseg, soff, op, 8, v, 0, False)
         return
-    if t is rt.routing.shm:  # the copy is done, and the seq-cst atomic that follows is ordered
+    if t is state.shm:  # the copy is done, and the seq-cst atomic that follows is ordered
         lib.vk_shm_amo(sseg, wpe, soff, op, 8, v, 0)  # after it (its fence is built in)
         return
     if nbi and ctx is None and len(rt.routing.rails) > 1:
@@ -221,7 +221,7 @@ def signal_wait_until(signal: np.ndarray, cmp: Any, value: int) -> int:
     seg, off = _signal_word(signal, "signal_wait_until")
     what = f"signal_wait_until(signal {cmp} {v})"
     box = [seen]
-    heap = rt.domains.seg_heaps[seg]
+    heap = state.seg_heaps[seg]
     addr = heap.watch_address(off) if heap is not None \
         else int(lib.vk_peer_base(seg, rt.my_pe)) + off
     if not addr:  # device memory the CPU cannot watch: poll copies of it

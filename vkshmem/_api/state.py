@@ -28,18 +28,25 @@ NOT_INITIALISED: Any = _NotInitialised()
 
 #: The running :class:`Runtime` (or the stand-in). Hot paths read ``state.rt`` once per call.
 rt: Runtime = NOT_INITIALISED
-#: Its parts' lists that per-call paths index, bound once at init (no attribute hops per
-#: call): each PE's transport (``rt.routing.route_transport``).
+#: Its parts' objects that per-call paths read, bound once at init (no attribute hops per
+#: call): each PE's transport (``rt.routing.route_transport``), the shm path
+#: (``rt.routing.shm``), each segment's domain heap or None (``rt.domains.seg_heaps``) and the
+#: open heaps by domain (``rt.domains.domain_heaps``). The lists and dicts are filled in place.
 route_transport: list[Any] = NOT_INITIALISED
+shm: Any = NOT_INITIALISED
+seg_heaps: list[Any] = NOT_INITIALISED
+domain_heaps: dict[Any, Any] = NOT_INITIALISED
 
 
 def bind(runtime: Runtime | None) -> None:
-    """Make ``runtime`` the running one (None: the stand-in), with its bound lists."""
-    global rt, route_transport
+    """Make ``runtime`` the running one (None: the stand-in), with its bound parts."""
+    global rt, route_transport, shm, seg_heaps, domain_heaps
     if runtime is None:
-        rt = route_transport = NOT_INITIALISED
+        rt = route_transport = shm = seg_heaps = domain_heaps = NOT_INITIALISED
     else:
         rt, route_transport = runtime, runtime.routing.route_transport
+        shm = runtime.routing.shm
+        seg_heaps, domain_heaps = runtime.domains.seg_heaps, runtime.domains.domain_heaps
 
 
 def require() -> Runtime:
