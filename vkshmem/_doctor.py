@@ -37,7 +37,8 @@ UNAVAILABLE_EXIT = 3  # what _doctor_pe exits with when a part is not present
 #: What would change each check's outcome: a variable, a package or both.
 HINTS = {
     "shm": "on by default; VKSHMEM_SHM=0 switches it off (every byte then crosses a transport)",
-    "hostproxy": "pip install 'vkshmem[hostproxy]' (or plugins/hostproxy from the source tree)",
+    "hostproxy": "pip install 'vkshmem[hostproxy]' (from a checkout: pip install "
+                 "--no-build-isolation plugins/hostproxy)",
     "ucx": "pip install 'vkshmem[ucx]' (vkshmem-ucx, on the PyPI wheel libucx-cu12); UCX_TLS "
            "chooses UCX's own transports",
     "ofi": "apt-get install libfabric1, then pip install 'vkshmem[ofi]' (vkshmem-ofi; "

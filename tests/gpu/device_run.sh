@@ -88,15 +88,18 @@ fi
 # `vkshmem` script.
 rm -f vkshmem/core/_native*.so vkshmem/gpu/_submit*.so plugins/hostproxy/vkshmem_hostproxy/_server*.so \
     plugins/cuda/vkshmem_cuda/_ops*.so
-if ! $PY -m pip install -q --no-deps --no-build-isolation --no-index --no-cache-dir \
-        -e . -e plugins/hostproxy >/tmp/device_run_pip.log 2>&1; then
+# (vkshmem first: the plugins compile against its plugin kit and header)
+if ! { $PY -m pip install -q --no-deps --no-build-isolation --no-index --no-cache-dir \
+            -e . >/tmp/device_run_pip.log 2>&1 &&
+       $PY -m pip install -q --no-deps --no-build-isolation --no-index --no-cache-dir \
+            -e plugins/hostproxy >>/tmp/device_run_pip.log 2>&1; }; then
     cat /tmp/device_run_pip.log
     say "pip install -e failed; building in place and using egg-info on PYTHONPATH instead"
+    export PYTHONPATH="$PWD:$PWD/plugins/hostproxy:$PYTHONPATH"
     for d in . plugins/hostproxy; do
         (cd "$d" && $PY setup.py -q build_ext --inplace && $PY setup.py -q egg_info) \
             || die "could not build $d"
     done
-    export PYTHONPATH="$PWD:$PWD/plugins/hostproxy:$PYTHONPATH"
 fi
 
 # 3b. On an NVIDIA machine, the cuda domain plugin (editable; builds its cffi helper), and

@@ -40,9 +40,9 @@ def _wheel_root() -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise RuntimeError(
             "vkshmem-ucx: the UCX wheel is not installed where the build runs: "
-            "`pip install libucx-cu12` (an isolated `pip install plugins/ucx` installs it by "
-            f"itself), or set {PREFIX_VAR}=/usr to build against Debian's UCX "
-            "(`apt-get install libucx-dev`) or {PREFIX_VAR}=<prefix> for a site build"
+            "`pip install libucx-cu12` (then `pip install --no-build-isolation plugins/ucx`), "
+            f"or set {PREFIX_VAR}=/usr to build against Debian's UCX "
+            f"(`apt-get install libucx-dev`) or {PREFIX_VAR}=<prefix> for a site build"
         )
     return Path(next(iter(spec.submodule_search_locations)))
 

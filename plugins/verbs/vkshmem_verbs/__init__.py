@@ -55,7 +55,7 @@ def load_native() -> Any:
         raise TransportError(
             NAME, f"cannot load libibverbs ({exc}). Install it (`apt-get install libibverbs1 "
             "ibverbs-providers`, or libibverbs-dev to build), then reinstall vkshmem-verbs "
-            "(`pip install -e plugins/verbs`)") from None
+            "(`pip install 'vkshmem[verbs]'`)") from None
     return _verbs
 
 
