@@ -52,7 +52,11 @@ fi
 new=()
 for p in "${PROJECTS[@]}"; do
     src="$work/$p"
-    name="$(cd "$src" && "$PY" -c 'import tomllib; d = tomllib.load(open("pyproject.toml", "rb"))["project"]
+    name="$(cd "$src" && "$PY" -c 'try:
+    import tomllib
+except ImportError:  # Python 3.10
+    import tomli as tomllib
+d = tomllib.load(open("pyproject.toml", "rb"))["project"]
 print(d["name"].replace("-", "_") + "-" + d["version"])')"
     rm -f "$OUT/$name"-*.whl "$OUT/$name".tar.gz
     if ! PYTHONWARNINGS=ignore "$PY" -m pip wheel -q --no-deps --no-build-isolation --no-index \

@@ -12,7 +12,11 @@ if ! "$PY" -c 'import sphinx, myst_parser, furo, matplotlib' 2>/dev/null; then
     echo "docs.sh: installing the docs extra of pyproject.toml into $("$PY" -c 'import sys; print(sys.prefix)')" >&2
     # the requirements of pyproject.toml's `docs` extra (not `pip install -e .[docs]`, which
     # would rebuild vkshmem itself)
-    mapfile -t REQS < <("$PY" -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["docs"]))')
+    mapfile -t REQS < <("$PY" -c 'try:
+    import tomllib
+except ImportError:  # Python 3.10
+    import tomli as tomllib
+print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["docs"]))')
     "$PY" -m pip install -q --disable-pip-version-check "${REQS[@]}"
 fi
 # -E: read every page again, so each run reports every warning (not only those of changed pages)
