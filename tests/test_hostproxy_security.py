@@ -94,7 +94,7 @@ def test_a_client_with_the_wrong_secret_is_refused(job: Job) -> None:
         s.sendall(REQ.pack(hp.HP_OP_AUTH, 0, 0, 0, 0, 0, 0) + b"\0" * 32)
         s.sendall(REQ.pack(hp.HP_OP_PUT, 0, 0, 0, 0, 8, 0) + b"intruder")
         reply = recv_exact(s, REP.size)
-        assert REP.unpack(reply)[0] == hp.HP_EAUTH
+        assert REP.unpack(reply)[0] == hp.VK_ST_AUTH
         assert read_all(s) == b""  # dropped, nothing more said
     still_untouched(job)
     stats = target.server_stats()
@@ -135,22 +135,22 @@ def test_a_replayed_answer_is_refused(job: Job) -> None:
         s.sendall(hello)  # the same hello and the recorded answer
         recv_exact(s, REP.size + 48)
         s.sendall(answer)
-        assert REP.unpack(recv_exact(s, REP.size))[0] == hp.HP_EAUTH
+        assert REP.unpack(recv_exact(s, REP.size))[0] == hp.VK_ST_AUTH
     job_still_works(job)
 
 
 # -- malformed input -------------------------------------------------------------------------
 
 BEFORE_AUTH = [
-    ("get before auth", REQ.pack(hp.HP_OP_GET, 0, 0, 0, 0, 8, 0), hp.HP_EAUTH),
-    ("put before auth", REQ.pack(hp.HP_OP_PUT, 0, 0, 0, 0, 8, 0) + b"X" * 8, hp.HP_EAUTH),
+    ("get before auth", REQ.pack(hp.HP_OP_GET, 0, 0, 0, 0, 8, 0), hp.VK_ST_AUTH),
+    ("put before auth", REQ.pack(hp.HP_OP_PUT, 0, 0, 0, 0, 8, 0) + b"X" * 8, hp.VK_ST_AUTH),
     ("auth before hello", REQ.pack(hp.HP_OP_AUTH, 0, 0, 0, 0, 0, 0) + b"\0" * 32,
-     hp.HP_EAUTH),
+     hp.VK_ST_AUTH),
     ("hello from PE 5 of 2", REQ.pack(hp.HP_OP_HELLO, 0, 0, 5, hp.HP_MAGIC, hp.HP_VERSION,
-                                      0), hp.HP_EHELLO),
-    ("hello of version 1", REQ.pack(hp.HP_OP_HELLO, 0, 0, 0, hp.HP_MAGIC, 1, 0), hp.HP_EHELLO),
-    ("unknown op", REQ.pack(200, 0, 0, 0, 0, 0, 0), hp.HP_EAUTH),
-    ("http", b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" + b" " * 8, hp.HP_EAUTH),
+                                      0), hp.VK_ST_HELLO),
+    ("hello of version 1", REQ.pack(hp.HP_OP_HELLO, 0, 0, 0, hp.HP_MAGIC, 1, 0), hp.VK_ST_HELLO),
+    ("unknown op", REQ.pack(200, 0, 0, 0, 0, 0, 0), hp.VK_ST_AUTH),
+    ("http", b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" + b" " * 8, hp.VK_ST_AUTH),
 ]
 
 
@@ -183,7 +183,7 @@ def test_out_of_range_requests_of_a_peer_touch_nothing(job: Job, what: str,
     untouched(job)
     with contextlib.closing(raw_connect(job.t[0][1])) as s:
         s.sendall(data)
-        assert REP.unpack(recv_exact(s, REP.size))[0] in (hp.HP_EBOUNDS, hp.HP_ESEG)
+        assert REP.unpack(recv_exact(s, REP.size))[0] in (hp.VK_ST_BOUNDS, hp.VK_ST_SEG)
         assert read_all(s) == b""
     still_untouched(job)
     job_still_works(job)

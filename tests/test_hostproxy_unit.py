@@ -174,22 +174,22 @@ def recv_exact(sock: socket.socket, n: int) -> bytes:
 
 BAD_REQUESTS = [
     ("put past the end", REQ.pack(hp.HP_OP_PUT, 0, 0, 0, SEG_SIZES[0] - 4, 8, 0) + b"X" * 8,
-     hp.HP_EBOUNDS),
+     hp.VK_ST_BOUNDS),
     ("put with wrapping offset", REQ.pack(hp.HP_OP_PUT, 0, 0, 0, 2**64 - 8, 16, 0) + b"X" * 16,
-     hp.HP_EBOUNDS),
+     hp.VK_ST_BOUNDS),
     ("put of a huge length", REQ.pack(hp.HP_OP_PUT, 0, 0, 0, 8, 2**64 - 1, 0) + b"X" * 64,
-     hp.HP_EBOUNDS),
+     hp.VK_ST_BOUNDS),
     ("put to an unknown segment", REQ.pack(hp.HP_OP_PUT, 0, 0, 9, 0, 8, 0) + b"X" * 8,
-     hp.HP_ESEG),
+     hp.VK_ST_SEG),
     ("put to a huge segment id", REQ.pack(hp.HP_OP_PUT, 0, 0, 2**32 - 1, 0, 8, 0) + b"X" * 8,
-     hp.HP_ESEG),
-    ("get past the end", REQ.pack(hp.HP_OP_GET, 0, 0, 1, SEG_SIZES[1], 1, 0), hp.HP_EBOUNDS),
+     hp.VK_ST_SEG),
+    ("get past the end", REQ.pack(hp.HP_OP_GET, 0, 0, 1, SEG_SIZES[1], 1, 0), hp.VK_ST_BOUNDS),
     ("amo past the end", REQ.pack(hp.HP_OP_AMO, AmoOp.SET, 8, 0, SEG_SIZES[0], 1, 0),
-     hp.HP_EBOUNDS),
-    ("misaligned amo", REQ.pack(hp.HP_OP_AMO_FETCH, AmoOp.ADD, 8, 0, 4, 1, 0), hp.HP_EALIGN),
-    ("amo of width 2", REQ.pack(hp.HP_OP_AMO, AmoOp.SET, 2, 0, 0, 1, 0), hp.HP_EAMO),
-    ("unknown amo op", REQ.pack(hp.HP_OP_AMO, 99, 8, 0, 0, 1, 0), hp.HP_EAMO),
-    ("unknown op", REQ.pack(200, 0, 0, 0, 0, 0, 0), hp.HP_EPROTO),
+     hp.VK_ST_BOUNDS),
+    ("misaligned amo", REQ.pack(hp.HP_OP_AMO_FETCH, AmoOp.ADD, 8, 0, 4, 1, 0), hp.VK_ST_ALIGN),
+    ("amo of width 2", REQ.pack(hp.HP_OP_AMO, AmoOp.SET, 2, 0, 0, 1, 0), hp.VK_ST_AMO),
+    ("unknown amo op", REQ.pack(hp.HP_OP_AMO, 99, 8, 0, 0, 1, 0), hp.VK_ST_AMO),
+    ("unknown op", REQ.pack(200, 0, 0, 0, 0, 0, 0), hp.VK_ST_PROTO),
 ]
 
 
@@ -222,10 +222,10 @@ def test_server_rejects_requests_before_hello_and_bad_hello(job: Job) -> None:
     target = job.t[0][1]
     with contextlib.closing(raw_connect(target, hello=False)) as sock:
         sock.sendall(REQ.pack(hp.HP_OP_GET, 0, 0, 0, 0, 8, 0))
-        assert REP.unpack(recv_exact(sock, REP.size))[0] == hp.HP_EAUTH
+        assert REP.unpack(recv_exact(sock, REP.size))[0] == hp.VK_ST_AUTH
     with contextlib.closing(raw_connect(target, hello=False)) as sock:
         sock.sendall(REQ.pack(hp.HP_OP_HELLO, 0, 0, 0, 12345, hp.HP_VERSION, 0))
-        assert REP.unpack(recv_exact(sock, REP.size))[0] == hp.HP_EHELLO
+        assert REP.unpack(recv_exact(sock, REP.size))[0] == hp.VK_ST_HELLO
     # Strangers are counted, not recorded as errors of the job. The server counts a stranger
     # when it drops the connection, after the reply the client has read: poll for it.
     deadline = time.monotonic() + 10

@@ -152,7 +152,7 @@ def test_a_dead_peer_and_a_failed_job_end_the_wait_with_their_errors() -> None:
         start = time.monotonic()
         rc = ops.amo(ops.self, 1, 0, 0, int(AmoOp.FETCH), 8, 0, 0, 1, out)
         assert time.monotonic() - start < 10
-        assert rc == vko.VKO_EFAILED
+        assert rc == vko.VK_ST_FAILED
         err = tr.native_error(rc, "AMO on", 1, 0, 0, 8, None)
         assert "PE 1" in str(err) and "a PE of the job failed" in str(err), err
         assert "a PE of the job failed" in str(tr.native_error(rc, "quiet", -1, 0, 0, 0, None))

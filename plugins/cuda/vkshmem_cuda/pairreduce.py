@@ -16,8 +16,8 @@ target only (on half a block per SM) and the result pushed by the copy engine to
 link carries copies back to back (GPU time at 256 MiB: 711-716 against 740 us on 2 x H200,
 719 against 744 on 2 x H100; ``cudapair.c`` has the schedule).
 
-Each round is issued and waited for by one C call (``vkc_pair_round``, vkshmem's
-``gpu/csrc/cudapair.c``) on this PE's own stream, GIL released, its arguments worked out
+Each round is issued and waited for by one C call (``vkc_pair_round``, this plugin's
+``csrc/cudapair.c``) on this PE's own stream, GIL released, its arguments worked out
 once per call shape (a :class:`Plan`, which the domain keeps): the push, then a write of the
 peer's PUSHED word (``cuStreamWriteValue32``, ordered after the copy), a wait for this PE's own
 (``cuStreamWaitValue32``: no host round trip between the phases), then the kernel (two 16-byte
@@ -53,7 +53,7 @@ SLOT = 16
 _BLOCK = 512
 _UNROLL = 2  # packs in flight per thread per source (kernels.reduce_source)
 _PER_SM = 2  # blocks per SM
-_SPIN_NS = 2_000_000  # spin on the stream this long, then nap (vkshmem/gpu/csrc/cudapair.c)
+_SPIN_NS = 2_000_000  # spin on the stream this long, then nap (csrc/cudapair.c)
 _NOT_READY = 600  # CUDA_ERROR_NOT_READY: the wait ran out
 
 

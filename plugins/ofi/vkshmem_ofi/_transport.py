@@ -62,7 +62,7 @@ log = logging.getLogger("vkshmem.ofi")
 _KEY = struct.Struct("<IQQQ")
 _FI_MR_PROV_KEY = 1 << 6  # rdma/fabric.h
 
-if any(getattr(lib, f"VKO_{op.name}") != op.value for op in AmoOp):  # pragma: no cover
+if any(getattr(lib, f"VK_{op.name}") != op.value for op in AmoOp):  # pragma: no cover
     raise ImportError("vkshmem_ofi: the native AMO op codes disagree with vkshmem's AmoOp")
 
 

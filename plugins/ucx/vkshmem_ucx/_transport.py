@@ -71,7 +71,7 @@ UNREACHABLE_HINT = (
     f"the job's hosts reach, set {TRUST_VAR}=1")
 _BITWISE = (AmoOp.AND, AmoOp.OR, AmoOp.XOR)
 
-if any(getattr(lib, f"VKU_{op.name}") != op.value for op in AmoOp):  # pragma: no cover
+if any(getattr(lib, f"VK_{op.name}") != op.value for op in AmoOp):  # pragma: no cover
     raise ImportError("vkshmem_ucx: the native AMO op codes disagree with vkshmem's AmoOp")
 
 _from_buffer = ffi.from_buffer

@@ -48,7 +48,7 @@ __all__ = ["VerbsTransport", "amo_table"]
 
 log = logging.getLogger("vkshmem.verbs")
 
-if any(getattr(lib, f"VKV_{op.name}") != op.value for op in AmoOp):  # pragma: no cover
+if any(getattr(lib, f"VK_{op.name}") != op.value for op in AmoOp):  # pragma: no cover
     raise ImportError("vkshmem_verbs: the native AMO op codes disagree with vkshmem's AmoOp")
 
 _PLANS = {lib.VKV_PLAN_FAA: "nic fetch-add", lib.VKV_PLAN_CAS: "nic compare-swap",

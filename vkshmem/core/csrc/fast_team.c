@@ -11,7 +11,7 @@
 
 #include <string.h>
 
-#define BCAST_CHUNK (256 << 10)  /* collectives.py: larger broadcasts are pulled in chunks */
+#define BCAST_CHUNK (256 << 10)  /* collectives/host.py: larger broadcasts are pulled in chunks */
 
 
 int team_valid(NativeTeam *t) { return t != NULL && G.enabled && t->generation == G.generation; }
@@ -23,7 +23,7 @@ void team_signal(NativeTeam *t, int m, int flag) {
 
 struct wait_ctx { NativeTeam *t; const char *what; int flag, from; };
 
-/* The member whose signals on `flag` this member waits for (collteam.py:
+/* The member whose signals on `flag` this member waits for (vkshmem/core/collectives/team.py:
  * CollTeam.waited_for), or -1: every member (alltoall) or not a collective's flag. */
 static int flag_sender(NativeTeam *t, int flag) {
     int n = t->n, me = t->me, m;
@@ -131,7 +131,7 @@ int team_sync(NativeTeam *t) {
 
 struct tree { int v, bits, nk, kids[32], flags[32]; };
 
-/* collectives.py: _tree(): the children of relative rank v are v + 2**k for 2**k > v */
+/* collectives/host.py: _tree(): the children of relative rank v are v + 2**k for 2**k > v */
 static int tree_of(NativeTeam *t, int root, int seg, struct tree *tr) {
     int n = t->n, v = (t->me - root + n) % n;
     tr->v = v;
@@ -181,7 +181,7 @@ static void copy_nogil(void *dst, const void *src, Py_ssize_t n, int stream) {
     Py_END_ALLOW_THREADS
 }
 
-/* collectives.py: _broadcast_pull(). The caller holds exports of tgt and src. */
+/* collectives/host.py: _broadcast_pull(). The caller holds exports of tgt and src. */
 static int bcast_pull(NativeTeam *t, char *tgt, const char *src, Py_ssize_t nb,
                       Py_ssize_t isz, int seg, uint64_t off, struct tree *tr) {
     Py_ssize_t chunk = BCAST_CHUNK / isz > 0 ? BCAST_CHUNK / isz * isz : isz;
@@ -286,7 +286,7 @@ int team_reduce_rd(NativeTeam *t, char *tgt, const char *src, Py_ssize_t cnt,
 
 /* -- fcollect (dissemination allgather, Bruck) ---------------------------------------------- */
 
-/* collectives.py: fcollect(): in round r this PE puts the blocks it holds (up to 2**r, from
+/* collectives/host.py: fcollect(): in round r this PE puts the blocks it holds (up to 2**r, from
  * its own) straight into the target of PE me - 2**r, at their final places. */
 static int bruck(NativeTeam *t, char *tgt, const char *src, Py_ssize_t bb, int seg,
                  uint64_t off) {

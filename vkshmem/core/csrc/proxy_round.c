@@ -38,7 +38,7 @@ struct vk_proxy {
     uint64_t rounds, requests, direct_pieces, max_round, answer_errors;
 };
 
-struct vkp_hdr { /* struct.Struct("<IIQQQQQ") of proxymailbox.HDR */
+struct vkp_hdr { /* struct.Struct("<IIQQQQQ") of vkshmem/core/proxy/mailbox.py's HDR */
     uint32_t op, width;
     uint64_t offset, nbytes, operand, compare, seq;
 };

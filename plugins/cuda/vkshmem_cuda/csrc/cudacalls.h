@@ -1,6 +1,8 @@
-/* The functions of cudacalls.c, as cffi's cdef reads them (vkshmem/gpu/_cuda_build.py; the
-   cuda plugin's _ops_build.py puts them ahead of its own). Return values are CUresults (0:
-   success); VKC_NO_DRIVER where vkc_load has not succeeded. */
+/* The functions of cudacalls.c, as cffi's cdef reads them (vkshmem_cuda/_ops_build.py reads
+   this file with vkshmem.plugin.header_cdef, after vkshmem/plugin.h's plugin_cdef, and puts
+   them ahead of its own). Return values are CUresults (0: success); VKC_NO_DRIVER where
+   vkc_load has not succeeded. */
+#include <vkshmem/plugin.h>
 int vkc_load(void);
 const char *vkc_missing(void);
 int vkc_copy(int kind, uintptr_t ctx, uintptr_t stream, uint64_t dst, uint64_t src,
@@ -15,14 +17,8 @@ struct vkc_domain {
     int64_t spin_ns;
     int issued;
 };
-/* the core's (vkshmem/core/_native.h): the fields its users fill from Python */
-struct vk_domain_ops {
-    uint64_t size;
-    uint8_t *mapped;
-    uint64_t write_max, read_max;
-    ...;
-};
-/* fills the core's struct vk_domain_ops (self, start, quiet, amo) */
+/* fills vkshmem/plugin.h's struct vk_domain_ops (self, start, quiet, amo); its users fill
+   size, mapped, write_max and read_max from Python */
 void vkc_domain_ops(struct vkc_domain *d, struct vk_domain_ops *ops);
 /* cudalink.c: a device copy between two GPUs through a bounce buffer mapped on both */
 int vkc_link_copy(uintptr_t ctx1, uintptr_t s1, uintptr_t ctx2, uintptr_t s2, uint64_t dst,

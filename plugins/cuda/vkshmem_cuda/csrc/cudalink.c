@@ -1,6 +1,7 @@
 /* A device copy between two GPUs of this process's contexts through a bounce buffer (a CUDA
    VMM allocation mapped on both): the Vulkan domain's link to a peer's heap on another GPU
-   (vkshmem/gpu/cudalink.py). Compiled after cudacalls.c (its `cu`, current and finish).
+   (vkshmem_cuda/vulkan_accel/link.py). Compiled after cudacalls.c (its `cu`, current and
+   finish).
 
    Piece k of `piece` bytes uses bounce slot j = k % slots. Stage 1 on (ctx1, s1) copies the
    piece from src into the slot and records ev1[j]; stage 2 on (ctx2, s2) waits for ev1[j],

@@ -1,7 +1,7 @@
 /* The two-GPU all-reduce (the cuda domain's vkshmem_cuda/pairreduce.py, the Vulkan domain's
-   vkshmem/gpu/cudapair.py): a round issued and waited for by one C call, GIL released (the
-   core's barriers come before and after it). Compiled after cudacalls.c (its `cu`, current,
-   now_ns).
+   vkshmem_cuda/vulkan_accel/pair.py): a round issued and waited for by one C call, GIL
+   released (the core's barriers come before and after it). Compiled after cudacalls.c (its
+   `cu`, current, now_ns).
 
    Each PE's heap has, in its control bytes which both GPUs map, a word that each partner
    writes (PUSHED). Both partners number their rounds alike, two numbers a round (seq - 1,
@@ -35,7 +35,7 @@
 #define VKC_PAIR_SPLIT (64u << 20)
 #endif
 #ifndef VKC_MAX_SOURCES
-#define VKC_MAX_SOURCES 8  /* the reduce kernel's struct of pointers (cudakernels.py) */
+#define VKC_MAX_SOURCES 8  /* the reduce kernel's struct of pointers (vkshmem_cuda/kernels.py) */
 #endif
 
 static CUresult (*pair_write)(CUstream, CUdeviceptr, uint32_t, unsigned);

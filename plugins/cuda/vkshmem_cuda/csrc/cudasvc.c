@@ -1,7 +1,8 @@
-/* The host side of the service kernel (cudakernels.py SERVICE_SOURCE; vkshmem/gpu/cudaservice.py
-   drives it for both the cuda domain and the Vulkan domain's AMOs): a block that stays resident
-   on the GPU and serves small copies and AMOs from a mailbox, so a small operation costs a
-   store, the GPU's poll and its reply (no launch, no stream wait). The mailbox is two boxes
+/* The host side of the service kernel (vkshmem_cuda/kernels.py SERVICE_SOURCE;
+   vkshmem_cuda/service_kernel.py drives it for both the cuda domain and the Vulkan domain's
+   AMOs): a block that stays resident on the GPU and serves small copies and AMOs from a
+   mailbox, so a small operation costs a store, the GPU's poll and its reply (no launch, no
+   stream wait). The mailbox is two boxes
    of one layout: requests (seq, the header, host data) go into `req`, mapped pinned host
    memory or device memory the CPU maps (the GPU's poll then stays on the GPU), and replies
    (done, value, alive, data read) come back in `rep`, mapped pinned host memory (`req` may

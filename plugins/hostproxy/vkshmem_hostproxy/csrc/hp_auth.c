@@ -1,5 +1,6 @@
 /* HMAC-SHA256 for the hostproxy handshake, written from FIPS 180-4 (SHA-256) and RFC 2104
- * (HMAC). Checked against Python's hashlib/hmac by tests/test_hostproxy_auth.py. */
+ * (HMAC). Checked against Python's hmac (vkshmem_hostproxy._client.hp_mac) by the handshakes
+ * of tests/test_hostproxy_unit.py and tests/test_hostproxy_security.py. */
 #include <string.h>
 
 #include "hp_auth.h"

@@ -74,14 +74,14 @@ static const char *op_name(unsigned op) {
 
 static const char *status_text(int32_t st) {
     switch (st) {
-    case HP_EPROTO: return "protocol error";
-    case HP_ESEG: return "segment not registered";
-    case HP_EBOUNDS: return "outside the registered segment";
-    case HP_EALIGN: return "misaligned AMO";
-    case HP_EAMO: return "unsupported AMO op or width";
-    case HP_EHELLO: return "bad HELLO (protocol version mismatch?)";
-    case HP_EAUTH: return "authentication failed: this PE and that one were given different "
-                          "job secrets, or that server belongs to another job";
+    case VK_ST_PROTO: return "protocol error";
+    case VK_ST_SEG: return "segment not registered";
+    case VK_ST_BOUNDS: return "outside the registered segment";
+    case VK_ST_ALIGN: return "misaligned AMO";
+    case VK_ST_AMO: return "unsupported AMO op or width";
+    case VK_ST_HELLO: return "bad HELLO (protocol version mismatch?)";
+    case VK_ST_AUTH: return "authentication failed: this PE and that one were given different "
+                            "job secrets, or that server belongs to another job";
     }
     return NULL;
 }

@@ -250,19 +250,19 @@ static int conn_fail(hp_server *s, hp_conn *c, int32_t status, const unsigned ch
 static unsigned char *seg_addr(hp_server *s, uint32_t seg, uint64_t off, uint64_t n,
                                int32_t *st) {
     if (seg >= HP_MAX_SEGS || !__atomic_load_n(&s->segs[seg].valid, __ATOMIC_ACQUIRE)) {
-        *st = HP_ESEG;
+        *st = VK_ST_SEG;
         return NULL;
     }
     uint64_t size = s->segs[seg].size;
     if (off > size || n > size - off) {
-        *st = HP_EBOUNDS;
+        *st = VK_ST_BOUNDS;
         return NULL;
     }
     return (unsigned char *)(s->segs[seg].base + (uintptr_t)off);
 }
 
 static const char *seg_why(int32_t st) {
-    return st == HP_ESEG ? "segment not registered" : "outside the registered segment";
+    return st == VK_ST_SEG ? "segment not registered" : "outside the registered segment";
 }
 
 void hp_mac(const unsigned char *key, const unsigned char *label, size_t label_len,
@@ -280,7 +280,7 @@ void hp_mac(const unsigned char *key, const unsigned char *label, size_t label_l
 static int conn_challenge(hp_server *s, hp_conn *c) {
     unsigned char h[HP_REQ_SIZE] = {HP_OP_HELLO};
     if (getrandom(c->chal, HP_NONCE, 0) != HP_NONCE)
-        return conn_fail(s, c, HP_EAUTH, h, "no random bytes for a challenge");
+        return conn_fail(s, c, VK_ST_AUTH, h, "no random bytes for a challenge");
     hp_mac(s->key, (const unsigned char *)SERVER_LABEL, sizeof SERVER_LABEL - 1, c->nc, c->chal,
            (uint32_t)c->peer_pe, (uint32_t)s->my_pe, c->chal + HP_NONCE);
     c->auth = AU_WAIT;
@@ -294,7 +294,7 @@ static int conn_admit(hp_server *s, hp_conn *c) {
     hp_mac(s->key, (const unsigned char *)CLIENT_LABEL, sizeof CLIENT_LABEL - 1, c->nc, c->chal,
            (uint32_t)c->peer_pe, (uint32_t)s->my_pe, want);
     if (!hp_equal_ct(want, c->mac, HP_MAC))
-        return conn_fail(s, c, HP_EAUTH, h, "authentication failed");
+        return conn_fail(s, c, VK_ST_AUTH, h, "authentication failed");
     c->auth = AU_OK;
     s->n_pending--;
     c->since = s->now;
@@ -310,14 +310,14 @@ static int conn_request(hp_server *s, hp_conn *c, const unsigned char *h) {
     int32_t st = HP_OK;
 
     if (c->auth != AU_OK && op != HP_OP_HELLO && op != HP_OP_AUTH)
-        return conn_fail(s, c, HP_EAUTH, h, "request before authentication");
+        return conn_fail(s, c, VK_ST_AUTH, h, "request before authentication");
     switch (op) {
     case HP_OP_HELLO:
         if (c->auth != AU_NONE || off != HP_MAGIC || arg != HP_VERSION)
-            return conn_fail(s, c, HP_EHELLO, h,
+            return conn_fail(s, c, VK_ST_HELLO, h,
                              "bad HELLO (not a vkshmem-hostproxy client of protocol version 2)");
         if (seg >= (uint32_t)s->n_pes)
-            return conn_fail(s, c, HP_EHELLO, h, "HELLO from a PE outside the job");
+            return conn_fail(s, c, VK_ST_HELLO, h, "HELLO from a PE outside the job");
         c->peer_pe = (int32_t)seg;
         c->auth = AU_NONCE;
         c->pay_dst = c->nc;
@@ -325,7 +325,7 @@ static int conn_request(hp_server *s, hp_conn *c, const unsigned char *h) {
         c->state = ST_PAYLOAD;
         return 0;
     case HP_OP_AUTH:
-        if (c->auth != AU_WAIT) return conn_fail(s, c, HP_EAUTH, h, "AUTH out of turn");
+        if (c->auth != AU_WAIT) return conn_fail(s, c, VK_ST_AUTH, h, "AUTH out of turn");
         c->auth = AU_MAC;
         c->pay_dst = c->mac;
         c->pay_left = HP_MAC;
@@ -348,9 +348,9 @@ static int conn_request(hp_server *s, hp_conn *c, const unsigned char *h) {
     case HP_OP_AMO:
     case HP_OP_AMO_FETCH: {
         if ((width != 4 && width != 8) || aop > VK_XOR)
-            return conn_fail(s, c, HP_EAMO, h, "unsupported AMO op or width");
+            return conn_fail(s, c, VK_ST_AMO, h, "unsupported AMO op or width");
         if (!(p = seg_addr(s, seg, off, width, &st))) return conn_fail(s, c, st, h, seg_why(st));
-        if ((uintptr_t)p % width) return conn_fail(s, c, HP_EALIGN, h, "misaligned AMO");
+        if ((uintptr_t)p % width) return conn_fail(s, c, VK_ST_ALIGN, h, "misaligned AMO");
         uint64_t old = s->amo((uintptr_t)p, (int)aop, (int)width, arg, cmp);
         COUNT(s->n_requests, 1);
         if (op == HP_OP_AMO) return 0;
@@ -364,6 +364,6 @@ static int conn_request(hp_server *s, hp_conn *c, const unsigned char *h) {
     case HP_OP_CLOSE:
         return -1;
     default:
-        return conn_fail(s, c, HP_EPROTO, h, "unknown op");
+        return conn_fail(s, c, VK_ST_PROTO, h, "unknown op");
     }
 }

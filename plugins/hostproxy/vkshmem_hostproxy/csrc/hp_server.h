@@ -13,7 +13,7 @@
  *
  * PUT is followed by `arg` payload bytes. Replies are a 16-byte header
  *
- *   offset 0  i32  status    HP_OK or a negative HP_E* code
+ *   offset 0  i32  status    HP_OK or a negative VK_ST_* code (vkshmem/plugin.h)
  *   offset 4  u32  op        the op answered
  *   offset 8  u64  value     AMO_FETCH: old value; HELLO: the server's PE
  *
@@ -32,7 +32,7 @@
  *           (the PEs as little-endian u32), which the client checks
  *   client: AUTH header, then HMAC-SHA256(key, "vkshmem hostproxy client v2" | Nc | Ns |
  *           client PE | server PE)
- *   server: compares it in constant time; reply HP_OK, or HP_EAUTH and the connection dropped
+ *   server: compares it in constant time; reply HP_OK, or VK_ST_AUTH and the connection dropped
  *
  * A connection that has not authenticated within HP_AUTH_MS (or the request timeout, if
  * shorter) of being accepted is dropped, however many bytes it has sent meanwhile (a hard
@@ -71,15 +71,12 @@
 #define HP_OP_CLOSE 7
 #define HP_OP_AUTH 8
 
+/* a reply's status: HP_OK or one of vkshmem's VK_ST_* codes (vkshmem/plugin.h): VK_ST_PROTO
+ * (unknown op, request before HELLO), VK_ST_SEG (segment id not registered), VK_ST_BOUNDS
+ * (offset + length outside the segment), VK_ST_ALIGN (AMO target not aligned to its width),
+ * VK_ST_AMO (AMO op or width not supported), VK_ST_HELLO (bad magic or protocol version, or a
+ * PE outside the job), VK_ST_AUTH (authentication failed, or a request before it) */
 #define HP_OK 0
-/* a reply's status: HP_OK or one of vkshmem's VK_ST_* codes (vkshmem/plugin.h), named here */
-#define HP_EPROTO VK_ST_PROTO   /* unknown op, request before HELLO */
-#define HP_ESEG VK_ST_SEG       /* segment id not registered */
-#define HP_EBOUNDS VK_ST_BOUNDS /* offset + length outside the segment */
-#define HP_EALIGN VK_ST_ALIGN   /* AMO target not aligned to its width */
-#define HP_EAMO VK_ST_AMO       /* AMO op or width not supported */
-#define HP_EHELLO VK_ST_HELLO   /* bad magic or protocol version, or a PE outside the job */
-#define HP_EAUTH VK_ST_AUTH     /* authentication failed, or a request before it */
 
 typedef struct hp_server hp_server;
 

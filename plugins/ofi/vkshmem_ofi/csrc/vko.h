@@ -21,24 +21,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include <vkshmem/plugin.h> /* struct vk_native_ops, VK_NATIVE_*, VK_ST_* */
+#include <vkshmem/plugin.h> /* struct vk_native_ops, VK_NATIVE_*, VK_ST_*, AMO codes VK_FETCH.. */
 
 #define VKO_MAX_SEGS 64      /* segment ids 0..63 */
 #define VKO_ADDR_MAX 512     /* largest endpoint name we accept */
 #define VKO_ERRLEN 256
 #define VKO_BOUNCE 256       /* puts up to this size are copied: blocking put returns at once */
-
-#define VKO_EFAILED VK_ST_FAILED /* the name this code had before VK_ST_* */
-
-/* AMO op codes: the same as vkshmem.plugin.AmoOp (checked at import). */
-#define VKO_FETCH 0
-#define VKO_SET 1
-#define VKO_SWAP 2
-#define VKO_CSWAP 3
-#define VKO_ADD 4
-#define VKO_AND 5
-#define VKO_OR 6
-#define VKO_XOR 7
 
 /* Capability/emulation bits of an AMO: 1 << (op + 8 * (width == 8) + 16 * fetch). */
 #define VKO_AMO_W8 8

@@ -186,7 +186,7 @@ static int amo1(vko_ep *e, fi_addr_t fa, uint64_t raddr, uint64_t key, int op, i
     struct fi_ioc cmp = {.addr = &r->compare, .count = 1};
     if (!fetch)
         rc = POST(e, try_, fi_atomicmsg(e->ep, &m, FI_COMPLETION | FI_DELIVERY_COMPLETE));
-    else if (op == VKO_CSWAP)
+    else if (op == VK_CSWAP)
         rc = POST(e, try_, fi_compare_atomicmsg(e->ep, &m, &cmp, NULL, 1, &res, NULL, 1,
                                           FI_COMPLETION));
     else
@@ -205,11 +205,11 @@ static int amo1(vko_ep *e, fi_addr_t fa, uint64_t raddr, uint64_t key, int op, i
 
 static uint64_t apply(int op, uint64_t old, uint64_t x, uint64_t mask) {
     switch (op) {
-    case VKO_SET: case VKO_SWAP: return x & mask;
-    case VKO_ADD: return (old + x) & mask;
-    case VKO_AND: return old & x;
-    case VKO_OR: return (old | x) & mask;
-    case VKO_XOR: return (old ^ x) & mask;
+    case VK_SET: case VK_SWAP: return x & mask;
+    case VK_ADD: return (old + x) & mask;
+    case VK_AND: return old & x;
+    case VK_OR: return (old | x) & mask;
+    case VK_XOR: return (old ^ x) & mask;
     default: return old;
     }
 }
@@ -233,11 +233,11 @@ static int amo_impl(vko_ep *e, int32_t pe, uint32_t seg, uint64_t off, int op, i
         return VK_ST_ALIGN;
     operand &= mask;
     compare &= mask;
-    if (op == VKO_FETCH || op == VKO_SWAP || op == VKO_CSWAP)
+    if (op == VK_FETCH || op == VK_SWAP || op == VK_CSWAP)
         fetch = 1;
     *result = 0;
     uint32_t bit = 1u << (op + (width == 8 ? VKO_AMO_W8 : 0) + (fetch ? VKO_AMO_FETCH : 0));
-    uint32_t cas = 1u << (VKO_CSWAP + (width == 8 ? VKO_AMO_W8 : 0) + VKO_AMO_FETCH);
+    uint32_t cas = 1u << (VK_CSWAP + (width == 8 ? VKO_AMO_W8 : 0) + VKO_AMO_FETCH);
     int native = (c->valid & bit) && !(c->emulate & bit);
     if (try_ && (fetch || !native || __atomic_load_n(&e->puts, __ATOMIC_ACQUIRE) > 0))
         return -FI_EAGAIN;
@@ -257,13 +257,13 @@ static int amo_impl(vko_ep *e, int32_t pe, uint32_t seg, uint64_t off, int op, i
         return rc;
     __atomic_add_fetch(&c->n_emulated, 1, __ATOMIC_RELAXED);
     uint64_t old = 0, got = 0;
-    if ((rc = amo1(e, fa, raddr, key, VKO_CSWAP, width, 0, 0, 1, &old, 0)))
+    if ((rc = amo1(e, fa, raddr, key, VK_CSWAP, width, 0, 0, 1, &old, 0)))
         return rc;
     for (;;) {
-        if (op == VKO_FETCH)
+        if (op == VK_FETCH)
             break;
         uint64_t want = apply(op, old, operand, mask);
-        if ((rc = amo1(e, fa, raddr, key, VKO_CSWAP, width, want, old, 1, &got, 0)))
+        if ((rc = amo1(e, fa, raddr, key, VK_CSWAP, width, want, old, 1, &got, 0)))
             return rc;
         if (got == old)
             break;
@@ -292,7 +292,7 @@ static int flush_injects(vko_ep *e, int32_t only) {
             if (!__atomic_load_n(&rs->valid, __ATOMIC_ACQUIRE) || rs->size < 8)
                 continue;
             uint64_t out;
-            int rc = amo1(e, c->peers[pe].fa, rs->base, rs->key, VKO_FETCH, 8, 0, 0, 1, &out,
+            int rc = amo1(e, c->peers[pe].fa, rs->base, rs->key, VK_FETCH, 8, 0, 0, 1, &out,
                           0);
             if (rc)
                 return rc;

@@ -22,9 +22,9 @@ static int probe_step(vko_ep *e, int32_t pe, int what) {
     case 4:
         return vko_get(e, pe, 0, 0, &out, 8, 0);
     case 5:
-        return amo_impl(e, pe, 0, 0, VKO_ADD, 8, 1, 0, 1, &out, 0);
+        return amo_impl(e, pe, 0, 0, VK_ADD, 8, 1, 0, 1, &out, 0);
     case 6: {
-        int rc = amo_impl(e, pe, 0, 0, VKO_ADD, 8, 1, 0, 0, &out, 0);
+        int rc = amo_impl(e, pe, 0, 0, VK_ADD, 8, 1, 0, 0, &out, 0);
         return rc ? rc : vko_quiet(e);
     }
     }

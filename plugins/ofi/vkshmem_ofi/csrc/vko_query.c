@@ -11,12 +11,12 @@ static uint32_t query_valid(struct fid_ep *ep) {
         for (int op = 0; op < 8; op++) {
             size_t n = 0;
             uint32_t bit = 1u << (op + (w8 ? VKO_AMO_W8 : 0));
-            if (op == VKO_CSWAP) {
+            if (op == VK_CSWAP) {
                 if (!fi_compare_atomicvalid(ep, dt, FI_CSWAP, &n) && n)
                     mask |= bit << VKO_AMO_FETCH;
                 continue;
             }
-            if (op != VKO_FETCH && op != VKO_SWAP && !fi_atomicvalid(ep, dt, FIOP[op], &n) && n)
+            if (op != VK_FETCH && op != VK_SWAP && !fi_atomicvalid(ep, dt, FIOP[op], &n) && n)
                 mask |= bit;
             n = 0;
             if (!fi_fetch_atomicvalid(ep, dt, FIOP[op], &n) && n)

@@ -48,9 +48,6 @@
 #define VKU_DRAIN_MAX 1024          /* progress calls per drain (fairness to the caller) */
 #define VKU_REAP_AT 1024            /* pending nbi requests before completed ones are reaped */
 
-typedef uint64_t (*vku_cpu_amo)(uintptr_t addr, int op, int width, uint64_t operand,
-                                uint64_t compare);
-
 typedef struct vku_cell {
     uint64_t operand;
     uint64_t reply;
@@ -124,7 +121,7 @@ struct vku_ctx {
     int direct; /* use ucp_rkey_ptr mappings for loads, stores and CPU atomics */
     volatile uint64_t *failed; /* the core's liveness words, or NULL */
     volatile uint32_t emulate;
-    vku_cpu_amo cpu_amo; /* the core's CPU atomic (vk_amo), for segments mapped here */
+    vk_amo_fn cpu_amo; /* the core's CPU atomic (vk_amo), for segments mapped here */
     volatile uint64_t stat_wakeups, stat_idle, stat_busy, stat_sleeps, stat_sleep_timeouts;
 };
 

@@ -16,22 +16,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include <vkshmem/plugin.h> /* struct vk_native_ops, VK_NATIVE_*, VK_ST_* */
+#include <vkshmem/plugin.h> /* struct vk_native_ops, VK_NATIVE_*, VK_ST_*, AMO codes VK_FETCH.. */
 
 #define VKU_MAX_SEGS 64      /* segment ids 0..63 */
 #define VKU_MAX_LOCAL 64     /* segments mapped by one transport */
 #define VKU_RKEY_MAX 8192    /* largest packed rkey / worker address we accept */
 #define VKU_ERRLEN 256
-
-/* AMO op codes: the same as vkshmem.plugin.AmoOp (checked at import). */
-#define VKU_FETCH 0
-#define VKU_SET 1
-#define VKU_SWAP 2
-#define VKU_CSWAP 3
-#define VKU_ADD 4
-#define VKU_AND 5
-#define VKU_OR 6
-#define VKU_XOR 7
 
 /* Emulation mask bits: (1 << op) for the fetching form, (1 << (8 + op)) non-fetching. */
 #define VKU_EMU_NONFETCH 8

@@ -105,7 +105,7 @@ void vku_set_emulation(vku_ctx *c, uint32_t mask) { c->emulate = mask; }
 
 void vku_set_direct(vku_ctx *c, uintptr_t cpu_amo, int direct)
 {
-    c->cpu_amo = (vku_cpu_amo)cpu_amo;
+    c->cpu_amo = (vk_amo_fn)cpu_amo;
     c->direct = direct;
 }
 

@@ -8,7 +8,7 @@ int vku_selftest(vku_ctx *c, uint32_t *bad_mask, char *err, size_t errlen)
     /* Worker a applies each op to memory reached through worker b (UCX's shared memory or
      * network transports between workers) and through a itself (UCX's "self" transport, where
      * 1.13.1 writes wrong values for fetching AND/OR/XOR). */
-    static const int ops[3] = {VKU_AND, VKU_OR, VKU_XOR};
+    static const int ops[3] = {VK_AND, VK_OR, VK_XOR};
     static const uint64_t old8 = 0xF0F0A5A5C3C3FF00ull, arg8 = 0x0FF0FF0033CC0F0Full;
     *bad_mask = 0;
     vku_worker *a = vku_worker_create(c, 2, err, errlen);

@@ -146,10 +146,10 @@ static int amo_fetch(vku_worker *w, vku_peer *p, ucp_atomic_op_t uop, int width,
 static uint64_t apply(int op, uint64_t old, uint64_t operand, uint64_t mask)
 {
     switch (op) {
-    case VKU_AND: return old & operand;
-    case VKU_OR: return old | operand;
-    case VKU_XOR: return old ^ operand;
-    case VKU_ADD: return (old + operand) & mask;
+    case VK_AND: return old & operand;
+    case VK_OR: return old | operand;
+    case VK_XOR: return old ^ operand;
+    case VK_ADD: return (old + operand) & mask;
     default: return operand; /* SET, SWAP */
     }
 }
@@ -174,10 +174,10 @@ static int amo_by_cas(vku_worker *w, vku_peer *p, int op, int width, uint64_t op
 }
 
 static const ucp_atomic_op_t UOP[8] = {
-    [VKU_FETCH] = UCP_ATOMIC_OP_ADD, [VKU_SET] = UCP_ATOMIC_OP_SWAP,
-    [VKU_SWAP] = UCP_ATOMIC_OP_SWAP, [VKU_CSWAP] = UCP_ATOMIC_OP_CSWAP,
-    [VKU_ADD] = UCP_ATOMIC_OP_ADD,   [VKU_AND] = UCP_ATOMIC_OP_AND,
-    [VKU_OR] = UCP_ATOMIC_OP_OR,     [VKU_XOR] = UCP_ATOMIC_OP_XOR,
+    [VK_FETCH] = UCP_ATOMIC_OP_ADD, [VK_SET] = UCP_ATOMIC_OP_SWAP,
+    [VK_SWAP] = UCP_ATOMIC_OP_SWAP, [VK_CSWAP] = UCP_ATOMIC_OP_CSWAP,
+    [VK_ADD] = UCP_ATOMIC_OP_ADD,   [VK_AND] = UCP_ATOMIC_OP_AND,
+    [VK_OR] = UCP_ATOMIC_OP_OR,     [VK_XOR] = UCP_ATOMIC_OP_XOR,
 };
 
 /* The AMO itself (w->lock held, target resolved); emulate: honour the emulation mask. */
@@ -211,9 +211,9 @@ static int amo_locked(vku_worker *w, vku_peer *p, ucp_rkey_h rkey, uint64_t radd
         return rc;
     }
     switch (op) {
-    case VKU_FETCH:
+    case VK_FETCH:
         return amo_fetch(w, p, UCP_ATOMIC_OP_ADD, width, 0, 0, raddr, rkey, result);
-    case VKU_CSWAP: /* UCP: compare in the operand buffer, new value in the reply buffer */
+    case VK_CSWAP: /* UCP: compare in the operand buffer, new value in the reply buffer */
         return amo_fetch(w, p, UCP_ATOMIC_OP_CSWAP, width, compare, operand, raddr, rkey,
                          result);
     default:
@@ -227,7 +227,7 @@ int vku_amo(vku_worker *w, int32_t pe, uint32_t seg, uint64_t off, int op, int w
 {
     if (width != 4 && width != 8)
         return VK_ST_AMO;
-    if (op < VKU_FETCH || op > VKU_XOR)
+    if (op < VK_FETCH || op > VK_XOR)
         return VK_ST_AMO;
     vku_peer *p;
     ucp_rkey_h rkey;
@@ -245,7 +245,7 @@ int vku_amo(vku_worker *w, int32_t pe, uint32_t seg, uint64_t off, int op, int w
     if (rc == 0 && local && w->ctx->cpu_amo) {
         /* the core's CPU atomic on UCX's mapping: atomic with every other AMO on the word */
         if ((rc = order_after_writes(w, p)) == 0) {
-            uint64_t old = w->ctx->cpu_amo((uintptr_t)local, op == VKU_SET && fetch ? VKU_SWAP
+            uint64_t old = w->ctx->cpu_amo((uintptr_t)local, op == VK_SET && fetch ? VK_SWAP
                                            : op, width, operand, compare);
             if (result)
                 *result = old;

@@ -25,20 +25,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include <vkshmem/plugin.h> /* VK_ST_* */
+#include <vkshmem/plugin.h> /* VK_ST_*, the AMO op codes VK_FETCH..VK_XOR */
 
 #define VKV_ERRLEN 256
-#define VKV_EAMO VK_ST_AMO /* the name this code had before VK_ST_* */
-
-/* AMO op codes: the same as vkshmem.plugin.AmoOp (checked at import). */
-#define VKV_FETCH 0
-#define VKV_SET 1
-#define VKV_SWAP 2
-#define VKV_CSWAP 3
-#define VKV_ADD 4
-#define VKV_AND 5
-#define VKV_OR 6
-#define VKV_XOR 7
 
 /* How an AMO is carried (vkv_amo_plan): one NIC fetch-and-add, one NIC compare-and-swap, or a
  * loop of compare-and-swaps on the enclosing aligned 8 bytes. */

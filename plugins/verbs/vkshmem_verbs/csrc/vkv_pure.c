@@ -121,24 +121,24 @@ static uint64_t width_mask(int width) { return width == 8 ? ~0ULL : 0xffffffffUL
 int vkv_amo_plan(int op, int width, int shift, uint64_t operand, uint64_t compare,
                  uint64_t *compare_add, uint64_t *swap)
 {
-    if (op < VKV_FETCH || op > VKV_XOR || !(width == 8 ? shift == 0 :
-                                            width == 4 && (shift == 0 || shift == 32)))
+    if (op < VK_FETCH || op > VK_XOR || !(width == 8 ? shift == 0 :
+                                          width == 4 && (shift == 0 || shift == 32)))
         return VK_ST_AMO;
     uint64_t m = width_mask(width);
     *compare_add = 0;
     *swap = 0;
-    if (op == VKV_FETCH)
+    if (op == VK_FETCH)
         return VKV_PLAN_FAA; /* adding 0 reads the word atomically with every NIC atomic */
-    if (width == 8 && op == VKV_ADD) {
+    if (width == 8 && op == VK_ADD) {
         *compare_add = operand;
         return VKV_PLAN_FAA;
     }
-    if (width == 4 && shift == 32 && op == VKV_ADD) {
+    if (width == 4 && shift == 32 && op == VK_ADD) {
         /* the upper half: a carry out of it leaves the 8 bytes, the lower half is untouched */
         *compare_add = (operand & m) << 32;
         return VKV_PLAN_FAA;
     }
-    if (width == 8 && op == VKV_CSWAP) {
+    if (width == 8 && op == VK_CSWAP) {
         *compare_add = compare;
         *swap = operand;
         return VKV_PLAN_CAS;
@@ -152,13 +152,13 @@ uint64_t vkv_amo_apply(int op, int width, int shift, uint64_t word, uint64_t ope
     uint64_t m = width_mask(width);
     uint64_t cur = (word >> shift) & m, v = operand & m, next = cur;
     switch (op) {
-    case VKV_FETCH: break;
-    case VKV_SET: case VKV_SWAP: next = v; break;
-    case VKV_CSWAP: if (cur == (compare & m)) next = v; break;
-    case VKV_ADD: next = (cur + v) & m; break;
-    case VKV_AND: next = cur & v; break;
-    case VKV_OR: next = cur | v; break;
-    case VKV_XOR: next = cur ^ v; break;
+    case VK_FETCH: break;
+    case VK_SET: case VK_SWAP: next = v; break;
+    case VK_CSWAP: if (cur == (compare & m)) next = v; break;
+    case VK_ADD: next = (cur + v) & m; break;
+    case VK_AND: next = cur & v; break;
+    case VK_OR: next = cur | v; break;
+    case VK_XOR: next = cur ^ v; break;
     }
     *old = cur;
     return (word & ~(m << shift)) | (next << shift);
