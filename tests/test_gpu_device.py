@@ -416,3 +416,50 @@ def test_missing_driver_is_a_clear_error() -> None:
                          env=env, timeout=30)
     assert res.returncode == 0, res.stderr
     assert "VK_DRIVER_FILES" in res.stdout or "mesa-vulkan-drivers" in res.stdout, res.stdout
+
+
+def test_an_accelerator_that_fails_to_attach_leaves_the_domain_vulkan_only(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """A third party's accelerator raising in attach does not abort the domain's open: a
+    warning, and the Vulkan-only accelerator saying why (VKSHMEM_PLUGINS_STRICT=1: an error)."""
+    import logging
+
+    from vkshmem.core.config import load
+    from vkshmem.core.domains.contract import DomainContext
+    from vkshmem.gpu.accel import DomainAccelerator, GpuAccelerator
+    from vkshmem.gpu.domain import vulkan
+    from vkshmem.gpu.plugin import SPEC
+    from vkshmem.plugin import PluginError
+
+    class Broken(GpuAccelerator):
+        name = "broken"
+
+        def applies(self, info: object) -> bool:
+            return True
+
+        def attach(self, domain: object) -> DomainAccelerator:
+            raise RuntimeError("a vendor's bug")
+
+    open_device().close()  # skips without Vulkan
+    monkeypatch.setattr(vulkan, "accelerator_for", lambda info, config: Broken())
+    monkeypatch.setenv("VKSHMEM_GPU_SYMMETRIC_SIZE", "1M")
+    monkeypatch.setenv("VKSHMEM_GPU_STAGING_SIZE", "256K")
+
+    def context(env: dict[str, str]) -> DomainContext:
+        return DomainContext(0, 1, 0, "node", 1, load(env), lambda blob: [blob], lambda: None)
+
+    with caplog.at_level(logging.WARNING, logger="vkshmem"):
+        dom = vulkan.VulkanDomain(SPEC, context({}))
+    try:
+        assert type(dom.accel) is DomainAccelerator
+        assert dom.accel.why == ("GPU accelerator 'broken' failed to attach: RuntimeError: "
+                                 "a vendor's bug")
+        assert "a vendor's bug" in caplog.text and "Vulkan-only" in caplog.text
+        dom.write(dom.memory, 0, np.arange(4, dtype=np.uint32))
+        out = np.zeros(4, np.uint32)
+        dom.read(dom.memory, 0, out)
+        assert out.tolist() == [0, 1, 2, 3]
+    finally:
+        dom.close()
+    with pytest.raises(PluginError, match=r"'broken' failed to attach.*STRICT"):
+        vulkan.VulkanDomain(SPEC, context({"VKSHMEM_PLUGINS_STRICT": "1"}))

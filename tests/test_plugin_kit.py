@@ -270,3 +270,91 @@ def test_native_error_buries_the_buffer_of_an_unfinished_operation() -> None:
     t.native_error(STATUS["TIMEDOUT"], "put to", 1, 0, 0, 4, buf)
     t.native_error(STATUS["BOUNDS"], "put to", 1, 0, 0, 4, bytearray(2))
     assert t._graveyard == [buf]
+
+
+# -- what importing the kit loads; the accelerators' load policy ------------------------------
+
+
+def test_importing_the_kit_loads_no_gpu_layer() -> None:
+    """A transport plugin or a build script importing vkshmem.plugin does not load vkshmem.gpu
+    (its names come at first use, PEP 562)."""
+    import subprocess
+    import sys
+
+    code = ("import vkshmem.plugin, sys; "
+            "assert not any(m.startswith('vkshmem.gpu') for m in sys.modules), "
+            "sorted(m for m in sys.modules if m.startswith('vkshmem.gpu'))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+
+
+def test_the_gpu_names_load_at_first_use() -> None:
+    import vkshmem.plugin as kit
+    from vkshmem.core.config import parse_bool, parse_choice
+    from vkshmem.plugin import GpuAccelerator, GpuError  # noqa: F401 - the lazy form works
+
+    for name in ("GpuAccelerator", "DomainAccelerator", "GpuError", "CONTROL_BYTES",
+                 "vulkan_initiator", "gpu_settings", "EnvVariable", "parse_variables"):
+        assert name in kit.__all__ and name in dir(kit), name
+    assert all(hasattr(kit, name) for name in kit.__all__)
+    assert kit.parse_bool is parse_bool and kit.parse_choice is parse_choice
+    with pytest.raises(AttributeError):
+        kit.no_such_name  # noqa: B018
+    assert kit.address_of(b"") != 0 and kit.address_of(bytearray(8)) != 0
+
+
+class _EntryPoint:
+    """What the loader reads of an entry point (no distribution: ``?``)."""
+
+    def __init__(self, name: str, value: Any) -> None:
+        self.name, self.value, self.dist, self._value = name, f"fake:{name}", None, value
+
+    def load(self) -> Any:
+        if isinstance(self._value, Exception):
+            raise self._value
+        return self._value
+
+
+def test_accelerators_take_the_plugin_load_policy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """vkshmem.gpu_accelerators entry points are filtered, refused for another plugin API
+    and skipped with the STRICT hint (or an error under VKSHMEM_PLUGINS_STRICT=1) as other
+    plugins are."""
+    from importlib import metadata
+
+    from vkshmem.core.config import load
+    from vkshmem.gpu.accel import ENTRY_POINT_GROUP, GpuAccelerator, _load, installed_accelerators
+    from vkshmem.plugin import API_VERSION, PluginError
+
+    class Fake(GpuAccelerator):
+        def applies(self, info: Any) -> bool:
+            return True
+
+        def attach(self, domain: Any) -> Any:
+            raise NotImplementedError
+
+    class Old(Fake):
+        api_version = "0.9"
+
+    assert Fake.api_version == API_VERSION
+    eps = [_EntryPoint("b_good", Fake()), _EntryPoint("a_broken", RuntimeError("boom")),
+           _EntryPoint("c_old", Old()), _EntryPoint("d_denied", Fake())]
+    real = metadata.entry_points
+    monkeypatch.setattr(metadata, "entry_points", lambda group=None, **kw:
+                        eps if group == ENTRY_POINT_GROUP else real(group=group, **kw))
+    _load.cache_clear()
+    try:
+        with pytest.warns(RuntimeWarning) as seen:
+            found = installed_accelerators(load({"VKSHMEM_PLUGINS_DENY": "d_denied"}))
+        assert [e.name for e in found] == ["a_broken", "b_good", "c_old", "d_denied"]
+        status = {e.name: e.status for e in found}
+        assert status["a_broken"] == "failed: RuntimeError: boom"
+        assert status["b_good"] == "loaded" and found[1].accelerator is eps[0]._value
+        assert status["c_old"].startswith("refused: it was built for plugin API 0.9")
+        assert status["d_denied"] == "denied (VKSHMEM_PLUGINS_DENY)"
+        assert [e.accelerator for e in found if e.name != "b_good"] == [None] * 3
+        messages = [str(w.message) for w in seen]
+        assert len(messages) == 2 and all("VKSHMEM_PLUGINS_STRICT=1" in m for m in messages)
+        with pytest.raises(PluginError, match=r"GPU accelerator 'a_broken' .*boom.*STRICT"):
+            installed_accelerators(load({"VKSHMEM_PLUGINS_STRICT": "1"}))
+    finally:
+        _load.cache_clear()

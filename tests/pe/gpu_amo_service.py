@@ -1,4 +1,4 @@
-"""AMOs through the Vulkan domain's CUDA service kernel (vkshmem/gpu/cudaservice.py), run with
+"""AMOs through the Vulkan domain's CUDA service kernel (vkshmem_cuda/service_kernel.py), run with
 VKSHMEM_GPU_CUDA_SERVICE=on and an idle limit longer than the script, so the kernel ends only
 when parked (requests in pinned host memory, or with VKSHMEM_TEST_GPU_BOX=1 in the CPU-mapped
 heap's control bytes): every PE's fetch_adds on one word of PE 0 come back strictly

@@ -1,8 +1,8 @@
-"""Bulk copies and AMOs of the Vulkan heap through CUDA (vkshmem/gpu/cudacopy.py): on NVIDIA
-with cuda-bindings, blocking copies from VKSHMEM_GPU_CUDA_COPY bytes (CPU->GPU, GPU->CPU,
-GPU->GPU to this PE's heap and to same-device peers') go through CUDA, and so do AMOs where NVRTC
-is installed (VKSHMEM_GPU_CUDA_AMO); elsewhere (lavapipe) they stay on Vulkan. Either way the
-bytes land, at odd offsets and sizes, Vulkan's own operations (small reads, shader AMOs) see
+"""Bulk copies and AMOs of the Vulkan heap through CUDA (vkshmem_cuda/vulkan_accel/copier.py): on
+NVIDIA with cuda-bindings, blocking copies from VKSHMEM_GPU_CUDA_COPY bytes (CPU->GPU, GPU->CPU,
+GPU->GPU to this PE's heap and to same-device peers') go through CUDA, and so do AMOs where
+NVRTC is installed (VKSHMEM_GPU_CUDA_AMO); elsewhere (lavapipe) they stay on Vulkan. Either way
+the bytes land, at odd offsets and sizes, Vulkan's own operations (small reads, shader AMOs) see
 what CUDA wrote, and AMOs on one word from every PE, half of them CUDA kernels and half Vulkan
 shaders, lose no update (a PE on another GPU than PE 0 reaches it through a CUDA link, whose
 AMOs are CUDA kernels either way). Run under ``vkshmem run``."""

@@ -1,4 +1,4 @@
-"""The Vulkan domain's links to same-node peers on other GPUs (vkshmem/gpu/cudalink.py):
+"""The Vulkan domain's links to same-node peers on other GPUs (vkshmem_cuda/vulkan_accel/link.py):
 GPU->GPU puts and gets of sizes from one byte to more pieces than the bounce holds (slots
 reused), at odd offsets, every PE at once; CPU->GPU puts and GPU->CPU gets; a put then a
 fetching AMO (the AMO through the proxy sees the link's put); the nbi forms. On one GPU (or
@@ -6,7 +6,7 @@ lavapipe) the same checks run over the direct route and the script says it saw n
 tests/test_gpu_multipe.py asserts links where CUDA sees two GPUs, and which kind: the peer's
 heap mapped here (a CUDA heap, VKSHMEM_GPU_CUDA_HEAP=1) or a bounce buffer (a Vulkan heap),
 and, for a CUDA heap in the BAR type, that the small copies were CPU copies through this PE's
-own mapping of the peer's heap (vkshmem/gpu/peermap.py)."""
+own mapping of the peer's heap (vkshmem/gpu/domain/peermap.py)."""
 
 from __future__ import annotations
 

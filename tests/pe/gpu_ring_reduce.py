@@ -5,9 +5,9 @@ exact results for sums (float32, int64), max and prod, a dtype the device cannot
 bytes on every PE, sources left unchanged, and in-place calls (the gather path). Whether the
 ring ran is read from the module's private counters (and, over the Vulkan domain's direct CUDA
 links between GPUs, that the last folds pushed their results in the same pass, and that two
-PEs took the pair's round, vkshmem/gpu/cudapair.py, wherever a GPU kernel folds). Run where PEs
-do not map each other's GPU heaps (VKSHMEM_DOMAIN_IMPORT=0: the GPU proxy; VKSHMEM_SHM=0: a
-transport) under ``vkshmem run`` (see tests/test_gpu_multipe.py); a small
+PEs took the pair's round, vkshmem_cuda/vulkan_accel/pair.py, wherever a GPU kernel folds).
+Run where PEs do not map each other's GPU heaps (VKSHMEM_DOMAIN_IMPORT=0: the GPU proxy;
+VKSHMEM_SHM=0: a transport) under ``vkshmem run`` (see tests/test_gpu_multipe.py); a small
 VKSHMEM_GPU_RING_REDUCE puts the small counts (shares left empty) on the ring too."""
 
 from __future__ import annotations

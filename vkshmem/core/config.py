@@ -15,7 +15,8 @@ from typing import Any
 
 from .errors import ConfigError
 
-__all__ = ["RAIL_PATTERN", "Config", "RailSpec", "Var", "load", "parse_size", "registry"]
+__all__ = ["RAIL_PATTERN", "Config", "RailSpec", "Var", "load", "parse_bool", "parse_choice",
+           "parse_size", "registry"]
 
 _SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*$", re.IGNORECASE)
@@ -31,7 +32,8 @@ def parse_size(text: str) -> int:
     return int(float(m.group(1)) * _SIZE_UNITS[m.group(2).upper()])
 
 
-def _parse_bool(text: str) -> bool:
+def parse_bool(text: str) -> bool:
+    """``1/0``, ``true/false``, ``yes/no``, ``on/off`` (``y``/``n``; empty: false)."""
     low = text.strip().lower()
     if low in _TRUE:
         return True
@@ -51,7 +53,8 @@ def _parse_seconds(text: str) -> float:
     return value
 
 
-def _parse_choice(*choices: str) -> Callable[[str], str]:
+def parse_choice(*choices: str) -> Callable[[str], str]:
+    """A parser of one of ``choices`` (case-insensitive; the value comes back lower-case)."""
     def parse(text: str) -> str:
         low = text.strip().lower()
         if low not in choices:
@@ -83,7 +86,7 @@ _var("VKSHMEM_SYMMETRIC_SIZE", "size", "512M",
      "Size of each PE's symmetric host heap (units K, M, G, T).", parse_size)
 _var("VKSHMEM_HOST_PIN", "bool", "0",
      "Lock the host heap in RAM (mlock) so NICs can register it without page faults.",
-     _parse_bool)
+     parse_bool)
 _var("VKSHMEM_BOOTSTRAP", "str", "auto",
      "How PEs find each other: auto, local (vkshmem run), env (RANK/WORLD_SIZE/MASTER_ADDR/"
      "MASTER_PORT or SLURM_PROCID/SLURM_NTASKS), mpi (mpi4py), single, or a plugin's name.",
@@ -100,12 +103,12 @@ _var("VKSHMEM_TRANSPORTS", "list", "",
      "priority). Naming one that cannot load or reach a peer is an error.", _parse_list)
 _var("VKSHMEM_SHM", "bool", "1",
      "Same-node peers load/store each other's heaps directly. 0 forces all traffic, even to "
-     "this PE itself, through the chosen transport.", _parse_bool)
+     "this PE itself, through the chosen transport.", parse_bool)
 _var("VKSHMEM_DOMAIN_IMPORT", "bool", "1",
      "Same-node peers of one device import each other's GPU (memory domain) heaps and copy "
      "directly. 0 reaches them as peers on other devices are reached (a transport that carries "
      "the memory, else the GPU proxy) while host memory keeps the shm path: to compare the "
-     "routes, or test the proxy on one device.", _parse_bool)
+     "routes, or test the proxy on one device.", parse_bool)
 _var("VKSHMEM_STRIPE_THRESHOLD", "size", "256K",
      "With several rails, puts/gets of at least this many bytes are split across every rail "
      "that reaches the target; smaller ones use one rail per target.", parse_size)
@@ -115,7 +118,7 @@ _var("VKSHMEM_PLUGINS_ALLOW", "list", "",
 _var("VKSHMEM_PLUGINS_DENY", "list", "",
      "Plugins (entry point or distribution names) never to load.", _parse_list)
 _var("VKSHMEM_PLUGINS_STRICT", "bool", "0",
-     "A plugin that fails to load is an error instead of a warning.", _parse_bool)
+     "A plugin that fails to load is an error instead of a warning.", parse_bool)
 _var("VKSHMEM_WAIT_TIMEOUT", "seconds", "0",
      "Seconds after which wait_until, barriers and other waits raise WaitTimeoutError "
      "(0: wait for ever; Ctrl-C always interrupts).", _parse_seconds)
@@ -133,7 +136,7 @@ _var("VKSHMEM_CHECK_COLLECTIVES", "bool", "0",
      "Debugging: every TEAM_WORLD collective first compares its arguments (which collective, "
      "root, count, dtype, op) across PEs and raises InvalidArgumentError on a mismatch; costs "
      "one bootstrap all-gather per collective and turns the compiled fast paths off.",
-     _parse_bool)
+     parse_bool)
 
 
 def _parse_teams(text: str) -> int:
@@ -158,10 +161,10 @@ _var("VKSHMEM_TEAM_SCRATCH", "size", "1M",
      "nothing); larger collectives run in chunks of it.", _parse_scratch)
 _var("VKSHMEM_LOG_LEVEL", "str", "warning",
      "Logging level of the 'vkshmem' logger: debug, info, warning, error.",
-     _parse_choice("debug", "info", "warning", "error"))
+     parse_choice("debug", "info", "warning", "error"))
 _var("VKSHMEM_AUTO_INIT", "bool", "1",
      "Importing vkshmem.shmem initialises the runtime (as shmem4py does); 0 waits for init().",
-     _parse_bool)
+     parse_bool)
 
 
 def _parse_chunk(text: str) -> int:
@@ -201,7 +204,7 @@ _var("VKSHMEM_GPU_NATIVE", "bool", "1",
      "Submit GPU copies and AMOs and wait for them through vkshmem's native helper (one C call "
      "with the GIL released), and serve the GPU proxy's same-node requests in C; 0 uses the "
      "Python paths (for comparison and debugging).",
-     _parse_bool)
+     parse_bool)
 _var("VKSHMEM_GPU_PROXY_CHUNK", "size", "auto",
      "GPU memory of peers that cannot import each other's memory (another device or node, or "
      "VKSHMEM_SHM=0) is reached through their GPU proxy thread, in pieces of this size, three "

@@ -15,18 +15,24 @@ device, and :meth:`~GpuAccelerator.attach`\\ es it: the :class:`DomainAccelerato
 is asked, at each operation, for what it takes over (``None``/``False``: Vulkan does it). With
 none installed (vkshmem-cuda provides the ``cuda`` one, for NVIDIA) the domain is Vulkan-only;
 ``vkshmem info`` says which were found. Nothing here imports a vendor's API.
+
+Load policy, as for the other plugins (:mod:`vkshmem.core.plugins.loader`): an accelerator
+built for another plugin API (its :attr:`~GpuAccelerator.api_version`) is refused, and one
+that fails to load, or to attach to a domain, is skipped with a warning (an error under
+``VKSHMEM_PLUGINS_STRICT=1``).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import warnings
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from functools import cache
-from importlib import metadata
 from typing import TYPE_CHECKING, Any, Protocol
+
+from vkshmem.core.plugins.apiversion import API_VERSION, check_api_version
+from vkshmem.core.plugins.loader import LoadedPlugin, PluginPolicy, entry_points_for, fail
 
 from .domain.peermap import PeerMaps
 from .domain.segment import CONTROL_BYTES, CONTROL_SLOT, CONTROL_WORDS
@@ -182,6 +188,9 @@ class GpuAccelerator(ABC):
     #: its own environment variables: (name, default, doc), listed by ``vkshmem info`` (parse
     #: them once: :func:`parse_variables`)
     variables: tuple[tuple[str, str, str], ...] = ()
+    #: the plugin API version it was built for (``"major.minor"``; by default that of the
+    #: vkshmem it was imported from): checked at load as a spec's ``api_version`` is
+    api_version: str = API_VERSION
 
     @abstractmethod
     def applies(self, info: DeviceInfo) -> bool:
@@ -209,19 +218,11 @@ class AcceleratorEntry:
 
 
 @cache
-def _load(allow: tuple[str, ...], deny: tuple[str, ...],
-          strict: bool) -> tuple[AcceleratorEntry, ...]:
-    found = []
-    for ep in sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
-        dist = ep.dist.name if ep.dist is not None else "?"
-        names = {ep.name, dist}
-        if names & set(deny):
-            found.append(AcceleratorEntry(ep.name, dist, None, "denied (VKSHMEM_PLUGINS_DENY)"))
-            continue
-        if allow and not names & set(allow):
-            found.append(AcceleratorEntry(ep.name, dist, None,
-                                          "not allowed (VKSHMEM_PLUGINS_ALLOW)"))
-            continue
+def _load(policy: PluginPolicy) -> tuple[AcceleratorEntry, ...]:
+    records: list[LoadedPlugin] = []
+    loaded: dict[int, GpuAccelerator] = {}
+    for ep, rec in entry_points_for(ENTRY_POINT_GROUP, policy, records, by_name=True):
+        what = f"GPU accelerator {ep.name!r} from {rec.distribution}"
         try:
             accel = ep.load()
             if isinstance(accel, type):
@@ -229,24 +230,22 @@ def _load(allow: tuple[str, ...], deny: tuple[str, ...],
             if not isinstance(accel, GpuAccelerator):
                 raise TypeError(f"{ep.value} is not a GpuAccelerator")
         except Exception as exc:  # a third party's bug must not take the job down
-            message = (f"GPU accelerator {ep.name!r} from {dist} failed to load: "
-                       f"{type(exc).__name__}: {exc}")
-            if strict:
-                from vkshmem.core.errors import PluginError
-
-                raise PluginError(message + " (VKSHMEM_PLUGINS_STRICT=1 makes this an error)") \
-                    from exc
-            warnings.warn(message + "; skipped", RuntimeWarning, stacklevel=3)
-            found.append(AcceleratorEntry(ep.name, dist, None, f"failed: {exc}"))
+            rec.status = f"failed: {type(exc).__name__}: {exc}"
+            fail(policy.strict, f"{what} failed to load: {type(exc).__name__}: {exc}")
             continue
-        found.append(AcceleratorEntry(ep.name, dist, accel, "loaded"))
-    return tuple(found)
+        refused = check_api_version(accel.api_version)
+        if refused:
+            rec.status = f"refused: {refused}"
+            fail(policy.strict, f"{what} {rec.version} is refused: {refused}")
+            continue
+        loaded[id(rec)] = accel
+    return tuple(AcceleratorEntry(r.name, r.distribution, loaded.get(id(r)), r.status)
+                 for r in records)
 
 
 def installed_accelerators(config: Config) -> tuple[AcceleratorEntry, ...]:
     """Every entry point of :data:`ENTRY_POINT_GROUP` (loaded once per process and filter)."""
-    return _load(tuple(config.plugins_allow), tuple(config.plugins_deny),
-                 bool(config.plugins_strict))
+    return _load(PluginPolicy.of(config))
 
 
 def accelerator_for(info: DeviceInfo, config: Config) -> GpuAccelerator | None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from vkshmem.core.config import parse_size
+from vkshmem.core.config import parse_bool, parse_choice, parse_size
 from vkshmem.core.errors import ConfigError
 
 __all__ = ["DEFAULT_SPIN_US", "DEFAULT_STAGING", "DEFAULT_TIMEOUT", "ENV_BAR", "ENV_BAR_READ",
@@ -65,28 +65,8 @@ def env_size(name: str, default: int) -> int:
 # -- the vulkan domain's own variables ----------------------------------------------------------
 
 
-def parse_bool(text: str) -> bool:
-    """``1/0``, ``true/false``, ``yes/no``, ``on/off`` (empty: false)."""
-    low = text.strip().lower()
-    if low in ("1", "true", "yes", "on", "y"):
-        return True
-    if low in ("0", "false", "no", "off", "n", ""):
-        return False
-    raise ValueError(f"not a boolean: {text!r} (use 1/0, true/false, yes/no, on/off)")
-
-
-def parse_choice(*choices: str) -> Callable[[str], str]:
-    """One of ``choices`` (case-insensitive)."""
-    def parse(text: str) -> str:
-        low = text.strip().lower()
-        if low not in choices:
-            raise ValueError(f"{text!r} is not one of {', '.join(choices)}")
-        return low
-
-    return parse
-
-
 def _parse_us(text: str) -> float:
+    """Microseconds >= 0 (0: no polling; unlike the core's seconds, 0 is not "no limit")."""
     value = float(text)
     if value < 0:
         raise ValueError("must be >= 0")

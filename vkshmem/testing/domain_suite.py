@@ -79,9 +79,8 @@ class DomainUnderTest:
 
     def run(self, npes: int, env: Mapping[str, str]) -> subprocess.CompletedProcess[str]:
         """The contract's PE job on ``npes`` PEs, with ``env`` on top of :attr:`env`."""
-        return run_pes(pe_script("domain_job"), npes,
-                       {**self.env, **env, "VKSHMEM_TESTING_DOMAIN": self.name},
-                       timeout=self.timeout)
+        return run_pes(pe_script("domain_job"), npes, {**self.env, **env},
+                       timeout=self.timeout, args=[self.name])
 
 
 def routes_printed(stdout: str, name: str, npes: int) -> list[list[str]]:

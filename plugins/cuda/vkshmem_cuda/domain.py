@@ -34,12 +34,13 @@ from vkshmem.plugin import (
     InvalidArgumentError,
     MemoryDomain,
     SegmentInfo,
+    address_of,
     gpu_settings,
 )
 
 from .array import CudaArray, PeerView
 from .cpumap import CpuMaps
-from .driver import CudaError, Device, Mapping, device_count, host_address
+from .driver import CudaError, Device, Mapping, device_count
 from .pairreduce import PairReduce, Plan
 from .reducer import Reducer
 from .reductions import Reductions
@@ -225,12 +226,12 @@ class CudaDomain(Reductions, MemoryDomain):
         if not n:
             return
         if n <= self._wmax and mem.cpu:  # CPU stores, read back
-            self._bar(mem.cpu + offset, host_address(src), n, 1)
+            self._bar(mem.cpu + offset, address_of(src), n, 1)
             self.mapped_calls += 1
             return
         svc = self._service() if n <= Service.max_bytes else None
         if svc is not None:
-            svc.write(mem.va + offset, host_address(src), n)
+            svc.write(mem.va + offset, address_of(src), n)
         else:
             self.device.htod(mem.va + offset, src, n)
 
@@ -240,12 +241,12 @@ class CudaDomain(Reductions, MemoryDomain):
         if not n:
             return
         if n <= self._rmax and mem.cpu:  # CPU loads across PCIe
-            self._bar(host_address(dst), mem.cpu + offset, n, 0)
+            self._bar(address_of(dst), mem.cpu + offset, n, 0)
             self.mapped_calls += 1
             return
         svc = self._service() if n <= Service.max_bytes else None
         if svc is not None:
-            svc.read(host_address(dst), mem.va + offset, n)
+            svc.read(address_of(dst), mem.va + offset, n)
         else:
             self.device.dtoh(dst, mem.va + offset, n)
 
@@ -269,13 +270,13 @@ class CudaDomain(Reductions, MemoryDomain):
     def write_nbi(self, mem: Mapping, offset: int, src: Any) -> None:
         n = memoryview(src).nbytes
         self.check_range(offset, n, "CUDA write")
-        if n and not self.device.copy_async(1, mem.va + offset, host_address(src), n):
+        if n and not self.device.copy_async(1, mem.va + offset, address_of(src), n):
             self.device.htod(mem.va + offset, src, n)
 
     def read_nbi(self, mem: Mapping, offset: int, dst: Any) -> None:
         n = memoryview(dst).nbytes
         self.check_range(offset, n, "CUDA read")
-        if n and not self.device.copy_async(2, host_address(dst), mem.va + offset, n):
+        if n and not self.device.copy_async(2, address_of(dst), mem.va + offset, n):
             self.device.dtoh(dst, mem.va + offset, n)
 
     def copy_nbi(self, dst: Mapping, dst_offset: int, src: Mapping, src_offset: int,

@@ -15,7 +15,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from vkshmem.plugin import ConfigError, FeatureNotAvailableError, VkshmemError
+from vkshmem.plugin import ConfigError, FeatureNotAvailableError, VkshmemError, address_of
 
 from ._ops import ffi as _ffi
 from ._ops import lib as _lib
@@ -23,7 +23,7 @@ from .kernels import AMO_NAME, AMO_SOURCE, compile_kernel
 from .native import NativeDomain
 from .vmm import map_handle
 
-__all__ = ["CudaError", "Device", "Mapping", "check", "device_count", "host_address"]
+__all__ = ["CudaError", "Device", "Mapping", "check", "device_count"]
 
 
 #: pageable host buffers up to this size are copied through a pinned bounce buffer
@@ -68,11 +68,6 @@ def device_count() -> int:
         return int(n) if err == cu.CUresult.CUDA_SUCCESS else 0
     except Exception:  # the binding raises its own errors when libcuda.so is missing
         return 0
-
-
-def host_address(buf: Any) -> int:
-    """The address of a contiguous host buffer (read-only ones included; 0 when empty)."""
-    return int(_ffi.cast("uintptr_t", _ffi.from_buffer(buf))) if memoryview(buf).nbytes else 0
 
 
 @dataclass
@@ -235,10 +230,10 @@ class Device:
         return any(lo <= address and address + nbytes <= lo + n for lo, n in self.pinned)
 
     def htod(self, dst: int, src: Any, nbytes: int) -> None:
-        self._host_copy(True, dst, host_address(src), nbytes)
+        self._host_copy(True, dst, address_of(src), nbytes)
 
     def dtoh(self, dst: Any, src: int, nbytes: int) -> None:
-        self._host_copy(False, src, host_address(dst), nbytes)
+        self._host_copy(False, src, address_of(dst), nbytes)
 
     def _host_copy(self, to_device: bool, dev: int, host: int, nbytes: int) -> None:
         dst, src = (dev, host) if to_device else (host, dev)

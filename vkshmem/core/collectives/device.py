@@ -1,6 +1,6 @@
 """Collectives whose target or source is a domain's array (e.g. a DeviceArray in GPU memory).
 
-Called by :mod:`.collectives` when such an array is involved. With a host target the device
+Called by :mod:`.host` when such an array is involved. With a host target the device
 source is read once and the host algorithm runs. With a device target the data moves by
 domain puts (each member pushes its blocks straight into the members' targets: imported
 memory on the same device, a transport or the domain proxy elsewhere) between team barriers;

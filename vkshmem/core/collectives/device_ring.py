@@ -31,7 +31,7 @@ both targets), the last fold of the reduce-scatter also does the first all-gathe
 its target slot is the right member's own share, which that member reads only after the next
 barrier. Two members joined by a link that has a round of its own for the whole all-reduce
 (``DomainLink.pairs``/``pair_reduce``: the Vulkan domain's direct CUDA link,
-:mod:`vkshmem.gpu.cudapair`: push, a flag on the GPU, one fold into both targets) take it
+:mod:`vkshmem_cuda.vulkan_accel.pair`: push, a flag on the GPU, one fold into both targets) take it
 between two team barriers instead of the steps above. Where the domain cannot reduce ``op`` on
 ``dtype`` (``reduce`` returns False), the folds run with numpy on host copies; the data movement
 is the same. ``VKSHMEM_GPU_RING_REDUCE`` sets the smallest all-reduce (bytes) that takes this

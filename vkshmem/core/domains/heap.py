@@ -140,7 +140,7 @@ class DomainHeap:
                                               enumerate(self.route_names)))
 
     def _import(self, infos: list[dict[str, Any]], fds: list[int]) -> None:
-        """Same-node peers import or link each other's segments (:mod:`.domainpeers`)."""
+        """Same-node peers import or link each other's segments (:mod:`.peers`)."""
         self.peers, links = import_peers(self.rt, self.domain, self.name, self.seg_id, infos,
                                          fds)
         self.peers[self.my_pe] = self.local

@@ -13,9 +13,10 @@ finds the library it binds under an installation prefix::
                           library_dirs=[str(found.lib)], libraries=["fabric"],
                           extra_link_args=found.link_args())
 
-Nothing here imports cffi or the rest of vkshmem (only the standard library): a build script
-of an in-tree plugin built in an isolated environment, where vkshmem (and numpy) are not
-installed, loads this file from the source tree by its path.
+Nothing here imports cffi or the rest of vkshmem (only the standard library). A plugin builds
+against an installed vkshmem: vkshmem is among its build requirements, and the in-tree plugins
+are installed with ``--no-build-isolation`` after vkshmem (they compile against its header and
+import these helpers from :mod:`vkshmem.plugin`).
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ DEFAULT_LIB_DIRS = frozenset({"/lib", "/usr/lib", "/lib64", "/usr/lib64"})
 
 
 def include_dir() -> str:
-    """The folder to put on a native plugin's include path (``vkshmem.plugin.get_include``)."""
+    """The folder to put on a native plugin's include path: it holds ``vkshmem/plugin.h``
+    (``vkshmem.plugin.get_include`` is this function)."""
     return str(Path(__file__).resolve().parents[2] / "include")
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from importlib import metadata
 
@@ -22,7 +23,8 @@ from ..transports.contract import TransportSpec
 from . import hookspecs
 from .apiversion import check_api_version
 
-__all__ = ["GROUPS", "RESERVED_DOMAINS", "LoadedPlugin", "Registry", "load_plugins"]
+__all__ = ["GROUPS", "RESERVED_DOMAINS", "LoadedPlugin", "PluginPolicy", "Registry",
+           "entry_points_for", "fail", "load_plugins"]
 
 GROUPS = ("vkshmem.bootstraps", "vkshmem.domains", "vkshmem.transports")
 log = logging.getLogger("vkshmem")
@@ -53,29 +55,68 @@ class Registry:
     domains: dict[str, DomainSpec] = field(default_factory=dict)
 
 
-def _fail(strict: bool, message: str) -> None:
+@dataclass(frozen=True)
+class PluginPolicy:
+    """``VKSHMEM_PLUGINS_ALLOW``/``_DENY``/``_STRICT`` as parsed (hashable: a cache key)."""
+
+    allow: tuple[str, ...] = ()
+    deny: tuple[str, ...] = ()
+    strict: bool = False
+
+    @classmethod
+    def of(cls, config: Config) -> PluginPolicy:
+        return cls(tuple(config.plugins_allow), tuple(config.plugins_deny),
+                   bool(config.plugins_strict))
+
+    def refuses(self, names: set[str]) -> str | None:
+        """Why an entry point known by ``names`` (its and its distribution's) is filtered out,
+        or None when it may load."""
+        if names & set(self.deny):
+            return "denied (VKSHMEM_PLUGINS_DENY)"
+        if self.allow and not names & set(self.allow):
+            return "not allowed (VKSHMEM_PLUGINS_ALLOW)"
+        return None
+
+
+def entry_points_for(group: str, policy: PluginPolicy | Config, records: list[LoadedPlugin],
+                     *, by_name: bool = False) -> Iterator[tuple[metadata.EntryPoint,
+                                                                 LoadedPlugin]]:
+    """The entry points of ``group`` that ``policy`` lets load (in discovery order, or sorted
+    by entry-point name with ``by_name``), each with its record (status ``"loaded"``: the
+    caller sets another when loading fails). Every entry point gets a record appended to
+    ``records``; a filtered-out one only that, with the status saying why."""
+    if not isinstance(policy, PluginPolicy):
+        policy = PluginPolicy.of(policy)
+    found = metadata.entry_points(group=group)
+    for ep in sorted(found, key=lambda e: e.name) if by_name else found:
+        dist = ep.dist.name if ep.dist is not None else "?"
+        version = ep.dist.version if ep.dist is not None else "?"
+        rec = LoadedPlugin(group, ep.name, dist, version, "loaded")
+        records.append(rec)
+        refused = policy.refuses({ep.name, dist})
+        if refused:
+            rec.status = refused
+            continue
+        yield ep, rec
+
+
+def fail(strict: bool, message: str, *, stacklevel: int = 3) -> None:
+    """A plugin broke (``message`` says how): PluginError under ``VKSHMEM_PLUGINS_STRICT=1``
+    (raised from within an ``except`` block, it chains the cause), else a RuntimeWarning and
+    the caller skips it (a third party's bug must not take the job down)."""
     if strict:
         raise PluginError(message + " (VKSHMEM_PLUGINS_STRICT=1 makes this an error)")
     warnings.warn(message + "; skipped (set VKSHMEM_PLUGINS_STRICT=1 to fail instead)",
-                  RuntimeWarning, stacklevel=3)
+                  RuntimeWarning, stacklevel=stacklevel)
+
 
 
 def load_plugins(config: Config) -> Registry:
     """Discover, filter and load every plugin; collect the specs they register."""
     reg = Registry({}, {}, [], {}, {})
+    policy = PluginPolicy.of(config)
     for group in GROUPS:
-        for ep in metadata.entry_points(group=group):
-            dist = ep.dist.name if ep.dist is not None else "?"
-            version = ep.dist.version if ep.dist is not None else "?"
-            rec = LoadedPlugin(group, ep.name, dist, version, "loaded")
-            reg.plugins.append(rec)
-            names = {ep.name, dist}
-            if names & set(config.plugins_deny):
-                rec.status = "denied (VKSHMEM_PLUGINS_DENY)"
-                continue
-            if config.plugins_allow and not names & set(config.plugins_allow):
-                rec.status = "not allowed (VKSHMEM_PLUGINS_ALLOW)"
-                continue
+        for ep, rec in entry_points_for(group, policy, reg.plugins):
             _load_one(config, ep, rec, reg)
     return reg
 
@@ -92,7 +133,7 @@ def _load_one(config: Config, ep: metadata.EntryPoint, rec: LoadedPlugin, reg: R
         pm.hook.register_domains(register=found.append)
     except Exception as exc:  # a third party's bug must not take the job down
         rec.status = f"failed: {type(exc).__name__}: {exc}"
-        _fail(config.plugins_strict, f"plugin {ep.name!r} from {rec.distribution} failed to load: "
+        fail(config.plugins_strict, f"plugin {ep.name!r} from {rec.distribution} failed to load: "
               f"{type(exc).__name__}: {exc}")
         return
     tables = {TransportSpec: ("transport", reg.transports),
@@ -102,23 +143,23 @@ def _load_one(config: Config, ep: metadata.EntryPoint, rec: LoadedPlugin, reg: R
             what, table = tables[type(spec)]
             refused = check_api_version(spec.api_version)
             if refused:
-                _fail(config.plugins_strict,
+                fail(config.plugins_strict,
                       f"{what} {spec.name!r} from {rec.distribution} {rec.version} is refused: "
                       f"{refused}")
                 continue
         elif isinstance(spec, BootstrapSpec):
             table = reg.bootstraps
         else:
-            _fail(config.plugins_strict, f"plugin {ep.name!r} from {rec.distribution} registered "
+            fail(config.plugins_strict, f"plugin {ep.name!r} from {rec.distribution} registered "
                   f"{spec!r}, which is not a TransportSpec, DomainSpec or BootstrapSpec")
             continue
         if isinstance(spec, DomainSpec) and spec.name in RESERVED_DOMAINS:
-            _fail(config.plugins_strict, f"memory domain {spec.name!r} from "
+            fail(config.plugins_strict, f"memory domain {spec.name!r} from "
                   f"{rec.distribution}: {', '.join(sorted(RESERVED_DOMAINS))} are reserved "
                   "names (the core's host heap and what users ask for)")
             continue
         if spec.name in table:
-            _fail(config.plugins_strict, f"{spec.name!r} from {rec.distribution} is already "
+            fail(config.plugins_strict, f"{spec.name!r} from {rec.distribution} is already "
                   f"provided by {reg.origin[spec.name]}")
             continue
         table[spec.name] = spec

@@ -1,6 +1,6 @@
 """CPU mappings of same-node peers' heaps on other GPUs (the Vulkan domain on NVIDIA).
 
-A CUDA link (:mod:`~vkshmem.gpu.cudalink`) copies with one CUDA call per operation, which
+A CUDA link (:mod:`~vkshmem_cuda.vulkan_accel.link`) copies with one CUDA call per operation, which
 costs ~8-10 µs however few the bytes. Where the peer's heap sits in the CPU-mapped BAR type
 (:mod:`~vkshmem.gpu.domain.segment`), this PE can map it too: a Vulkan device of its own on the
 peer's GPU (opened at the first such link, one per GPU, matched by UUID) imports the peer's

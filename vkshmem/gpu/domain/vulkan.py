@@ -33,8 +33,9 @@ import numpy as np
 from vkshmem.core._native import ffi as _core_ffi
 from vkshmem.core._native import lib as _core
 from vkshmem.core.domains.contract import DomainContext, DomainExport, DomainSpec, MemoryDomain
-from vkshmem.core.errors import FeatureNotAvailableError
+from vkshmem.core.errors import FeatureNotAvailableError, PluginError
 from vkshmem.core.transports.contract import AmoOp, SegmentInfo
+from vkshmem.plugin import address_of
 
 from ..accel import DomainAccelerator, accelerator_for
 from ..array import DeviceArray
@@ -46,17 +47,12 @@ from ..vk.memory import ExportInfo, GpuMemory
 from .segment import GpuSegment, open_segment
 
 if TYPE_CHECKING:
-    from ..accel import HeapMemory
+    from ..accel import GpuAccelerator, HeapMemory
     from ..initiated.initiator import Initiator
 
 __all__ = ["VulkanDomain", "address_of"]
 
 log = logging.getLogger("vkshmem")
-
-def address_of(buf: Any) -> int:
-    """The address of a contiguous host buffer (read-only ones included): valid while the
-    caller holds ``buf`` (cffi's view of it costs a sixth of numpy's)."""
-    return int(_core_ffi.cast("uintptr_t", _core_ffi.from_buffer(buf)))
 
 
 class VulkanDomain(MemoryDomain):
@@ -94,9 +90,9 @@ class VulkanDomain(MemoryDomain):
         self.vmm: HeapMemory | None = None
         try:
             self.size = own.symmetric_size
-            spec = accelerator_for(self.device.info, cfg)
-            if spec is not None:
-                self.accel = spec.attach(self)
+            found = accelerator_for(self.device.info, cfg)
+            if found is not None:
+                self.accel = self._attach(found, cfg.plugins_strict)
             else:
                 self.accel.why = f"none installed applies to {self.device.name}"
             self.segment, refused = open_segment(self.device, self.seg_id, self.size,
@@ -121,6 +117,22 @@ class VulkanDomain(MemoryDomain):
                 log.info("PE %d: the host heap stays unimported on %s: %s", self.my_pe,
                          self.device.name, exc)
         self.cpu_atomics = self.device.info.is_cpu and own.mapped
+
+    def _attach(self, found: GpuAccelerator, strict: bool) -> DomainAccelerator:
+        """``found``'s accelerator of this domain; where attaching raises (a third party's
+        bug must not abort the domain's open), a warning and the Vulkan-only one (an error
+        under ``VKSHMEM_PLUGINS_STRICT=1``, as for a plugin that fails to load)."""
+        try:
+            return found.attach(self)
+        except Exception as exc:
+            why = (f"GPU accelerator {found.name!r} failed to attach: "
+                   f"{type(exc).__name__}: {exc}")
+            if strict:
+                raise PluginError(why + " (VKSHMEM_PLUGINS_STRICT=1 makes this an error)") \
+                    from exc
+            log.warning("PE %d: %s; the domain is Vulkan-only (set VKSHMEM_PLUGINS_STRICT=1 to "
+                        "fail instead)", self.my_pe, why)
+            return DomainAccelerator(why)
 
     def dlpack_range(self) -> tuple[int, int, int, int] | None:
         return self.accel.dlpack_range()

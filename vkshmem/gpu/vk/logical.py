@@ -11,21 +11,20 @@ allocations. The engines (slots, pipelines, staging copies, kernels) take it as 
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Callable
 from typing import Any
 
-from vkshmem.core.errors import ConfigError, FeatureNotAvailableError, InvalidArgumentError
+from vkshmem.core.errors import FeatureNotAvailableError, InvalidArgumentError
 
 from ..env import (
     DEFAULT_SPIN_US,
     DEFAULT_TIMEOUT,
-    ENV_BAR,
     ENV_DEVICE,
     ENV_SPIN,
     ENV_TIMEOUT,
     env_float,
+    settings,
 )
 from ..errors import GpuError
 from ._vk import c_strings, check, load
@@ -240,9 +239,7 @@ class LogicalDevice:
             "srcAccessMask": vk.VK_ACCESS_MEMORY_WRITE_BIT,
             "dstAccessMask": vk.VK_ACCESS_MEMORY_READ_BIT | vk.VK_ACCESS_MEMORY_WRITE_BIT})
         self.native = open_native(vk, self)
-        bar = os.environ.get(ENV_BAR, "auto")
-        if bar not in ("auto", "0", "1"):
-            raise ConfigError(ENV_BAR, f"expected auto, 0 or 1, got {bar!r}")
+        bar = settings().bar  # VKSHMEM_GPU_BAR, parsed: auto, 0 or 1
         self.bar_exports = bar == "1" or (bar == "auto" and not self.validation
                                           and self.info.vendor_id == _NVIDIA)
         #: minImportedHostPointerAlignment (0: host memory cannot be imported)

@@ -47,7 +47,7 @@ class ExportInfo:
     dedicated: bool
     device_uuid: bytes
     driver_uuid: bytes
-    #: the fd is CUDA's (a VMM allocation, :mod:`~vkshmem.gpu.cudaheap`): CUDA on another
+    #: the fd is CUDA's (a VMM allocation, :mod:`~vkshmem_cuda.vmm`): CUDA on another
     #: GPU maps it with ``cuMemImportFromShareableHandle``
     vmm: bool = False
 

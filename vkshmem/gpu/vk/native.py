@@ -8,6 +8,9 @@ import logging
 import os
 from typing import TYPE_CHECKING, Any
 
+from vkshmem.core.config import registry
+from vkshmem.core.errors import ConfigError
+
 from ..env import ENV_NATIVE
 
 if TYPE_CHECKING:
@@ -35,8 +38,14 @@ class NativeSubmit:
 
 def open_native(vk: Any, device: LogicalDevice) -> NativeSubmit | None:
     """The native submission path for ``device``, or None (Python's) when the helper was not
-    built or ``VKSHMEM_GPU_NATIVE=0``."""
-    if os.environ.get(ENV_NATIVE, "1") == "0":
+    built or ``VKSHMEM_GPU_NATIVE`` is off (a boolean, declared in the core's registry)."""
+    var = registry[ENV_NATIVE]
+    text = os.environ.get(ENV_NATIVE, var.default)
+    try:
+        enabled = var.parse(text)
+    except ValueError as exc:
+        raise ConfigError(ENV_NATIVE, f"bad value {text!r}: {exc}") from None
+    if not enabled:
         return None
     try:
         from .._submit import ffi as native_ffi

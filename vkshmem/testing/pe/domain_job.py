@@ -1,19 +1,22 @@
-"""The multi-PE part of the memory-domain contract, run by ``vkshmem run``: the domain named
-by ``VKSHMEM_TESTING_DOMAIN`` gets a second symmetric heap; puts, gets, strided puts, AMOs,
-signals, waits and a reduction reach every peer's arrays in it; the host heap is unaffected;
-a freed block is reused (checked where the arrays are numpy arrays). Arrays of the domain are
-read back through ``shmem.get`` to this PE, so the domain's memory need not be CPU-visible.
-Each PE prints its routes to the domain's peers (``PE <me> <domain> domain: [...]``)."""
+"""The multi-PE part of the memory-domain contract, run by ``vkshmem run`` with the domain's
+name as the script's argument (``vkshmem run -n 2 domain_job.py <domain>``): the domain gets
+a second symmetric heap; puts, gets, strided puts, AMOs, signals, waits and a reduction reach
+every peer's arrays in it; the host heap is unaffected; a freed block is reused (checked where
+the arrays are numpy arrays). Arrays of the domain are read back through ``shmem.get`` to this
+PE, so the domain's memory need not be CPU-visible. Each PE prints its routes to the domain's
+peers (``PE <me> <domain> domain: [...]``)."""
 
 from __future__ import annotations
 
-import os
+import sys
 
 import numpy as np
 
 from vkshmem import shmem
 
-NAME = os.environ["VKSHMEM_TESTING_DOMAIN"]
+if len(sys.argv) != 2:
+    raise SystemExit(f"usage: vkshmem run -n <pes> {sys.argv[0]} <domain>")
+NAME = sys.argv[1]
 
 
 def check(cond: object, what: str) -> None:

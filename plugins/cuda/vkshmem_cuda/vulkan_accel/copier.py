@@ -191,7 +191,7 @@ class CudaCopier:
         self.view.make_current()
         try:
             # PORTABLE: pinned for every context of this process, the CUDA links' contexts on
-            # other GPUs (cudalink.py) among them
+            # other GPUs (link.py) among them
             self._check(self._cu.cuMemHostRegister(address, size, _PORTABLE),
                         "cuMemHostRegister")
         except GpuError as exc:

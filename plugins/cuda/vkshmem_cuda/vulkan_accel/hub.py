@@ -21,16 +21,9 @@ from .fold import CudaFolds
 if TYPE_CHECKING:
     from .view import CudaView
 
-__all__ = ["LinkHub", "address_of"]
+__all__ = ["LinkHub"]
 
 _DISABLE_TIMING = 2  # CU_EVENT_DISABLE_TIMING
-_ffi = _ops.ffi
-
-
-def address_of(buf: Any) -> int:
-    """The address of a contiguous host buffer (read-only ones included): valid while the
-    caller holds ``buf`` (cffi's view of it costs a sixth of numpy's)."""
-    return int(_ffi.cast("uintptr_t", _ffi.from_buffer(buf)))
 
 
 class LinkHub:
@@ -101,7 +94,7 @@ class LinkHub:
         return True
 
     def pair_stream(self) -> int:
-        """The second stream of the two-GPU all-reduce's split round (:mod:`.cudapair`),
+        """The second stream of the two-GPU all-reduce's split round (:mod:`.pair`),
         made at first use (the caller holds :attr:`copy_lock`)."""
         if self._stream2 is None:
             cu = self.cu

@@ -38,11 +38,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from vkshmem.plugin import DomainLink, GpuError
+from vkshmem.plugin import DomainLink, GpuError, address_of
 
 from .. import _ops
 from .bounce import SLOTS, RemoteGpu, piece_size
-from .hub import LinkHub, address_of
+from .hub import LinkHub
 from .pair import PairPlan, can_pair, pair_plan, pair_round
 
 if TYPE_CHECKING:
