@@ -77,10 +77,10 @@ def _parse_device(text: str) -> int | None:
     text = text.strip()
     if not text:
         return None
-    value = int(text)
-    if value < 0:
-        raise ValueError("must be a device number >= 0 (empty: local rank % devices)")
-    return value
+    if not text.isdigit():
+        raise ValueError("must be a device number >= 0, as `vkshmem info` lists them (empty: "
+                         "local rank % devices)")
+    return int(text)
 
 
 @dataclass(frozen=True)

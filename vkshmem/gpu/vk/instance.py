@@ -14,13 +14,12 @@ the order.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from typing import Any
 
 from vkshmem.core.errors import ConfigError, FeatureNotAvailableError, InvalidArgumentError
 
-from ..env import ENV_DEVICE
+from ..env import ENV_DEVICE, settings
 from ._vk import c_strings, check, cstr, icd_hint, keep, load
 from .physical import DeviceInfo, PhysicalDevice, physical_devices
 
@@ -161,12 +160,8 @@ def list_devices() -> list[DeviceInfo]:
 
 def _choose(n_total: int, infos: list[DeviceInfo], index: int | None, local_rank: int) -> int:
     if index is None:
-        raw = os.environ.get(ENV_DEVICE, "").strip()
-        if raw:
-            try:
-                index = int(raw)
-            except ValueError:
-                raise ConfigError(ENV_DEVICE, f"expected a device number, got {raw!r}") from None
+        index = settings().device  # VKSHMEM_GPU_DEVICE, parsed once with the domain's others
+        if index is not None:
             if not 0 <= index < n_total:
                 raise ConfigError(ENV_DEVICE, f"device {index} does not exist; devices: "
                                   + ", ".join(f"{d.index}={d.name}" for d in infos))
