@@ -426,6 +426,7 @@ def test_an_accelerator_that_fails_to_attach_leaves_the_domain_vulkan_only(
 
     from vkshmem.core.config import load
     from vkshmem.core.domains.contract import DomainContext
+    from vkshmem.gpu import accel
     from vkshmem.gpu.accel import DomainAccelerator, GpuAccelerator
     from vkshmem.gpu.domain import vulkan
     from vkshmem.gpu.plugin import SPEC
@@ -441,7 +442,7 @@ def test_an_accelerator_that_fails_to_attach_leaves_the_domain_vulkan_only(
             raise RuntimeError("a vendor's bug")
 
     open_device().close()  # skips without Vulkan
-    monkeypatch.setattr(vulkan, "accelerator_for", lambda info, config: Broken())
+    monkeypatch.setattr(accel, "accelerator_for", lambda info, config: Broken())
     monkeypatch.setenv("VKSHMEM_GPU_SYMMETRIC_SIZE", "1M")
     monkeypatch.setenv("VKSHMEM_GPU_STAGING_SIZE", "256K")
 

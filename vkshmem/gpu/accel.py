@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING, Any, Protocol
 
+from vkshmem.core.errors import PluginError
 from vkshmem.core.plugins.apiversion import API_VERSION, check_api_version
 from vkshmem.core.plugins.loader import LoadedPlugin, PluginPolicy, entry_points_for, fail
 
@@ -59,8 +60,9 @@ if TYPE_CHECKING:
 __all__ = ["CONTROL_BYTES", "CONTROL_SLOT", "CONTROL_WORDS", "DEFAULT_SPIN_US", "ENTRY_POINT_GROUP",
            "ENV_SPIN", "AcceleratorEntry", "Copier", "DomainAccelerator", "EnvVariable",
            "ExportInfo", "GpuAccelerator", "GpuError", "GpuMemory", "GpuSettings", "HeapMemory",
-           "PeerMaps", "accelerator_for", "env_float", "gpu_settings", "installed_accelerators",
-           "parse_bool", "parse_choice", "parse_variables", "vulkan_initiator"]
+           "PeerMaps", "accelerator_for", "attach_accelerator", "env_float", "gpu_settings",
+           "installed_accelerators", "parse_bool", "parse_choice", "parse_variables",
+           "vulkan_initiator"]
 
 log = logging.getLogger("vkshmem")
 
@@ -254,6 +256,25 @@ def accelerator_for(info: DeviceInfo, config: Config) -> GpuAccelerator | None:
         if entry.accelerator is not None and entry.accelerator.applies(info):
             return entry.accelerator
     return None
+
+
+def attach_accelerator(domain: Any, device: Any, config: Config) -> DomainAccelerator:
+    """The accelerator of the Vulkan domain ``domain`` on ``device``: the first installed one
+    that applies, attached; else the Vulkan-only one saying why. Where attaching raises (a
+    third party's bug must not abort the domain's open): a warning and the Vulkan-only one (an
+    error under ``VKSHMEM_PLUGINS_STRICT=1``, as for a plugin that fails to load)."""
+    found = accelerator_for(device.info, config)
+    if found is None:
+        return DomainAccelerator(f"none installed applies to {device.name}")
+    try:
+        return found.attach(domain)
+    except Exception as exc:
+        why = f"GPU accelerator {found.name!r} failed to attach: {type(exc).__name__}: {exc}"
+        if config.plugins_strict:
+            raise PluginError(why + " (VKSHMEM_PLUGINS_STRICT=1 makes this an error)") from exc
+        log.warning("PE %d: %s; the domain is Vulkan-only (set VKSHMEM_PLUGINS_STRICT=1 to "
+                    "fail instead)", getattr(domain, "my_pe", -1), why)
+        return DomainAccelerator(why)
 
 
 def vulkan_initiator(runtime: Any, seg_id: int, device_uuid: bytes, fd: int, size: int) -> Any:

@@ -33,11 +33,11 @@ import numpy as np
 from vkshmem.core._native import ffi as _core_ffi
 from vkshmem.core._native import lib as _core
 from vkshmem.core.domains.contract import DomainContext, DomainExport, DomainSpec, MemoryDomain
-from vkshmem.core.errors import FeatureNotAvailableError, PluginError
+from vkshmem.core.errors import FeatureNotAvailableError
 from vkshmem.core.transports.contract import AmoOp, SegmentInfo
 from vkshmem.plugin import address_of
 
-from ..accel import DomainAccelerator, accelerator_for
+from ..accel import DomainAccelerator, attach_accelerator
 from ..array import DeviceArray
 from ..env import settings
 from ..errors import GpuError
@@ -47,7 +47,7 @@ from ..vk.memory import ExportInfo, GpuMemory
 from .segment import GpuSegment, open_segment
 
 if TYPE_CHECKING:
-    from ..accel import GpuAccelerator, HeapMemory
+    from ..accel import HeapMemory
     from ..initiated.initiator import Initiator
 
 __all__ = ["VulkanDomain", "address_of"]
@@ -90,11 +90,7 @@ class VulkanDomain(MemoryDomain):
         self.vmm: HeapMemory | None = None
         try:
             self.size = own.symmetric_size
-            found = accelerator_for(self.device.info, cfg)
-            if found is not None:
-                self.accel = self._attach(found, cfg.plugins_strict)
-            else:
-                self.accel.why = f"none installed applies to {self.device.name}"
+            self.accel = attach_accelerator(self, self.device, cfg)
             self.segment, refused = open_segment(self.device, self.seg_id, self.size,
                                                  self.accel.make_heap, self.my_pe)
             self.vmm = self.segment.vmm
@@ -117,22 +113,6 @@ class VulkanDomain(MemoryDomain):
                 log.info("PE %d: the host heap stays unimported on %s: %s", self.my_pe,
                          self.device.name, exc)
         self.cpu_atomics = self.device.info.is_cpu and own.mapped
-
-    def _attach(self, found: GpuAccelerator, strict: bool) -> DomainAccelerator:
-        """``found``'s accelerator of this domain; where attaching raises (a third party's
-        bug must not abort the domain's open), a warning and the Vulkan-only one (an error
-        under ``VKSHMEM_PLUGINS_STRICT=1``, as for a plugin that fails to load)."""
-        try:
-            return found.attach(self)
-        except Exception as exc:
-            why = (f"GPU accelerator {found.name!r} failed to attach: "
-                   f"{type(exc).__name__}: {exc}")
-            if strict:
-                raise PluginError(why + " (VKSHMEM_PLUGINS_STRICT=1 makes this an error)") \
-                    from exc
-            log.warning("PE %d: %s; the domain is Vulkan-only (set VKSHMEM_PLUGINS_STRICT=1 to "
-                        "fail instead)", self.my_pe, why)
-            return DomainAccelerator(why)
 
     def dlpack_range(self) -> tuple[int, int, int, int] | None:
         return self.accel.dlpack_range()
