@@ -41,6 +41,16 @@ def test_gpu_script(npes: int, mode: str) -> None:
 
 
 @pytest.mark.parametrize("npes", [1, 2, 4])
+def test_gpu_stream_fallback(npes: int) -> None:
+    """tests/pe/gpu_stream.py: ``stream=`` on every call where no domain enqueues on the
+    stream (the Vulkan domain, host arrays): the user's stream object is synchronized, then
+    the blocking call runs; what is no stream is refused naming what is accepted."""
+    r = launch("gpu_stream", npes, {**GPU_ENV, "VKSHMEM_GPU_PROVIDER": "vulkan"}, timeout=240)
+    assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout}\n{r.stderr}"
+    assert r.stdout.count("gpu_stream ok") == npes, r.stdout
+
+
+@pytest.mark.parametrize("npes", [1, 2, 4])
 def test_gpu_script_without_domain_import(npes: int) -> None:
     """VKSHMEM_DOMAIN_IMPORT=0 with the shm path on: every peer's GPU heap through its proxy,
     whose pieces go by DMA straight into the peers' mailboxes (as between GPUs of a node)."""

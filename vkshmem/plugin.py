@@ -40,6 +40,7 @@ from .core.domains.contract import (
     DomainLink,
     DomainSpec,
     MemoryDomain,
+    StreamOps,
 )
 from .core.errors import (
     BootstrapError,
@@ -151,6 +152,7 @@ __all__ = [
     "PeerMaps",
     "PluginError",
     "SegmentInfo",
+    "StreamOps",
     "Transport",
     "TransportContext",
     "TransportError",

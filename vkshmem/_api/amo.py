@@ -3,6 +3,13 @@
 AMOs are atomic with respect to every other vkshmem AMO on the same word, whichever path
 (shm, a transport's progress thread) carries them: all use the core's native ``vk_amo``.
 Fetching AMOs return Python scalars.
+
+The non-fetching AMOs (``atomic_set``, ``atomic_inc``, ``atomic_add``, ``atomic_and``,
+``atomic_or``, ``atomic_xor``, ``atomic_op``) take ``stream=`` (keyword-only; see :mod:`.rma`
+and :mod:`.streams`): on a CUDA stream of the cuda domain with the peer's heap mapped, a
+one-thread kernel on the stream applies it (system-scope atomics) and the call returns at
+once; otherwise the stream is synchronized and the blocking call made. Fetching AMOs refuse
+``stream=`` (InvalidArgumentError): call them without it.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from ..core.errors import InvalidArgumentError, InvalidTypeError
 from ..core.fast import entry
 from ..core.transports.contract import AmoOp
 from . import state
+from . import streams as _streams
 from .args import ND, DomainArray, check_pe, locate, resolve, segment_route
 from .enums import AMO
 
@@ -136,74 +144,124 @@ def _amo(target: np.ndarray, pe: int, op: AmoOp, value: Any, cond: Any, fetch: b
     return kind.decode(u) if fetch else None
 
 
-def atomic_fetch(source: np.ndarray, pe: int, ctx: Any = None) -> Any:
+def _on_stream(target: Any, pe: int, op: AmoOp, value: Any, ints_only: bool, what: str,
+               ctx: Any, stream: Any) -> bool:
+    """A non-fetching AMO with ``stream``: True when enqueued (else the stream is
+    synchronized and the caller makes the blocking call)."""
+    kind, _seg, _off = _word(target, ints_only, what)  # raises the precise error
+    return _streams.amo(target, pe, op, kind.width, kind.encode(value), ctx, stream)
+
+
+def _no_stream(stream: Any, what: str) -> None:
+    if stream is not None:
+        raise InvalidArgumentError(f"{what} fetches a value, which a stream cannot return: call "
+                                   "it without stream= (synchronize the stream first)")
+
+
+def atomic_fetch(source: np.ndarray, pe: int, ctx: Any = None, *, stream: Any = None) -> Any:
     """Return the value of one-element ``source`` on ``pe``, read atomically."""
+    _no_stream(stream, "atomic_fetch")
     return _amo(source, pe, AmoOp.FETCH, 0, 0, True, False, "atomic_fetch", ctx)
 
 
-def atomic_set(target: np.ndarray, value: Any, pe: int, ctx: Any = None) -> None:
+def atomic_set(target: np.ndarray, value: Any, pe: int, ctx: Any = None, *,
+               stream: Any = None) -> None:
     """Atomically write ``value`` into ``target`` on ``pe``."""
+    if stream is not None and _on_stream(target, pe, AmoOp.SET, value, False, "atomic_set",
+                                         ctx, stream):
+        return
     _amo(target, pe, AmoOp.SET, value, 0, False, False, "atomic_set", ctx)
 
 
-def atomic_swap(target: np.ndarray, value: Any, pe: int, ctx: Any = None) -> Any:
+def atomic_swap(target: np.ndarray, value: Any, pe: int, ctx: Any = None,
+                *, stream: Any = None) -> Any:
     """Write ``value`` into ``target`` on ``pe``; return the prior value."""
+    _no_stream(stream, "atomic_swap")
     return _amo(target, pe, AmoOp.SWAP, value, 0, True, False, "atomic_swap", ctx)
 
 
 def atomic_compare_swap(target: np.ndarray, cond: Any, value: Any, pe: int,
-                        ctx: Any = None) -> Any:
+                        ctx: Any = None, *, stream: Any = None) -> Any:
     """Write ``value`` into ``target`` on ``pe`` if it equals ``cond``; return the prior value."""
+    _no_stream(stream, "atomic_compare_swap")
     return _amo(target, pe, AmoOp.CSWAP, value, cond, True, True, "atomic_compare_swap", ctx)
 
 
-def atomic_inc(target: np.ndarray, pe: int, ctx: Any = None) -> None:
+def atomic_inc(target: np.ndarray, pe: int, ctx: Any = None, *,
+               stream: Any = None) -> None:
     """Atomically add 1 to ``target`` on ``pe``."""
+    if stream is not None and _on_stream(target, pe, AmoOp.ADD, 1, True, "atomic_inc", ctx, stream):
+        return
     _amo(target, pe, AmoOp.ADD, 1, 0, False, True, "atomic_inc", ctx)
 
 
-def atomic_fetch_inc(target: np.ndarray, pe: int, ctx: Any = None) -> Any:
+def atomic_fetch_inc(target: np.ndarray, pe: int, ctx: Any = None, *, stream: Any = None) -> Any:
     """Atomically add 1 to ``target`` on ``pe``; return the prior value."""
+    _no_stream(stream, "atomic_fetch_inc")
     return _amo(target, pe, AmoOp.ADD, 1, 0, True, True, "atomic_fetch_inc", ctx)
 
 
-def atomic_add(target: np.ndarray, value: Any, pe: int, ctx: Any = None) -> None:
+def atomic_add(target: np.ndarray, value: Any, pe: int, ctx: Any = None, *,
+               stream: Any = None) -> None:
     """Atomically add ``value`` to ``target`` on ``pe``."""
+    if stream is not None and _on_stream(target, pe, AmoOp.ADD, value, True, "atomic_add",
+                                         ctx, stream):
+        return
     _amo(target, pe, AmoOp.ADD, value, 0, False, True, "atomic_add", ctx)
 
 
-def atomic_fetch_add(target: np.ndarray, value: Any, pe: int, ctx: Any = None) -> Any:
+def atomic_fetch_add(target: np.ndarray, value: Any, pe: int, ctx: Any = None,
+                     *, stream: Any = None) -> Any:
     """Atomically add ``value`` to ``target`` on ``pe``; return the prior value."""
+    _no_stream(stream, "atomic_fetch_add")
     return _amo(target, pe, AmoOp.ADD, value, 0, True, True, "atomic_fetch_add", ctx)
 
 
-def atomic_and(target: np.ndarray, value: Any, pe: int, ctx: Any = None) -> None:
+def atomic_and(target: np.ndarray, value: Any, pe: int, ctx: Any = None, *,
+               stream: Any = None) -> None:
     """Atomic bitwise AND of ``target`` on ``pe`` with ``value``."""
+    if stream is not None and _on_stream(target, pe, AmoOp.AND, value, True, "atomic_and",
+                                         ctx, stream):
+        return
     _amo(target, pe, AmoOp.AND, value, 0, False, True, "atomic_and", ctx)
 
 
-def atomic_fetch_and(target: np.ndarray, value: Any, pe: int, ctx: Any = None) -> Any:
+def atomic_fetch_and(target: np.ndarray, value: Any, pe: int, ctx: Any = None,
+                     *, stream: Any = None) -> Any:
     """Atomic bitwise AND; return the prior value."""
+    _no_stream(stream, "atomic_fetch_and")
     return _amo(target, pe, AmoOp.AND, value, 0, True, True, "atomic_fetch_and", ctx)
 
 
-def atomic_or(target: np.ndarray, value: Any, pe: int, ctx: Any = None) -> None:
+def atomic_or(target: np.ndarray, value: Any, pe: int, ctx: Any = None, *,
+              stream: Any = None) -> None:
     """Atomic bitwise OR of ``target`` on ``pe`` with ``value``."""
+    if stream is not None and _on_stream(target, pe, AmoOp.OR, value, True, "atomic_or",
+                                         ctx, stream):
+        return
     _amo(target, pe, AmoOp.OR, value, 0, False, True, "atomic_or", ctx)
 
 
-def atomic_fetch_or(target: np.ndarray, value: Any, pe: int, ctx: Any = None) -> Any:
+def atomic_fetch_or(target: np.ndarray, value: Any, pe: int, ctx: Any = None,
+                    *, stream: Any = None) -> Any:
     """Atomic bitwise OR; return the prior value."""
+    _no_stream(stream, "atomic_fetch_or")
     return _amo(target, pe, AmoOp.OR, value, 0, True, True, "atomic_fetch_or", ctx)
 
 
-def atomic_xor(target: np.ndarray, value: Any, pe: int, ctx: Any = None) -> None:
+def atomic_xor(target: np.ndarray, value: Any, pe: int, ctx: Any = None, *,
+               stream: Any = None) -> None:
     """Atomic bitwise XOR of ``target`` on ``pe`` with ``value``."""
+    if stream is not None and _on_stream(target, pe, AmoOp.XOR, value, True, "atomic_xor",
+                                         ctx, stream):
+        return
     _amo(target, pe, AmoOp.XOR, value, 0, False, True, "atomic_xor", ctx)
 
 
-def atomic_fetch_xor(target: np.ndarray, value: Any, pe: int, ctx: Any = None) -> Any:
+def atomic_fetch_xor(target: np.ndarray, value: Any, pe: int, ctx: Any = None,
+                     *, stream: Any = None) -> Any:
     """Atomic bitwise XOR; return the prior value."""
+    _no_stream(stream, "atomic_fetch_xor")
     return _amo(target, pe, AmoOp.XOR, value, 0, True, True, "atomic_fetch_xor", ctx)
 
 
@@ -220,14 +278,20 @@ def _op(op: Any) -> tuple[AmoOp, bool]:
             f"unknown AMO {op!r}: use shmem.AMO.SET/INC/ADD/AND/OR/XOR") from None
 
 
-def atomic_op(target: np.ndarray, value: Any, op: Any, pe: int, ctx: Any = None) -> None:
+def atomic_op(target: np.ndarray, value: Any, op: Any, pe: int, ctx: Any = None, *,
+              stream: Any = None) -> None:
     """Apply AMO ``op`` (``AMO`` member or its name) with ``value`` to ``target`` on ``pe``."""
     code, inc = _op(op)
+    if stream is not None and _on_stream(target, pe, code, 1 if inc else value,
+                                         code != AmoOp.SET, "atomic_op", ctx, stream):
+        return
     _amo(target, pe, code, 1 if inc else value, 0, False, code != AmoOp.SET, "atomic_op", ctx)
 
 
-def atomic_fetch_op(target: np.ndarray, value: Any, op: Any, pe: int, ctx: Any = None) -> Any:
+def atomic_fetch_op(target: np.ndarray, value: Any, op: Any, pe: int, ctx: Any = None,
+                    *, stream: Any = None) -> Any:
     """Apply AMO ``op`` and return the prior value (``SET`` behaves as swap)."""
+    _no_stream(stream, "atomic_fetch_op")
     code, inc = _op(op)
     if code == AmoOp.SET:
         code = AmoOp.SWAP

@@ -9,6 +9,12 @@ checks that depend only on arguments every member passes alike (sizes, dtypes, r
 on every member, so nothing hangs. As OpenSHMEM requires, ``target`` must be ready on every
 member before any member enters the call: reusing one ``target`` in back-to-back collectives
 needs a ``team.sync()`` in between. The algorithms are in :mod:`vkshmem.core.collectives.host`.
+
+Every call takes ``stream=`` (keyword-only; every member passes one): ``broadcast``,
+``fcollect`` and ``alltoall`` of GPU arrays of a domain that takes the stream, over the team
+of every PE, every PE mapping every other's heap, are enqueued (a barrier on the stream, copies
+pulling from the members' sources, a barrier: :mod:`.streamcoll`) and return at once;
+``collect``, ``alltoalls`` and every other case synchronize the stream, then run blocking.
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ from ..core.collectives import host as _core
 from ..core.elements import count_of, element_count
 from ..core.errors import InvalidArgumentError, InvalidTypeError
 from ..core.fast import entry
+from . import streamcoll as _streamcoll
+from . import streams as _streams
 from .args import ND, foreign
 from .collargs import coll_args, prep, size_or, team_of
 from .collcheck import agree
@@ -33,10 +41,12 @@ __all__ = ["alltoall", "alltoalls", "broadcast", "collect", "fcollect"]
 
 
 def broadcast(target: np.ndarray, source: np.ndarray, root: int, size: int | None = None,
-              team: Any = None) -> None:
+              team: Any = None, *, stream: Any = None) -> None:
     """Collective over ``team``: copy ``size`` elements (default: the shorter array) of
     ``source`` on team PE ``root`` into ``target`` on every member, the root included
-    (``source`` may be, or overlap, ``target``)."""
+    (``source`` may be, or overlap, ``target``). ``stream``: see the module docstring."""
+    if stream is not None and _streamcoll.broadcast(target, source, root, size, team, stream):
+        return
     if (type(target) is not ND or type(source) is not ND) and foreign(target, source):
         _dev.broadcast(team_of(team), target, source, int(root), size,
                        lambda t, s: broadcast(t, s, root, size, team))
@@ -69,11 +79,14 @@ def broadcast(target: np.ndarray, source: np.ndarray, root: int, size: int | Non
 
 
 def fcollect(target: np.ndarray, source: np.ndarray, size: int | None = None,
-             team: Any = None) -> None:
+             team: Any = None, *, stream: Any = None) -> None:
     """Collective over ``team``: concatenate ``size`` elements (default: all of ``source``,
     the same count on every member) of each member's ``source`` in team order into
     ``target`` on every member (``MPI_Allgather``). ``source`` may be this member's own block
-    of ``target`` (in place); any other overlap is refused."""
+    of ``target`` (in place); any other overlap is refused. ``stream``: see the module
+    docstring."""
+    if stream is not None and _streamcoll.fcollect(target, source, size, team, stream):
+        return
     if (type(target) is not ND or type(source) is not ND) and foreign(target, source):
         _dev.fcollect(team_of(team), target, source, size,
                       lambda t, s: fcollect(t, s, size, team))
@@ -102,13 +115,16 @@ def fcollect(target: np.ndarray, source: np.ndarray, size: int | None = None,
 
 
 def collect(target: np.ndarray, source: np.ndarray, size: int | None = None,
-            team: Any = None) -> None:
+            team: Any = None, *, stream: Any = None) -> None:
     """Collective over ``team``: concatenate ``size`` elements (default: all of ``source``;
     the count may differ from member to member) of each member's ``source`` in team order
     into ``target`` on every member (``MPI_Allgatherv``). The total must fit in ``target``
     (checked on every member after the counts are exchanged, before any data moves).
     ``source`` may be this member's own block of ``target`` (in place); any other overlap is
-    refused."""
+    refused. ``stream``: synchronized, then the blocking call (the counts are exchanged by
+    the CPU)."""
+    if stream is not None:
+        _streams.sync(stream)
     if (type(target) is not ND or type(source) is not ND) and foreign(target, source):
         _dev.collect(team_of(team), target, source, size, lambda t, s: collect(t, s, size, team))
         return
@@ -153,10 +169,13 @@ def _a2a_count(tgt: np.ndarray, src: np.ndarray, size: Any, n: int, tst: int,
 
 
 def alltoall(target: np.ndarray, source: np.ndarray, size: int | None = None,
-             team: Any = None) -> None:
+             team: Any = None, *, stream: Any = None) -> None:
     """Collective over ``team``: block ``j`` (``size`` elements; default: an equal share of
     the shorter array) of this member's ``source`` goes to block ``my_pe`` of member ``j``'s
-    ``target``. ``source`` and ``target`` must not overlap."""
+    ``target``. ``source`` and ``target`` must not overlap. ``stream``: see the module
+    docstring."""
+    if stream is not None and _streamcoll.alltoall(target, source, size, team, stream):
+        return
     if (type(target) is not ND or type(source) is not ND) and foreign(target, source):
         alltoalls(target, source, 1, 1, size, team)
         return
@@ -181,10 +200,13 @@ def alltoall(target: np.ndarray, source: np.ndarray, size: int | None = None,
 
 
 def alltoalls(target: np.ndarray, source: np.ndarray, tst: int = 1, sst: int = 1,
-              size: int | None = None, team: Any = None) -> None:
+              size: int | None = None, team: Any = None, *, stream: Any = None) -> None:
     """Collective over ``team``: strided ``alltoall``. Element ``i`` of the block for member
     ``j`` is ``source[(j*size + i)*sst]``; it lands in ``target[(my_pe*size + i)*tst]`` on
-    member ``j``. ``source`` and ``target`` must not overlap."""
+    member ``j``. ``source`` and ``target`` must not overlap. ``stream``: synchronized, then
+    the blocking call."""
+    if stream is not None:
+        _streams.sync(stream)
     if (type(target) is not ND or type(source) is not ND) and foreign(target, source):
         ct = team_of(team)
         tst, sst = element_count(tst), element_count(sst)

@@ -2,6 +2,13 @@
 forms (``sum_reduce``, ``and_reduce``, ...), and the OpenSHMEM 1.6 scans
 ``sum_inscan``/``sum_exscan``. Collective over ``team`` with the rules of :mod:`.collectives`;
 the algorithms are in :mod:`vkshmem.core.collectives.host`.
+
+``reduce`` and the ``*_reduce`` forms take ``stream=`` (keyword-only; every member passes
+one): GPU arrays of a domain that takes the stream, over the team of every PE, every PE mapping
+every other's heap, a source that does not overlap the target and an op/dtype the domain's
+kernel does: a barrier on the stream, the reduce kernel reading every member's source into this
+PE's target, a barrier, returning at once (:mod:`.streamcoll`). Otherwise, and for the scans,
+the stream is synchronized, then the blocking call.
 """
 
 from __future__ import annotations
@@ -16,6 +23,8 @@ from ..core.elements import count_of
 from ..core.errors import InvalidArgumentError
 from ..core.fast import entry
 from . import state
+from . import streamcoll as _streamcoll
+from . import streams as _streams
 from .args import ND, foreign
 from .collargs import coll_args, prep, team_of
 from .collcheck import agree
@@ -66,11 +75,16 @@ def _op(op: Any, dt: np.dtype) -> tuple[str, np.ufunc, str]:
 
 
 def reduce(target: np.ndarray, source: np.ndarray, op: OP | str = OP.SUM,
-           size: int | None = None, team: Any = None) -> None:
+           size: int | None = None, team: Any = None, *, stream: Any = None) -> None:
     """Collective over ``team``: ``target`` = ``op`` applied elementwise over every member's
     ``source`` (``size`` elements; default: the shorter array), on every member. ``and``,
     ``or``, ``xor`` take integers; ``max``, ``min`` integers and floats; ``sum``, ``prod``
-    every numeric dtype, complex included. ``source`` may be, or overlap, ``target``."""
+    every numeric dtype, complex included. ``source`` may be, or overlap, ``target``.
+    ``stream``: see the module docstring."""
+    if stream is not None and _streamcoll.reduce(target, source,
+                                                 _op(op, np.dtype(target.dtype))[0], size,
+                                                 team, stream):
+        return
     if type(target) is not ND or type(source) is not ND:
         if _dev.reduce_again(state.rt, target, source, op, size, team):
             return  # a repeat of a device all-reduce whose path was kept
@@ -101,46 +115,54 @@ def reduce(target: np.ndarray, source: np.ndarray, op: OP | str = OP.SUM,
     _core.reduce(ct, tgt, seg, off, src, entry[1])
 
 
+def _by_op(target: Any, source: Any, op: OP, size: Any, team: Any, stream: Any) -> None:
+    """The ``*_reduce`` forms: ``reduce`` (its fast path where no stream is given)."""
+    if stream is None:
+        reduce(target, source, op, size, team)
+    else:
+        reduce(target, source, op, size, team, stream=stream)
+
+
 def and_reduce(target: np.ndarray, source: np.ndarray, size: int | None = None,
-               team: Any = None) -> None:
+               team: Any = None, *, stream: Any = None) -> None:
     """Collective over ``team``: bitwise-AND all-reduce (``reduce`` with ``OP.AND``)."""
-    reduce(target, source, OP.AND, size, team)
+    _by_op(target, source, OP.AND, size, team, stream)
 
 
 def or_reduce(target: np.ndarray, source: np.ndarray, size: int | None = None,
-              team: Any = None) -> None:
+              team: Any = None, *, stream: Any = None) -> None:
     """Collective over ``team``: bitwise-OR all-reduce (``reduce`` with ``OP.OR``)."""
-    reduce(target, source, OP.OR, size, team)
+    _by_op(target, source, OP.OR, size, team, stream)
 
 
 def xor_reduce(target: np.ndarray, source: np.ndarray, size: int | None = None,
-               team: Any = None) -> None:
+               team: Any = None, *, stream: Any = None) -> None:
     """Collective over ``team``: bitwise-XOR all-reduce (``reduce`` with ``OP.XOR``)."""
-    reduce(target, source, OP.XOR, size, team)
+    _by_op(target, source, OP.XOR, size, team, stream)
 
 
 def max_reduce(target: np.ndarray, source: np.ndarray, size: int | None = None,
-               team: Any = None) -> None:
+               team: Any = None, *, stream: Any = None) -> None:
     """Collective over ``team``: maximum all-reduce (``reduce`` with ``OP.MAX``)."""
-    reduce(target, source, OP.MAX, size, team)
+    _by_op(target, source, OP.MAX, size, team, stream)
 
 
 def min_reduce(target: np.ndarray, source: np.ndarray, size: int | None = None,
-               team: Any = None) -> None:
+               team: Any = None, *, stream: Any = None) -> None:
     """Collective over ``team``: minimum all-reduce (``reduce`` with ``OP.MIN``)."""
-    reduce(target, source, OP.MIN, size, team)
+    _by_op(target, source, OP.MIN, size, team, stream)
 
 
 def sum_reduce(target: np.ndarray, source: np.ndarray, size: int | None = None,
-               team: Any = None) -> None:
+               team: Any = None, *, stream: Any = None) -> None:
     """Collective over ``team``: sum all-reduce (``reduce`` with ``OP.SUM``)."""
-    reduce(target, source, OP.SUM, size, team)
+    _by_op(target, source, OP.SUM, size, team, stream)
 
 
 def prod_reduce(target: np.ndarray, source: np.ndarray, size: int | None = None,
-                team: Any = None) -> None:
+                team: Any = None, *, stream: Any = None) -> None:
     """Collective over ``team``: product all-reduce (``reduce`` with ``OP.PROD``)."""
-    reduce(target, source, OP.PROD, size, team)
+    _by_op(target, source, OP.PROD, size, team, stream)
 
 
 # The shm hot path (TEAM_WORLD of shm peers, plain numpy arrays, all-reduces of a type C
@@ -187,16 +209,22 @@ def _scan(target: np.ndarray, source: np.ndarray, size: Any, team: Any,
 
 
 def sum_inscan(target: np.ndarray, source: np.ndarray, size: int | None = None,
-               team: Any = None) -> None:
+               team: Any = None, *, stream: Any = None) -> None:
     """Collective over ``team`` (OpenSHMEM 1.6): inclusive prefix sum. On team PE ``i``,
-    ``target`` = the sum of ``source`` over team PEs ``0..i``, elementwise."""
+    ``target`` = the sum of ``source`` over team PEs ``0..i``, elementwise. ``stream``:
+    synchronized, then the blocking call."""
+    if stream is not None:
+        _streams.sync(stream)
     _scan(target, source, size, team, True)
 
 
 def sum_exscan(target: np.ndarray, source: np.ndarray, size: int | None = None,
-               team: Any = None) -> None:
+               team: Any = None, *, stream: Any = None) -> None:
     """Collective over ``team`` (OpenSHMEM 1.6): exclusive prefix sum. On team PE ``i``,
-    ``target`` = the sum of ``source`` over team PEs ``0..i-1`` (zeros on PE 0)."""
+    ``target`` = the sum of ``source`` over team PEs ``0..i-1`` (zeros on PE 0). ``stream``:
+    synchronized, then the blocking call."""
+    if stream is not None:
+        _streams.sync(stream)
     _scan(target, source, size, team, False)
 
 

@@ -3,6 +3,13 @@
 Blocking ``put`` returns when ``source`` may be reused (remote completion needs ``quiet``);
 blocking ``get`` returns with ``target`` filled. Elements move in memory order; a local buffer
 that is not contiguous is gathered/scattered through a temporary.
+
+``put``, ``get`` and their ``_nbi`` forms take ``stream=`` (keyword-only): a CUDA stream (an
+int handle, a torch or CuPy stream, a cuda.bindings ``CUstream``, an object with
+``__cuda_stream__``) or any object with ``synchronize()``. The call is then ordered on that
+stream: enqueued and returning at once where the memory domain can (:mod:`.streams`: GPU arrays
+of the cuda domain, the peer's heap mapped here, host memory pinned), otherwise the stream is
+synchronized and the blocking call made. ``stream=None`` (the default) is the blocking call.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from ..core.elements import count_of, element_count, host_copy
 from ..core.errors import InvalidArgumentError, InvalidTypeError
 from ..core.fast import entry
 from . import state
+from . import streams as _streams
 from .args import (
     ND,
     DomainArray,
@@ -58,9 +66,12 @@ def _dst_bytes(target: np.ndarray, nbytes: int) -> memoryview | None:
 
 
 def put(target: np.ndarray, source: np.ndarray, pe: int, size: int | None = None,
-        ctx: Any = None) -> None:
+        ctx: Any = None, *, stream: Any = None) -> None:
     """Copy ``size`` elements (default: the shorter array) of local ``source`` into symmetric
-    ``target`` on ``pe``. Returns when ``source`` may be reused; ``quiet`` completes it."""
+    ``target`` on ``pe``. Returns when ``source`` may be reused; ``quiet`` completes it. With
+    ``stream``, ``source`` must not change before the stream has run the copy."""
+    if stream is not None and _streams.rma(True, target, source, pe, size, ctx, stream):
+        return
     rt = state.rt
     tt = type(target)
     if tt is not ND and ctx is None and size is None and isinstance(target, DomainArray):
@@ -93,8 +104,11 @@ def put(target: np.ndarray, source: np.ndarray, pe: int, size: int | None = None
 
 
 def put_nbi(target: np.ndarray, source: np.ndarray, pe: int, size: int | None = None,
-            ctx: Any = None) -> None:
-    """Start a put; ``source`` must not change before the next ``quiet``."""
+            ctx: Any = None, *, stream: Any = None) -> None:
+    """Start a put; ``source`` must not change before the next ``quiet`` (with ``stream``:
+    before the stream has run it, as for ``put``)."""
+    if stream is not None and _streams.rma(True, target, source, pe, size, ctx, stream):
+        return
     dt = same_dtype(target, source)
     n = count_of(target, source, size)
     nbytes = n * dt.itemsize
@@ -109,8 +123,11 @@ def put_nbi(target: np.ndarray, source: np.ndarray, pe: int, size: int | None = 
 
 
 def get(target: np.ndarray, source: np.ndarray, pe: int, size: int | None = None,
-        ctx: Any = None) -> None:
-    """Copy ``size`` elements of symmetric ``source`` on ``pe`` into local ``target``."""
+        ctx: Any = None, *, stream: Any = None) -> None:
+    """Copy ``size`` elements of symmetric ``source`` on ``pe`` into local ``target`` (with
+    ``stream``: filled once the stream has run the copy)."""
+    if stream is not None and _streams.rma(False, target, source, pe, size, ctx, stream):
+        return
     rt = state.rt
     st = type(source)
     if st is not ND and ctx is None and size is None and isinstance(source, DomainArray):
@@ -152,9 +169,11 @@ def get(target: np.ndarray, source: np.ndarray, pe: int, size: int | None = None
 
 
 def get_nbi(target: np.ndarray, source: np.ndarray, pe: int, size: int | None = None,
-            ctx: Any = None) -> None:
+            ctx: Any = None, *, stream: Any = None) -> None:
     """Start a get; ``target`` is filled by the next ``quiet`` (a non-contiguous ``target``
-    is filled before this returns)."""
+    is filled before this returns; with ``stream``: once the stream has run it)."""
+    if stream is not None and _streams.rma(False, target, source, pe, size, ctx, stream):
+        return
     dt = same_dtype(target, source)
     n = count_of(target, source, size)
     nbytes = n * dt.itemsize

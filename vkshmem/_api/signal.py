@@ -14,6 +14,13 @@ the same transport endpoint. A PE that sees the signal (``signal_wait_until`` an
 ``signal_fetch`` read it with sequentially consistent atomic loads, so later reads are not
 hoisted above them) therefore sees the data.
 Updates are atomic with respect to every other vkshmem AMO on the word.
+
+``put_signal(_nbi)``, ``signal_add``/``signal_set`` and ``signal_wait_until`` take ``stream=``
+(keyword-only; see :mod:`.rma` and :mod:`.streams`): on a CUDA stream of the cuda domain, with
+the peer's heap mapped and the signal in the same heap, the copy and then the signal's update
+(data first, by stream order) or the bounded wait are enqueued and the call returns at once
+(``signal_wait_until`` then returns None); otherwise the stream is synchronized and the
+blocking call made.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from ..core.errors import InvalidArgumentError, InvalidTypeError
 from ..core.fast import entry
 from ..core.transports.contract import AmoOp
 from . import state
+from . import streams as _streams
 from .alloc import free, new_array
 from .args import ND, DomainArray, heap_of, locate, resolve, segment_route
 from .enums import cmp_codes, cmp_function
@@ -76,6 +84,7 @@ def _value(value: Any, what: str) -> int:
 
 
 _MASK48 = (1 << 48) - 1
+_CMP_CODES = {cmp_function(code): code for code in range(1, 7)}  # comparison -> CMP code
 _SENTINEL = lib.VK_SENTINEL
 _DTYPES = frozenset(np.dtype(c) for c in "lLqQ")  # native 64-bit integers
 
@@ -166,39 +175,66 @@ def _put_signal(target: np.ndarray, source: np.ndarray, pe: int, signal: np.ndar
 
 
 def put_signal(target: np.ndarray, source: np.ndarray, pe: int, signal: np.ndarray,
-               value: int, sigop: SIGNAL, size: int | None = None, ctx: Any = None) -> None:
+               value: int, sigop: SIGNAL, size: int | None = None, ctx: Any = None, *,
+               stream: Any = None) -> None:
     """Copy ``size`` elements (default: the shorter array) of local ``source`` into symmetric
     ``target`` on ``pe``, then update ``signal`` on ``pe`` with ``value`` (``sigop``:
     ``SIGNAL.SET`` or ``SIGNAL.ADD``). The data is delivered before the signal; ``source`` may
-    be reused on return; ``quiet`` completes both."""
+    be reused on return (with ``stream``: once the stream has run it); ``quiet`` completes
+    both."""
+    if stream is not None and _streamed(target, source, pe, signal, value, sigop, size, ctx,
+                                        stream, "put_signal"):
+        return
     _put_signal(target, source, pe, signal, value, sigop, size, ctx, False, "put_signal")
 
 
 def put_signal_nbi(target: np.ndarray, source: np.ndarray, pe: int, signal: np.ndarray,
                    value: int, sigop: SIGNAL, size: int | None = None,
-                   ctx: Any = None) -> None:
+                   ctx: Any = None, *, stream: Any = None) -> None:
     """Start a ``put_signal``: ``source`` must not change before the next ``quiet``, which
-    completes the put and the signal update (the data is still delivered before the signal)."""
+    completes the put and the signal update (the data is still delivered before the signal;
+    ``stream``: as for ``put_signal``)."""
+    if stream is not None and _streamed(target, source, pe, signal, value, sigop, size, ctx,
+                                        stream, "put_signal_nbi"):
+        return
     _put_signal(target, source, pe, signal, value, sigop, size, ctx, True, "put_signal_nbi")
 
 
-def _update(signal: np.ndarray, value: Any, pe: int, ctx: Any, op: AmoOp, what: str) -> None:
+def _streamed(target: Any, source: Any, pe: int, signal: Any, value: Any, sigop: Any,
+              size: Any, ctx: Any, stream: Any, what: str) -> bool:
+    """put_signal(_nbi) with ``stream``: True when enqueued (else the stream is synchronized)."""
+    op = _sigop(sigop)
     v = value & _MASK64 if type(value) is int else _value(value, what)
+    return _streams.put_signal(target, source, pe, signal, op, v, size, ctx, stream)
+
+
+def _update(signal: np.ndarray, value: Any, pe: int, ctx: Any, op: AmoOp, what: str,
+            stream: Any = None) -> None:
+    v = value & _MASK64 if type(value) is int else _value(value, what)
+    if stream is not None and isinstance(signal, DomainArray) and \
+            _streams.amo(signal, pe, op, 8, v, ctx, stream):
+        return
+    if stream is not None and not isinstance(signal, DomainArray):
+        _streams.sync(stream)
     seg, off = _signal_word(signal, what)
     pe, t = resolve(ctx, pe)
     segment_route(t, seg).amo(pe, seg, off, op, 8, v, 0, False)
 
 
-def signal_add(signal: np.ndarray, value: int, pe: int, ctx: Any = None) -> None:
+def signal_add(signal: np.ndarray, value: int, pe: int, ctx: Any = None, *,
+               stream: Any = None) -> None:
     """Atomically add ``value`` (modulo 2**64) to ``signal`` on ``pe`` (OpenSHMEM 1.6).
-    Unordered with respect to earlier puts unless a ``fence`` separates them."""
-    _update(signal, value, pe, ctx, AmoOp.ADD, "signal_add")
+    Unordered with respect to earlier puts unless a ``fence`` separates them (on a
+    ``stream``: ordered after the stream's earlier work)."""
+    _update(signal, value, pe, ctx, AmoOp.ADD, "signal_add", stream)
 
 
-def signal_set(signal: np.ndarray, value: int, pe: int, ctx: Any = None) -> None:
+def signal_set(signal: np.ndarray, value: int, pe: int, ctx: Any = None, *,
+               stream: Any = None) -> None:
     """Atomically set ``signal`` on ``pe`` to ``value`` (modulo 2**64) (OpenSHMEM 1.6).
-    Unordered with respect to earlier puts unless a ``fence`` separates them."""
-    _update(signal, value, pe, ctx, AmoOp.SET, "signal_set")
+    Unordered with respect to earlier puts unless a ``fence`` separates them (on a
+    ``stream``: ordered after the stream's earlier work)."""
+    _update(signal, value, pe, ctx, AmoOp.SET, "signal_set", stream)
 
 
 def signal_fetch(signal: np.ndarray) -> int:
@@ -207,13 +243,20 @@ def signal_fetch(signal: np.ndarray) -> int:
     return _read(signal, "signal_fetch")
 
 
-def signal_wait_until(signal: np.ndarray, cmp: Any, value: int) -> int:
+def signal_wait_until(signal: np.ndarray, cmp: Any, value: int, *,
+                      stream: Any = None) -> int | None:
     """Block until this PE's ``signal`` satisfies ``signal cmp value`` (unsigned 64-bit
     comparison, ``cmp`` as for ``wait_until``); return the signal value that satisfied it.
     Honours ``VKSHMEM_WAIT_TIMEOUT`` and Ctrl-C. Data delivered before the signal is visible
-    to reads after the return."""
+    to reads after the return. With ``stream`` and a GPU signal of the cuda domain the wait is
+    enqueued instead (a one-thread kernel, bounded by ``VKSHMEM_WAIT_TIMEOUT``, else
+    ``VKSHMEM_GPU_TIMEOUT``; a timeout raises WaitTimeoutError at the next call given a
+    stream, ``quiet``, ``barrier_all`` or finalize): the stream's later work sees the data, and
+    None is returned."""
     f = cmp_function(cmp)
     v = value & _MASK64 if type(value) is int else _value(value, "signal_wait_until")
+    if stream is not None and _streams.wait(signal, _CMP_CODES[f], v, stream):
+        return None
     seen = _read(signal, "signal_wait_until")
     if f(seen, v):
         return seen

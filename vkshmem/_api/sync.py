@@ -20,6 +20,7 @@ import numpy as np
 from ..core.errors import InvalidArgumentError, InvalidTypeError
 from ..core.fast import entry
 from . import state
+from . import streamcoll as _streamcoll
 from .args import ND, DomainArray, heap_of, locate
 from .enums import cmp_codes, cmp_function
 
@@ -36,17 +37,26 @@ __all__ = [
 ]
 
 
-def fence(ctx: Any = None) -> None:
+def fence(ctx: Any = None, *, stream: Any = None) -> None:
     """Operations to each PE issued (on ``ctx``) before ``fence`` are delivered before later
-    ones."""
+    ones. With ``stream`` (keyword-only; see ``quiet``), as ``quiet(stream=)``."""
+    if stream is not None and _streamcoll.quiet(ctx, stream):
+        return
     if ctx is None:
         state.rt.fence()
     else:
         _ctx_method(ctx, "fence")()
 
 
-def quiet(ctx: Any = None) -> None:
-    """Wait until every operation this PE issued (on ``ctx``) is complete at its target."""
+def quiet(ctx: Any = None, *, stream: Any = None) -> None:
+    """Wait until every operation this PE issued (on ``ctx``) is complete at its target.
+    With ``stream`` (keyword-only: a CUDA stream, or any object with ``synchronize()``): the
+    stream waits for this PE's non-blocking operations of the memory domains that take it
+    (the CPU does not; operations issued on the stream are ordered by it already) and the
+    CPU completes the rest; where no domain takes the stream it is synchronized, then
+    ``quiet``."""
+    if stream is not None and _streamcoll.quiet(ctx, stream):
+        return
     if ctx is None:
         state.rt.quiet()
     else:
@@ -61,13 +71,22 @@ def _ctx_method(ctx: Any, name: str) -> Callable[[], None]:
                                f"context), got {type(ctx).__name__}") from None
 
 
-def barrier_all() -> None:
-    """Collective over all PEs: ``quiet``, then wait until every PE arrives."""
+def barrier_all(*, stream: Any = None) -> None:
+    """Collective over all PEs: ``quiet``, then wait until every PE arrives. With ``stream``
+    (keyword-only; every PE passes one): where every PE maps every other's GPU heap of a
+    domain that takes the stream, ``quiet(stream=)`` and a barrier kernel on the stream
+    (bounded by ``VKSHMEM_GPU_TIMEOUT``), returning at once; otherwise the stream is
+    synchronized and the blocking barrier made."""
+    if stream is not None and _streamcoll.barrier_all(stream):
+        return
     state.rt.barrier_all()
 
 
-def sync_all() -> None:
-    """Collective over all PEs: wait until every PE arrives (does not complete puts)."""
+def sync_all(*, stream: Any = None) -> None:
+    """Collective over all PEs: wait until every PE arrives (does not complete puts). With
+    ``stream``: as ``barrier_all(stream=)`` without its quiet."""
+    if stream is not None and _streamcoll.sync_all(stream):
+        return
     state.rt.sync_all()
 
 

@@ -26,6 +26,7 @@ from ..core.fast import entry
 from ..core.teams import TeamState
 from . import ctx as _ctx
 from . import state
+from . import streamcoll as _streamcoll
 from .ctx import Ctx, close_team_contexts
 from .ptr import ptr
 
@@ -131,8 +132,12 @@ class Team:
 
     # -- collective operations ------------------------------------------------------------
 
-    def sync(self) -> None:
-        """Collective over the team: wait until every member arrives."""
+    def sync(self, *, stream: Any = None) -> None:
+        """Collective over the team: wait until every member arrives. With ``stream``
+        (keyword-only): on the stream for the team of every PE, as ``sync_all(stream=)``;
+        other teams synchronize the stream, then sync."""
+        if stream is not None and _streamcoll.team_sync(self.state, stream):
+            return
         self.state.sync()
 
     def split_strided(self, start: int = 0, stride: int = 1, size: int | None = None,
@@ -215,9 +220,13 @@ def _state_of(team: Any, what: str) -> TeamState:
     return team.state
 
 
-def sync(team: Team | None = None) -> None:
-    """Collective over ``team`` (default: every PE): wait until all members arrive."""
-    _state_of(TEAM_WORLD if team is None else team, "sync").sync()  # TEAM_INVALID raises
+def sync(team: Team | None = None, *, stream: Any = None) -> None:
+    """Collective over ``team`` (default: every PE): wait until all members arrive (with
+    ``stream``: see ``Team.sync``)."""
+    ts = _state_of(TEAM_WORLD if team is None else team, "sync")  # TEAM_INVALID raises
+    if stream is not None and _streamcoll.team_sync(ts, stream):
+        return
+    ts.sync()
 
 
 sync = entry("sync", sync)  # TEAM_WORLD of shm peers: in C (vkshmem.core.fast)

@@ -48,6 +48,7 @@ from ..errors import VkshmemError
 from ..plugins.apiversion import API_VERSION
 from ..transports.contract import AmoOp, SegmentInfo
 from .array import DomainArray
+from .stream import StreamOps
 
 if TYPE_CHECKING:
     import numpy as np
@@ -61,6 +62,7 @@ __all__ = [
     "DomainLink",
     "DomainSpec",
     "MemoryDomain",
+    "StreamOps",
 ]
 
 
@@ -306,6 +308,13 @@ class MemoryDomain(ABC):
         released) instead of through :meth:`write_nbi`/:meth:`read_nbi`/:meth:`amo`, which
         they must equal. Return whether it did (default: False)."""
         return False
+
+    def stream_ops(self, stream: Any) -> StreamOps | None:
+        """Optional (API 1.2): the :class:`~vkshmem.core.domains.stream.StreamOps` that enqueue
+        operations on the user's ``stream`` (an object the domain recognises, e.g. a CUDA
+        stream), or None (the default: the core synchronizes the stream and makes the
+        blocking call). Called per call: keep it cheap (cache per stream)."""
+        return None
 
     def zero(self, offset: int, nbytes: int) -> None:
         """Zero ``nbytes`` of this PE's segment (default: writes of zeros)."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 __all__ = ["API_VERSION", "check_api_version", "parse_api_version"]
 
 #: ``"major.minor"`` of the plugin API this vkshmem implements.
-API_VERSION = "1.1"
+API_VERSION = "1.2"
 
 
 def parse_api_version(value: object) -> tuple[int, int]:
