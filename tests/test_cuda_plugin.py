@@ -82,6 +82,24 @@ def test_cuda_domain_multipe(cuda_installed: bool, npes: int, mode: str) -> None
 
 
 
+@pytest.mark.parametrize("run", ["mapped", "noimport"])
+@pytest.mark.parametrize("npes", [1, 2, 4])
+def test_cuda_stream(cuda_installed: bool, npes: int, run: str) -> None:
+    """tests/pe/cuda_stream.py: ``stream=`` on the cuda domain with torch, CuPy (each where
+    importable) and cuda-bindings streams: enqueued where the peers' heaps are mapped (the
+    call returns while an earlier kernel runs), the stream synchronized where they are not
+    (``VKSHMEM_DOMAIN_IMPORT=0``); the same values either way; a stream wait times out into
+    WaitTimeoutError (VKSHMEM_WAIT_TIMEOUT=5 here)."""
+    if not cuda_installed:
+        pytest.skip("no CUDA GPU here (tests/gpu/device_run.sh runs this on one)")
+    env = {"VKSHMEM_WAIT_TIMEOUT": "5",
+           **({"VKSHMEM_DOMAIN_IMPORT": "0"} if run == "noimport" else {})}
+    r = launch("cuda_stream", npes, env, timeout=240)
+    assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout}\n{r.stderr}"
+    assert r.stdout.count("cuda_stream ok") == npes, r.stdout
+    print("\n".join(line for line in r.stdout.splitlines() if "barrier_all(stream=)" in line))
+
+
 @pytest.mark.parametrize("cpu_map", ["on", "off"])
 @pytest.mark.parametrize("mode", ["shm", "hostproxy"])
 @pytest.mark.parametrize("npes", [1, 2, 4])

@@ -1,7 +1,8 @@
 """``stream=`` where no domain enqueues on the stream (the Vulkan domain, host arrays): every
 call synchronizes the user's stream object (its ``synchronize()``), then makes the blocking
 call, with the blocking call's results; objects that are no stream are refused with the list
-of what is accepted; fetching AMOs refuse ``stream=``. Runs on lavapipe (tests/test_gpu_multipe.py)."""
+of what is accepted; fetching AMOs refuse ``stream=``. Runs on lavapipe
+(tests/test_gpu_multipe.py)."""
 
 from __future__ import annotations
 

@@ -12,7 +12,8 @@ copies are CPU stores and loads where Vulkan maps the heaps on the CPU (:mod:`.c
 reductions of mapped peers one kernel reading every member's source where it lives
 (:mod:`.reductions`; otherwise the core gathers and reduces on the host). Where the driver
 exports one, the heap's dma-buf fd is offered to transports (``SegmentInfo.dmabuf_fd``) for
-RDMA NICs.
+RDMA NICs. ``stream=`` calls enqueue on the user's CUDA stream through :mod:`.streams`
+(``stream_ops``).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from .reducer import Reducer
 from .reductions import Reductions
 from .service import Service, service_mode
 from .service_kernel import BOX_BYTES
+from .streams import MAX_MEMBERS, CudaStreamOps, CudaStreams
 
 __all__ = ["CudaDomain"]
 
@@ -91,6 +93,9 @@ class CudaDomain(Reductions, MemoryDomain):
         self._gpu_peers = 0  # node peers imported, and how many of them share this GPU
         self._gpu_shared = False
         self._timeout = ctx.config.gpu_timeout
+        #: stream-ordered operations (:mod:`.streams`), made at the first ``stream=``
+        self._streams: CudaStreams | None = None
+        self._wait_timeout = ctx.config.wait_timeout or self._timeout
         self._runtime = ctx.runtime
         #: kernels' launch device, request ring and ring service (get_initiator), or None
         self.initiator: Any = None
@@ -288,6 +293,28 @@ class CudaDomain(Reductions, MemoryDomain):
 
     def quiet(self) -> None:
         self.device.sync()
+        if self._streams is not None:  # a stream's wait that timed out raises here too
+            self._streams.check()
+
+    # -- stream-ordered operations (see .streams) -----------------------------------------------
+
+    def stream_ops(self, stream: Any) -> CudaStreamOps | None:
+        """The operations enqueued on CUDA stream ``stream`` (None: not a CUDA stream)."""
+        s = self._streams
+        if s is None:
+            s = self._streams = CudaStreams(self, self._wait_timeout, self._timeout)
+        return s.ops(stream)
+
+    def barrier_words(self, slot: int, members: int) -> int:
+        """Offset, from an allocation's start, of the stream barriers' counters of family
+        ``slot`` (one word per member, in the control granule past the pair all-reduce's
+        slots), or -1 where they do not fit before the service's box."""
+        off = self.size + (64 << 10) + slot * MAX_MEMBERS * 8
+        return off if members <= MAX_MEMBERS and off + MAX_MEMBERS * 8 <= self._box else -1
+
+    def check_errors(self) -> None:
+        if self._streams is not None:
+            self._streams.check()
 
     def amo(self, mem: Mapping, offset: int, op: AmoOp, width: int, operand: int,
             compare: int) -> int:
@@ -352,7 +379,10 @@ class CudaDomain(Reductions, MemoryDomain):
         """Stop the kernels' ring service and release the Vulkan import (before the heap);
         return its recorded failure, if any."""
         init, self.initiator = self.initiator, None
-        return init.stop() if init is not None else None
+        failed = init.stop() if init is not None else None
+        if failed is None and self._streams is not None:  # a stream's wait timed out
+            failed = self._streams.failure()
+        return failed
 
     # -- teardown ---------------------------------------------------------------------------------
 
@@ -367,6 +397,8 @@ class CudaDomain(Reductions, MemoryDomain):
                 self._devctx = None
             if isinstance(self._svc, Service):
                 self._svc.close()
+            if self._streams is not None:
+                self._streams.close()
             self._pair_plans.clear()
             if self._pair is not None:
                 self._pair.close()
