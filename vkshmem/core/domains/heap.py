@@ -15,9 +15,9 @@ runtime's ``domains`` makes one, collectively, on the domain's first use:
    :mod:`~vkshmem.core.domains.peers`;
 3. for any other peer, a transport of the peer's route that carries puts and gets on the
    segment's memory kind (:meth:`Transport.carries`) registers the segment and carries them
-   (route: the transport's name); where it does not carry AMOs on that kind (e.g. UCX on CUDA
-   memory), the peer's AMOs go through the proxy (route ``<transport>+proxy``), after a quiet
-   of that transport so that they still follow this PE's earlier puts to the peer;
+   (route: the transport's name; :mod:`~vkshmem.core.domains.carriers`); where it does
+   not carry AMOs on that kind (e.g. UCX on CUDA memory), the peer's AMOs go through the
+   proxy (route ``<transport>+proxy``), after a quiet of that transport so that they still follow this PE's earlier puts to the peer;
 4. every other peer is reached through the :class:`~vkshmem.core.proxy.protocol.DomainProxy`
    (route ``proxy``): started on every PE if any PE needs it.
 
@@ -39,9 +39,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._native import lib
-from ..errors import ConfigError, InvalidArgumentError, TransportError, WaitTimeoutError
+from ..errors import ConfigError, InvalidArgumentError, WaitTimeoutError
 from ..heap import Allocator
-from ..transports.contract import AMO, RMA, AmoOp, SegmentInfo, Transport
+from ..transports.contract import AmoOp, SegmentInfo
+from .carriers import carriers
 from .contract import DomainContext, DomainLink, DomainSpec, MemoryDomain
 from .peers import import_peers
 from .xfer import DeviceTransfers
@@ -128,7 +129,11 @@ class DomainHeap:
                               f"({sorted(sizes)}); give every PE the same value")
         self._import(infos, export.fds)
         self.info = dom.describe()
-        self._carry_by_transports()
+        assert self.info is not None
+        #: per PE, the transport carrying this domain (its puts and gets) to it, or None; and
+        #: the transport carrying its AMOs to it, or None (direct, link, proxy)
+        self.carrier, self.amo_carrier = carriers(rt, self.name, self.seg_id, self.info,
+                                                  self.direct, self.links)
         self.route_names = [self._route_name(pe) for pe in range(rt.n_pes)]
         #: every PE's routes (row: that PE's view), so decisions that must agree can
         views = rt.bootstrap.allgather(",".join(self.route_names).encode())
@@ -152,47 +157,6 @@ class DomainHeap:
         self.direct: list[Any] = [self.peers.get(pe) for pe in range(n)]
         #: per PE, the domain's link to its segment, or None
         self.links: list[DomainLink | None] = [links.get(pe) for pe in range(n)]
-
-    def _carry_by_transports(self) -> None:
-        """Peers not imported, whose route's transport carries puts and gets on this memory
-        kind, are reached through that transport, and their AMOs too where it carries those
-        (collective: every PE registers and all-gathers)."""
-        rt = self.rt
-        assert self.info is not None
-        kind = self.info.kind
-        dmabuf = self.info.dmabuf_fd >= 0
-        ops = {t: t.carries(kind, dmabuf) for t in rt.routing.transports}
-        able = [t for t in rt.routing.transports if RMA in ops[t]]
-        keys = {}
-        for t in able:
-            try:
-                keys[f"{t.spec.name}@{rt.routing.rail_of(t)}"] = t.register(self.info).hex()
-            except TransportError as exc:
-                if kind == "host":
-                    raise
-                # a transport refusing GPU memory (e.g. a provider without dma-buf
-                # registration): the peers reach this segment another way (the GPU proxy)
-                log.warning("PE %d: %s; the %s segment goes through another route",
-                            self.my_pe, exc, self.name)
-        tables = [json.loads(b) for b in rt.bootstrap.allgather(json.dumps(keys).encode())]
-        #: per PE, the transport carrying this domain to it, or None
-        self.carrier: list[Transport | None] = [None] * rt.n_pes
-        #: per PE, the transport carrying AMOs on this domain to it, or None (direct, proxy)
-        self.amo_carrier: list[Transport | None] = [None] * rt.n_pes
-        for t in able:
-            key = f"{t.spec.name}@{rt.routing.rail_of(t)}"
-            peers = {}
-            for pe in range(rt.n_pes):
-                if key in tables[pe]:
-                    rkeys = {self.seg_id: bytes.fromhex(tables[pe][key])}
-                    peers[pe] = rt.routing.peer_info(pe, t, rkeys)
-            t.connect(peers)
-            for pe in peers:
-                if self.direct[pe] is None and self.links[pe] is None \
-                        and self.carrier[pe] is None and rt.routing.route_transport[pe] is t:
-                    self.carrier[pe] = t
-                    if AMO in ops[t]:
-                        self.amo_carrier[pe] = t
 
     def _route_name(self, pe: int) -> str:
         if self.direct[pe] is not None:
