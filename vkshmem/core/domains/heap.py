@@ -17,7 +17,8 @@ runtime's ``domains`` makes one, collectively, on the domain's first use:
    segment's memory kind (:meth:`Transport.carries`) registers the segment and carries them
    (route: the transport's name; :mod:`~vkshmem.core.domains.carriers`); where it does
    not carry AMOs on that kind (e.g. UCX on CUDA memory), the peer's AMOs go through the
-   proxy (route ``<transport>+proxy``), after a quiet of that transport so that they still follow this PE's earlier puts to the peer;
+   proxy (route ``<transport>+proxy``), after a quiet of that transport so that they still
+   follow this PE's earlier puts to the peer;
 4. every other peer is reached through the :class:`~vkshmem.core.proxy.protocol.DomainProxy`
    (route ``proxy``): started on every PE if any PE needs it.
 
