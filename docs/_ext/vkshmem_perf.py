@@ -18,7 +18,7 @@ _META = (("date", "Date"), ("device", "Device"), ("driver", "Driver"), ("machine
          ("domain", "Domain"), ("header", "What"), ("setting", "Setting"),
          ("rounds", "Rounds"), ("cuda", "Reference (CUDA column)"), ("ratio", "Ratio"),
          ("note", "Note"))
-_REFS = ("cuda", "nvshmem", "ceiling", "nccl", "floor_us", "ceiling_us")
+_REFS = ("cuda", "nvshmem", "ceiling", "transport", "nccl", "floor_us", "ceiling_us")
 
 
 def _num(v: Any) -> str:
@@ -74,7 +74,8 @@ def _plot(path: Path, rows: list[dict[str, Any]]) -> str | None:
         color = f"C{i % 10}"
         xs = [r["bytes"] for r in rs]
         ax.plot(xs, [r["vkshmem"] for r in rs], "o-", color=color, label=f"{key}: vkshmem")
-        for ref, style in (("cuda", "--"), ("ceiling", "--"), ("nvshmem", ":")):
+        for ref, style in (("cuda", "--"), ("ceiling", "--"), ("transport", "--"),
+                           ("nvshmem", ":")):
             pts = [(r["bytes"], r[ref]) for r in rs if isinstance(r.get(ref), (int, float))
                    and r.get(ref)]
             if len(pts) >= 2:
@@ -156,8 +157,8 @@ def performance_page() -> str:
         if plot:
             out += [f"![Bandwidth of {path.name}](_generated/{plot})", ""]
         keys = list(dict.fromkeys(k for r in rows for k in r))
-        refs = [k for k in ("cuda", "nvshmem", "ceiling", "nccl", "mpi4py", "shmem4py",
-                            "ucx_perftest") if k in keys and "vkshmem" in keys]
+        refs = [k for k in ("cuda", "nvshmem", "ceiling", "transport", "nccl", "mpi4py",
+                            "shmem4py", "ucx_perftest") if k in keys and "vkshmem" in keys]
         head = keys + [f"vkshmem vs {r}" for r in refs]
         out += ["| " + " | ".join(head) + " |",
                 "|" + "|".join("---:" if k not in ("op", "pair", "unit", "domain", "route")
