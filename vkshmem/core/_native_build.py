@@ -37,7 +37,8 @@ uint64_t vk_direct_amo(const void *target, int pe, int op, int width, uint64_t o
                        uint64_t compare);
 int vk_last_error(void);
 #define VK_SENTINEL ...
-struct vk_domain_ops { void *self; ...; };
+struct vk_domain_ops { void *self; uint64_t size; uint8_t *mapped; uint64_t write_max, read_max;
+                       ...; };
 struct vk_native_ops { void *self; ...; };
 struct vk_proxy {
     uint64_t *bells;
@@ -52,7 +53,7 @@ struct vk_proxy {
     uint64_t base;
     uint64_t answers, blocks, area, chunk;
     int n, depth, me;
-    uint64_t rounds, requests, direct_pieces, max_round, answer_errors;
+    uint64_t rounds, requests, direct_pieces, max_round, answer_errors, mapped_sends;
 };
 int vk_proxy_serve(struct vk_proxy *p, uint64_t max_ns);
 void vk_mapped_domain_ops(struct vk_domain_ops *ops, uintptr_t base, uint64_t size);

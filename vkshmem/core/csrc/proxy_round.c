@@ -21,6 +21,9 @@
 #define VKP_GET 2
 #define VKP_AMO 3
 #define VKP_TEXT 480 /* bytes of an error answer's text */
+/* gets from this size up, answered through a transport from a CPU-mapped segment, are sent
+ * straight from the mapping (a second put, instead of a copy next to the header) */
+#define VKP_SEND_MAPPED (64u << 10)
 
 struct vk_proxy {
     uint64_t *bells;   /* this PE's mailbox (the bells come first) */
@@ -35,7 +38,7 @@ struct vk_proxy {
     uint64_t base;     /* the mailbox's offset in the host heap (segment 0) */
     uint64_t answers, blocks, area, chunk;
     int n, depth, me;
-    uint64_t rounds, requests, direct_pieces, max_round, answer_errors;
+    uint64_t rounds, requests, direct_pieces, max_round, answer_errors, mapped_sends;
 };
 
 struct vkp_hdr { /* struct.Struct("<IIQQQQQ") of vkshmem/core/proxy/mailbox.py's HDR */
@@ -142,7 +145,21 @@ static void vkp_start(struct vk_proxy *p, int i, int s, uint64_t j, uint8_t *req
             p->direct_pieces++;
         }
         rc = vkp_order(p, nr, h.offset, n, 0);
-        if (!rc && d->mapped && n <= d->read_max)
+        if (!rc && !p->peer[s] && d->mapped && n <= d->read_max && n >= VKP_SEND_MAPPED) {
+            /* the transport sends the payload straight from the mapping (no copy into the
+             * request area), now, so later requests of the round cannot change it; the
+             * answer's header follows it on the same endpoint */
+            struct vk_native_ops *t = p->route[s];
+            uint64_t at = p->base + p->blocks + ((uint64_t)p->me * p->depth + j) * 2 * p->area
+                          + p->area + VKP_HEAD;
+            if (t->put(t->self, s, 0, at, d->mapped + h.offset, n, 0)) {
+                p->answer_errors++;
+                vkp_fail(p, i, req, "TransportError: sending the answer's payload failed");
+                return;
+            }
+            a[3] = 0;
+            p->mapped_sends++;
+        } else if (!rc && d->mapped && n <= d->read_max)
             memcpy(dst, d->mapped + h.offset, n);
         else if (!rc && n)
             rc = d->start(d->self, 0, h.offset, dst, n);

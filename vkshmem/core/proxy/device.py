@@ -14,6 +14,7 @@ from .mailbox import GET, HEAD, PUT
 
 if TYPE_CHECKING:
     from ..domains.heap import DomainHeap
+    from .native import DomainOps
 
 __all__ = ["Done", "ProxyDeviceTransfers"]
 
@@ -45,6 +46,7 @@ class ProxyDeviceTransfers:
     _abandon: Callable[[int], None]
     _settle: Callable[[], None]
     _area: Callable[[int, int, bool, int], memoryview | None]
+    dops: DomainOps
 
     def put_device(self, pe: int, offset: int, src_off: int, nbytes: int,
                    nbi: bool = False) -> None:
@@ -58,8 +60,11 @@ class ProxyDeviceTransfers:
             if self.direct[pe] is not None:
                 self._put_direct(pe, offset, src_off, nbytes, nbi)
                 return
+            pieces = self._pieces(nbytes)
+            if self.dops.readable(src_off, pieces[0][1]) is not None:
+                self._put_mapped(pe, offset, src_off, pieces, nbi)
+                return
             try:
-                pieces = self._pieces(nbytes)
                 for k, (lo, n) in enumerate(pieces):
                     if k == 0:  # into the host heap: one DMA where the domain imported it
                         dom.read_nbi(mem, src_off, stages[0][HEAD:HEAD + n])
@@ -75,6 +80,24 @@ class ProxyDeviceTransfers:
             if not nbi:
                 self._finish(pe)
 
+    def _put_mapped(self, pe: int, offset: int, src_off: int, pieces: list[tuple[int, int]],
+                    nbi: bool) -> None:
+        """:meth:`put_device` where the CPU reads the segment through its mapping at memory
+        speed (a CPU driver's, or an integrated GPU's cached memory): the transport sends each
+        piece straight from the mapping, no staging copy. Under the send lock."""
+        readable = self.dops.readable
+        try:
+            for lo, n in pieces:
+                view = readable(src_off + lo, n)
+                assert view is not None
+                self._issue(pe, PUT, offset + lo, n, payload=view, nbi=nbi)
+                self.stats["mapped"] += 1
+        except BaseException:
+            self._abandon(pe)
+            raise
+        if not nbi:
+            self._finish(pe)
+
     def _put_direct(self, pe: int, offset: int, src_off: int, nbytes: int, nbi: bool) -> None:
         """:meth:`put_device` to a peer mapped here: each piece copied by the device straight
         into the request area of ``pe``'s mailbox (once its slot is free), then announced by
@@ -88,8 +111,12 @@ class ProxyDeviceTransfers:
                     self._complete(pe)
                 area = self._area(pe, (seq - 1) % self.depth, False, n)
                 assert area is not None
-                dom.read_nbi(mem, src_off + lo, area)
-                dom.quiet()
+                view = self.dops.readable(src_off + lo, n)
+                if view is not None:  # a CPU copy through the mapping
+                    area[:] = view
+                else:
+                    dom.read_nbi(mem, src_off + lo, area)
+                    dom.quiet()
                 self.stats["direct"] += 1
                 self._issue(pe, PUT, offset + lo, n, nbi=nbi)
         except BaseException:

@@ -30,9 +30,43 @@ if TYPE_CHECKING:
     from ..transports.endpoints import Endpoints
     from .protocol import DomainProxy
 
-__all__ = ["NativeRounds"]
+__all__ = ["DomainOps", "NativeRounds"]
 
 log = logging.getLogger("vkshmem")
+
+
+class DomainOps:
+    """The domain's operations in C on this PE's segment (``struct vk_domain_ops``, filled once
+    by :meth:`MemoryDomain.native_ops <vkshmem.core.domains.contract.MemoryDomain.native_ops>`),
+    shared by the serving thread's native rounds and the sending side, which reads device
+    pieces through the CPU mapping they describe (``mapped``, up to ``read_max`` bytes) instead
+    of staging them by a device copy where the domain says the CPU reads it at memory speed."""
+
+    def __init__(self, proxy: DomainProxy) -> None:
+        self.ops = ffi.new("struct vk_domain_ops *")
+        self.offered = False
+        #: the segment through the CPU mapping, and the largest read through it (0: none)
+        self.view: memoryview | None = None
+        self.read_max = 0
+        if not proxy.rt.config.gpu_native:
+            return
+        try:
+            self.offered = bool(proxy.heap.domain.native_ops(
+                int(ffi.cast("uintptr_t", self.ops))))
+        except Exception as exc:  # e.g. the AMO kernel does not compile: the Python rounds
+            log.info("PE %d: the %s proxy serves in Python: %s", proxy.me, proxy.heap.name, exc)
+            return
+        ops = self.ops
+        if self.offered and ops.mapped != ffi.NULL and ops.read_max and ops.size:
+            self.view = memoryview(ffi.buffer(ops.mapped, ops.size)).cast("B")
+            self.read_max = int(ops.read_max)
+
+    def readable(self, offset: int, nbytes: int) -> memoryview | None:
+        """The CPU's view of ``nbytes`` of the segment at ``offset`` where reads through the
+        mapping take that size (else None: a device copy stages them)."""
+        if self.view is None or nbytes > self.read_max or offset + nbytes > self.view.nbytes:
+            return None
+        return self.view[offset:offset + nbytes]
 
 
 class NativeRounds:
@@ -50,7 +84,7 @@ class NativeRounds:
                 peers[s] = int(lib.vk_peer_base(HOST_SEG, s)) + proxy.base
             else:
                 routes[s] = eps[s].native_ops()
-        self._ops = ffi.new("struct vk_domain_ops *")
+        self._ops = proxy.dops.ops
         p = self._p = ffi.new("struct vk_proxy *")
         self._keep = [ffi.new("uint64_t[]", 4 * n * depth), ffi.new("uint64_t[]", 3 * n * depth),
                       ffi.new("uint8_t *[]", [ffi.cast("uint8_t *", a) for a in peers]),
@@ -69,7 +103,8 @@ class NativeRounds:
         #: whether any sender can be served here at all
         self.useful = any(peers) or any(routes)
         self._name, self._me = proxy.heap.name, proxy.me
-        self._seen = (0, 0)  # rounds, direct pieces already counted in the proxy's stats
+        #: rounds, direct pieces, mapped sends already counted in the proxy's stats
+        self._seen = (0, 0, 0)
 
     @classmethod
     def make(cls, proxy: DomainProxy, eps: Endpoints, nxt: np.ndarray,
@@ -77,17 +112,10 @@ class NativeRounds:
         """The native rounds of ``proxy`` (answering through the serving thread's endpoints
         ``eps``), or None where no sender's mailbox is mapped here and no transport reaches
         one in C, the domain offers no C operations, or ``VKSHMEM_GPU_NATIVE=0``."""
-        if not proxy.rt.config.gpu_native:
+        if not proxy.dops.offered:
             return None
         rounds = cls(proxy, eps, nxt, due)
-        if not rounds.useful:
-            return None
-        try:
-            offered = proxy.heap.domain.native_ops(int(ffi.cast("uintptr_t", rounds._ops)))
-        except Exception as exc:  # e.g. the AMO kernel does not compile: the Python rounds
-            log.info("PE %d: the %s proxy serves in Python: %s", proxy.me, proxy.heap.name, exc)
-            return None
-        return rounds if offered else None
+        return rounds if rounds.useful else None
 
     def serve(self, spin_ns: int) -> int:
         """One round: the number of requests served here (0: none due within ``spin_ns``), or
@@ -97,11 +125,12 @@ class NativeRounds:
     def count(self, stats: dict[str, Any]) -> None:
         """Add the rounds served here since the last call to the proxy's counters."""
         p = self._p
-        rounds, pieces = int(p.rounds), int(p.direct_pieces)
-        stats["rounds"] += rounds - self._seen[0]
-        stats["direct"] += pieces - self._seen[1]
+        seen = (int(p.rounds), int(p.direct_pieces), int(p.mapped_sends))
+        for key, now, before in zip(("rounds", "direct", "mapped"), seen, self._seen,
+                                    strict=True):
+            stats[key] += now - before
         stats["max_round"] = max(stats["max_round"], int(p.max_round))
-        self._seen = (rounds, pieces)
+        self._seen = seen
         if p.answer_errors:  # that sender times out, naming this PE
             log.error("%s proxy of PE %d: %d answers could not be sent", self._name, self._me,
                       int(p.answer_errors))

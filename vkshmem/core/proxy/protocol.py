@@ -10,14 +10,19 @@ domain's local operations (for a GPU, AMOs by a shader, so they stay atomic with
 atomics on the same word).
 
 **Pipelining.** Each (sender, target) pair has ``D = 3`` request slots (``DEPTH``), so three
-requests are in flight. A transfer larger than a piece (``VKSHMEM_GPU_PROXY_CHUNK``) is a
-stream of pieces: for a device-to-device put, the sender's device copy of piece k+1 into host
-staging runs (``read_nbi`` + the domain's ``flush``) while the transport carries piece k and
-the target's device copies piece k-1 out of its mailbox; a get keeps the next pieces requested
-while the device copies an answer in (``write_nbi``, straight from the mailbox). Their ``nbi``
-forms (``put_nbi``/``get_nbi`` between GPU arrays) return once every piece is sent, so the
-requests of successive calls stay in flight; :meth:`DomainProxy.quiet` (called by the heap's
-``quiet`` and ``fence``) consumes their answers and raises the first failure. The target
+requests are in flight. A transfer is a stream of pieces (:func:`~.mailbox.pieces`: at most
+``VKSHMEM_GPU_PROXY_CHUNK``, 1 MiB where CPUs copy them, and at least two from 1 MiB): for a
+device-to-device put, the sender's device copy of piece k+1 into host staging runs
+(``read_nbi`` + the domain's ``flush``) while the transport carries piece k and the target's
+device copies piece k-1 out of its mailbox; where the CPU reads the segment through its
+mapping at memory speed (the domain's ``native_ops`` say so: a CPU driver, cached memory)
+the transport sends each piece straight from the mapping, with no staging copy, and the
+target answers a get through a transport likewise, from its mapping; a get keeps the next
+pieces requested while the device copies an answer in (``write_nbi``, straight from the
+mailbox). Their ``nbi`` forms (``put_nbi``/``get_nbi`` between GPU arrays) return once every
+piece is sent, so the requests of successive calls stay in flight; :meth:`DomainProxy.quiet`
+(called by the heap's ``quiet`` and ``fence``) consumes their answers and raises the first
+failure. The target
 serves every pending request of every sender per wake-up: it starts their device copies
 together, answers the previous round's requests meanwhile, then waits (``quiet``) once.
 
@@ -72,7 +77,8 @@ from ..transports.contract import AmoOp
 from ..transports.endpoints import Endpoints
 from ..wait import Waiter
 from .device import Done, ProxyDeviceTransfers
-from .mailbox import AMO, DEPTH, GET, HDR, HEAD, INLINE, PUT, RESP, U64, Layout, proxy_chunk
+from .mailbox import AMO, DEPTH, GET, HDR, HEAD, INLINE, PUT, RESP, U64, Layout, pieces, proxy_chunk
+from .native import DomainOps
 from .serve import ProxyServer
 
 if TYPE_CHECKING:
@@ -127,10 +133,11 @@ class DomainProxy(ProxyDeviceTransfers):
         # bounded by VKSHMEM_GPU_TIMEOUT; drives transports that need it; ends at once when
         # the PE waited for is known to have failed
         self._waiter = Waiter(self.timeout, rt.routing.transports, rt.liveness)
-        #: counters: requests sent, most in flight to one PE, serving rounds, most per round
-        #: and pieces moved by DMA straight to or from a peer's mailbox (sent and served)
+        #: counters: requests sent, most in flight to one PE, serving rounds, most per round,
+        #: pieces moved by DMA straight to or from a peer's mailbox (sent and served) and
+        #: pieces a transport sent straight from the segment's CPU mapping (sent and served)
         self.stats = {"requests": 0, "max_in_flight": 0, "rounds": 0, "max_round": 0,
-                      "direct": 0}
+                      "direct": 0, "mapped": 0}
         # Own endpoints for the sending side (the serving thread makes its own), so neither
         # shares a transport's default endpoint with the application's thread.
         self._send = Endpoints(rt)
@@ -145,6 +152,8 @@ class DomainProxy(ProxyDeviceTransfers):
         #: peer's mailbox block for this PE (``DEPTH`` request areas, each followed by a
         #: response area), so device pieces to it go by DMA with no CPU copy (None: staged)
         self.direct: list[memoryview | None] = [self._map_block(pe) for pe in range(self.n)]
+        #: the domain's operations in C (the native rounds') and its CPU mapping, if any
+        self.dops = DomainOps(self)
         self.server = ProxyServer(self)
 
     def _map_block(self, pe: int) -> memoryview | None:
@@ -294,8 +303,9 @@ class DomainProxy(ProxyDeviceTransfers):
         self._error = None
 
     def _pieces(self, nbytes: int) -> list[tuple[int, int]]:
-        c = self.chunk
-        return [(lo, min(c, nbytes - lo)) for lo in range(0, nbytes, c)]
+        """The pieces of a transfer (:func:`~vkshmem.core.proxy.mailbox.pieces`: CPU-sized
+        where the CPU maps the segment at memory speed)."""
+        return pieces(nbytes, self.chunk, self.dops.view is not None)
 
     def put(self, pe: int, offset: int, src: memoryview) -> None:
         """Write host bytes ``src`` into ``pe``'s segment at ``offset`` (complete on return)."""
@@ -374,3 +384,4 @@ class DomainProxy(ProxyDeviceTransfers):
         self.words = self._answers = np.zeros(0, np.uint64)
         self.mem = self.stage = memoryview(b"")
         self._stages = []
+        self.dops.view = None
