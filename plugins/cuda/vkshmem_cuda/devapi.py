@@ -12,9 +12,11 @@ import struct
 from pathlib import Path
 from typing import Any
 
+from vkshmem.plugin import InvalidArgumentError
+
 from .driver import CudaError, check
 
-__all__ = ["CONTEXT", "DeviceContext", "include_dir"]
+__all__ = ["CONTEXT", "DeviceContext", "include_dir", "vulkan_kernels"]
 
 #: ``vks_ctx``: bases pointer, sync block offset, heap size, my PE, number of PEs
 CONTEXT = struct.Struct("<QQQii")
@@ -45,6 +47,17 @@ class DeviceContext:
         #: per PE, whether kernels reach it by loads and stores
         self.reachable = [b != 0 for b in bases]
 
+    @classmethod
+    def of_heap(cls, runtime: Any, seg_id: int, device: Any, heap_size: int,
+                my_pe: int) -> DeviceContext:
+        """The context of segment ``seg_id``'s heap: every PE's base as the domain heap of
+        ``runtime`` maps it here (0 where it does not)."""
+        if runtime is None:
+            raise InvalidArgumentError("the device API needs the runtime (shmem.init)")
+        heap = runtime.domains.heap_of(seg_id)
+        bases = [int(m.va) if m is not None else 0 for m in heap.direct]
+        return cls(device, bases, heap.device_sync_off, heap_size, my_pe)
+
     def close(self) -> None:
         if self.address:
             addr, self.address = self.address, 0
@@ -53,3 +66,16 @@ class DeviceContext:
                 self.device.cu.cuMemFree(addr)
             except CudaError:
                 pass
+
+
+def vulkan_kernels(runtime: Any, seg_id: int, device: Any, fd: int, size: int) -> Any:
+    """Vulkan kernels on a cuda heap (:func:`vkshmem.shmem.gpu_kernel`): the Vulkan device of
+    this GPU imports the VMM heap's fd (device-local memory), so the Vulkan domain's kernels,
+    request ring and ring service run on it unchanged (see
+    :mod:`vkshmem.gpu.initiated.initiator`). Needs the GPU's Vulkan driver and the ``vulkan``
+    package (FeatureNotAvailableError says which is missing)."""
+    from vkshmem.plugin import vulkan_initiator
+
+    if runtime is None:
+        raise InvalidArgumentError("GPU kernels need the runtime (shmem.init)")
+    return vulkan_initiator(runtime, seg_id, device.uuid, fd, size)

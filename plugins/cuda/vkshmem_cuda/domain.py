@@ -41,6 +41,7 @@ from vkshmem.plugin import (
 
 from .array import CudaArray, PeerView
 from .cpumap import CpuMaps
+from .devapi import DeviceContext, vulkan_kernels
 from .driver import CudaError, Device, Mapping, device_count
 from .pairreduce import PairReduce, Plan
 from .reducer import Reducer
@@ -225,6 +226,13 @@ class CudaDomain(Reductions, MemoryDomain):
             raise InvalidArgumentError(f"{what}: {nbytes} bytes at offset {offset} are outside "
                                        f"the {self.size}-byte CUDA heap")
 
+    def watch_address(self, offset: int) -> int:
+        """Where Vulkan maps this PE's heap on the CPU (see .cpumap), the address of
+        ``offset`` there: waits on GPU words spin on it (uncached loads across PCIe, ~1 µs
+        each, which see the peers' CPU stores and every GPU write) instead of polling copies."""
+        cpu = self.local.cpu
+        return cpu + offset if cpu else 0
+
     def write(self, mem: Mapping, offset: int, src: Any) -> None:
         n = memoryview(src).nbytes
         self.check_range(offset, n, "CUDA write")
@@ -345,19 +353,11 @@ class CudaDomain(Reductions, MemoryDomain):
     # -- GPU-initiated communication -------------------------------------------------------------
 
     def get_initiator(self) -> Any:
-        """Vulkan kernels on this heap (:func:`vkshmem.shmem.gpu_kernel`): the Vulkan device
-        of this GPU imports the VMM heap's fd (device-local memory), so the Vulkan domain's
-        kernels, request ring and ring service run on it unchanged (see
-        :mod:`vkshmem.gpu.initiated.initiator`). Made on first use, not collective; needs the GPU's
-        Vulkan driver and the ``vulkan`` package (FeatureNotAvailableError says which is
-        missing)."""
+        """Vulkan kernels on this heap (:func:`vkshmem.shmem.gpu_kernel`; see
+        :func:`.devapi.vulkan_kernels`). Made on first use, not collective."""
         if self.initiator is None:
-            from vkshmem.plugin import vulkan_initiator
-
-            if self._runtime is None:
-                raise InvalidArgumentError("GPU kernels need the runtime (shmem.init)")
-            self.initiator = vulkan_initiator(self._runtime, self.seg_id, self.device.uuid,
-                                              self.fd, self.local.size)
+            self.initiator = vulkan_kernels(self._runtime, self.seg_id, self.device, self.fd,
+                                            self.local.size)
         return self.initiator
 
     def device_context(self) -> int:
@@ -365,14 +365,8 @@ class CudaDomain(Reductions, MemoryDomain):
         (``include/vkshmem_device.cuh``; :mod:`.devapi`): every PE's heap as mapped here.
         Made on first use; local."""
         if self._devctx is None:
-            from .devapi import DeviceContext
-
-            if self._runtime is None:
-                raise InvalidArgumentError("the device API needs the runtime (shmem.init)")
-            heap = self._runtime.domains.heap_of(self.seg_id)
-            bases = [int(m.va) if m is not None else 0 for m in heap.direct]
-            self._devctx = DeviceContext(self.device, bases, heap.device_sync_off, self.size,
-                                         self.my_pe)
+            self._devctx = DeviceContext.of_heap(self._runtime, self.seg_id, self.device,
+                                                 self.size, self.my_pe)
         return self._devctx.address
 
     def stop_threads(self) -> BaseException | None:
