@@ -116,6 +116,7 @@ from ._api.signal import (
     signal_set,
     signal_wait_until,
 )
+from ._api.streams import gpu_stream
 from ._api.sync import (
     barrier_all,
     fence,
@@ -248,6 +249,7 @@ __all__ = [
     "get_nbi",
     "global_exit",
     "gpu_kernel",
+    "gpu_stream",
     "ibget",
     "ibput",
     "iget",

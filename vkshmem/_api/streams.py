@@ -7,7 +7,8 @@ stream (:func:`sync`) and returns False: the caller then makes the blocking call
 (``MemoryDomain.stream_ops``) and the peers' segments are imported here (route ``direct``);
 collectives and barriers where every PE of the job maps every other's segment. A stream wait
 that timed out on the device raises ``WaitTimeoutError`` at the next call given a stream of
-that domain (or its quiet, barrier_all, or finalize).
+that domain (or its quiet, barrier_all, or finalize). :func:`gpu_stream` makes a
+:class:`vkshmem.gpu.Stream`, the stream type of the Vulkan domain.
 """
 
 from __future__ import annotations
@@ -18,18 +19,37 @@ import numpy as np
 
 from ..core.domains.stream import StreamOps
 from ..core.elements import count_of
-from ..core.errors import InvalidArgumentError
+from ..core.errors import FeatureNotAvailableError, InvalidArgumentError
 from ..core.transports.contract import AmoOp
 from . import state
 from .args import DomainArray, check_pe, place, same_dtype
 
-__all__ = ["ACCEPTED", "amo", "ops_of", "put_signal", "rma", "sync", "wait"]
+__all__ = ["ACCEPTED", "amo", "gpu_stream", "ops_of", "put_signal", "rma", "sync", "wait"]
 
 #: what stream= takes (the error for anything else says it)
-ACCEPTED = ("stream= takes a CUDA stream where the array's memory domain enqueues on one (the "
-            "cuda domain: an int handle, a torch.cuda.Stream, a cupy.cuda.Stream, a "
-            "cuda.bindings CUstream, or an object with __cuda_stream__), or any object with a "
-            "synchronize() method (the call then synchronizes it and blocks)")
+ACCEPTED = ("stream= takes a stream the array's memory domain enqueues on (the vulkan domain: "
+            "a vkshmem.gpu.Stream from shmem.gpu_stream(); the cuda domain: a CUDA stream, as "
+            "an int handle, a torch.cuda.Stream, a cupy.cuda.Stream, a cuda.bindings CUstream "
+            "or an object with __cuda_stream__), or any object with a synchronize() method "
+            "(the call then synchronizes it and blocks)")
+
+
+def gpu_stream(domain: str = "gpu", *, name: str | None = None) -> Any:
+    """A :class:`vkshmem.gpu.Stream` of the Vulkan GPU domain: work given ``stream=`` (and
+    ``UserKernel.dispatch(..., stream=)``) is enqueued on it in call order and the call
+    returns without waiting for the GPU; ``synchronize()`` waits, ``query()`` asks,
+    ``close()`` (or ``with``) frees it. Opens the domain's heap if it is not open yet, which
+    is collective (as the first GPU allocation); otherwise local. A domain with its own
+    stream type (cuda: CUDA streams of torch, CuPy, cuda-bindings) raises
+    FeatureNotAvailableError."""
+    heap = state.require().domains.domain(domain)
+    make = getattr(heap.domain, "gpu_stream", None)
+    if make is None:
+        raise FeatureNotAvailableError(
+            f"gpu_stream makes streams of the vulkan domain; domain={domain!r} is "
+            f"{heap.name!r} here" + (": pass a CUDA stream (torch, CuPy, cuda-bindings) as "
+                                     "stream=" if heap.name == "cuda" else ""))
+    return make(name)
 
 
 def ops_of(heap: Any, stream: Any) -> StreamOps | None:
@@ -68,7 +88,10 @@ def _remote(remote: Any, pe: Any, stream: Any) -> tuple[Any, Any, Any, int] | No
     if mem is None:
         return None
     ops = ops_of(heap, stream)
-    return None if ops is None else (heap, ops, mem, pe)
+    reaches = getattr(ops, "reaches", None)  # a domain whose stream sees only some peers
+    if ops is None or (reaches is not None and not reaches(mem)):
+        return None
+    return heap, ops, mem, pe
 
 
 def _rma(is_put: bool, target: Any, source: Any, pe: Any, size: Any, ctx: Any,
@@ -87,6 +110,9 @@ def _rma(is_put: bool, target: Any, source: Any, pe: Any, size: Any, ctx: Any,
         if local.domain is not remote.domain:
             return None
         loff = place(local, nbytes, f"{what} {'source' if is_put else 'target'}")[1]
+        reaches = getattr(ops, "reaches", None)
+        if reaches is not None and not reaches(heap.local):
+            return None
         if is_put:
             ops.copy(mem, roff, heap.local, loff, nbytes)
         else:
@@ -154,7 +180,7 @@ def wait(signal: Any, cmp: int, value: int, stream: Any) -> bool:
     heap = state.domain_heaps.get(signal.domain) if isinstance(signal, DomainArray) else None
     ops = ops_of(heap, stream) if heap is not None else None
     off = _signal_word(signal, heap) if ops is not None else None
-    if ops is not None and off is not None:
+    if ops is not None and off is not None and getattr(ops, "can_wait", True):
         ops.wait(off, cmp, value)
         return True
     sync(stream)

@@ -12,6 +12,8 @@ vkshmem.gpu`` always works; a missing loader, driver or binding raises
 - :class:`ComputePipeline`, :func:`load_spirv` — SPIR-V compute pipelines with push constants.
 - :class:`Ring` — the host view of the GPU-initiated request ring (``shaders/vkshmem.glsl``).
 - :class:`GpuSegment` — a symmetric segment as transports see it.
+- :class:`Stream` — in-order GPU work without host waits (timeline semaphore): ``stream=``
+  of the Vulkan domain (:func:`vkshmem.shmem.gpu_stream`).
 - :mod:`vkshmem.gpu.shaders` — ``build()``/``check()`` of the shipped SPIR-V.
 
 Layout: :mod:`~vkshmem.gpu.vk` (Vulkan objects: instance, devices, memory, submissions,
@@ -31,6 +33,7 @@ from .initiated.launch import Launch, UserKernel
 from .initiated.push import pack_push
 from .initiated.ring import Descriptor, Ring, RingOp, SignalOp
 from .initiated.ringservice import RingService
+from .stream import Stream
 from .vk.device import VulkanDevice
 from .vk.instance import list_devices
 from .vk.kernels import REDUCE_DTYPES, REDUCE_FEATURES, REDUCE_OPS, reduce_unsupported
@@ -59,6 +62,7 @@ __all__ = [
     "RingOp",
     "RingService",
     "SignalOp",
+    "Stream",
     "UserKernel",
     "VulkanDevice",
     "list_devices",

@@ -68,6 +68,8 @@ VARIANTS: dict[str, tuple[str, dict[str, str]]] = {
     "reduce_c64": ("reduce.comp", {"DTYPE": "12"}),
     "reduce_c128": ("reduce.comp", {"DTYPE": "13"}),
     "ring_selftest": ("ring_selftest.comp", {}),
+    "stream_wait": ("stream_wait.comp", {"CPU": "0"}),
+    "stream_wait_cpu": ("stream_wait.comp", {"CPU": "1"}),
 }
 
 #: Test kernels in tests/gpu/shaders (built next to their sources, ``shaders/`` included).
@@ -75,6 +77,7 @@ TEST_VARIANTS: dict[str, tuple[str, dict[str, str]]] = {
     "api_selftest": ("api_selftest.comp", {}),
     **{f"direct_api_{m}": ("direct_api.comp", {"MODE": str(m)}) for m in range(7)},
     "put_signal": ("put_signal.comp", {}),
+    "stream_kernel": ("stream_kernel.comp", {}),
 }
 
 Variants = dict[str, tuple[str, dict[str, str]]]

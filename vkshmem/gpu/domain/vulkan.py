@@ -17,7 +17,8 @@ memory never opens a Vulkan device. This module implements the
 - arrays: :class:`~vkshmem.gpu.array.DeviceArray`;
 - a vendor's accelerations (:mod:`vkshmem.gpu.accel`: vkshmem-cuda's on NVIDIA), attached
   through :class:`~vkshmem.gpu.accel.DomainAccelerator` (Vulkan-only without one);
-- GPU-initiated communication (:meth:`VulkanDomain.get_initiator`) and validation-layer
+- GPU-initiated communication (:meth:`VulkanDomain.get_initiator`), streams
+  (:meth:`VulkanDomain.gpu_stream`, ``stream_ops``: :mod:`.streams`) and validation-layer
   errors (``check_errors``).
 """
 
@@ -45,10 +46,12 @@ from ..vk.device import VulkanDevice
 from ..vk.kernels import reduce_unsupported
 from ..vk.memory import ExportInfo, GpuMemory
 from .segment import GpuSegment, open_segment
+from .streams import DomainStreams, VulkanStreamOps
 
 if TYPE_CHECKING:
     from ..accel import HeapMemory
     from ..initiated.initiator import Initiator
+    from ..stream import Stream
 
 __all__ = ["VulkanDomain", "address_of"]
 
@@ -69,6 +72,8 @@ class VulkanDomain(MemoryDomain):
         self.my_pe = ctx.my_pe
         self.closed = False
         self.initiator: Initiator | None = None
+        #: the domain's streams (vkshmem.gpu.Stream) and their operations
+        self.streams = DomainStreams(self)
         self.segment: GpuSegment | None = None
         #: same-device peers' heap fds (a duplicate each) and export infos, kept where kernels
         #: run on a launch device of their own, which imports them for direct access
@@ -300,6 +305,7 @@ class VulkanDomain(MemoryDomain):
         (VKSHMEM_GPU_TIMEOUT bounds the Vulkan wait)."""
         self.accel.sync()
         self.device.quiet_nbi()
+        self.streams.check()  # a stream's wait that timed out raises here too
 
     def flush(self) -> None:
         """Submit the batched copies without waiting for them."""
@@ -362,16 +368,29 @@ class VulkanDomain(MemoryDomain):
             self.initiator = Initiator.for_vulkan(self, self.ctx.runtime)
         return self.initiator
 
+    def gpu_stream(self, name: str | None = None) -> Stream:
+        """A :class:`~vkshmem.gpu.stream.Stream` on the device kernels run on (not
+        collective; opens the initiator, as the first kernel does)."""
+        return self.streams.new(name)
+
+    def stream_ops(self, stream: Any) -> VulkanStreamOps | None:
+        """The operations on ``stream`` when it is a Stream of this domain's devices."""
+        return self.streams.ops(stream)
+
     # -- errors and teardown ---------------------------------------------------------------------
 
     def stop_threads(self) -> BaseException | None:
-        """Stop the ring service (kernels' requests); return its failure, if one was
-        recorded."""
+        """Close the streams, stop the ring service (kernels' requests); return a stream
+        wait's timeout or the service's failure, if one was recorded."""
+        failed = self.streams.close()
         init, self.initiator = self.initiator, None
-        return init.stop() if init is not None else None
+        stopped = init.stop() if init is not None else None
+        return failed or stopped
 
     def check_errors(self) -> None:
-        """Raise GpuError for validation-layer errors reported since the last check."""
+        """Raise a stream wait's timeout, or GpuError for validation-layer errors reported
+        since the last check."""
+        self.streams.check()
         if not self.device.validation:
             return
         errors = self.device.validation_errors

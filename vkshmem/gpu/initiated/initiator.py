@@ -87,6 +87,9 @@ class Initiator:
         #: peers' heaps imported into the launch device (where it is not the domain's)
         self._peer_imports: list[GpuMemory] = []
         self.peer_table: GpuMemory | None = None
+        #: per PE, its GPU heap as the launch device maps it (this PE's included; streams
+        #: translate the domain's handles with it)
+        self.peer_memory: dict[int, GpuMemory] = {}
         try:
             self.heap = make_heap(device)
             self.ring = Ring.create(self.device, RING_CAPACITY)
@@ -106,6 +109,7 @@ class Initiator:
         assert self.heap is not None and self.ring is not None
         bases = [0] * n
         bases[me] = self.heap.device_address
+        self.peer_memory[me] = self.heap
         exports = getattr(heap.domain, "peer_exports", {})
         for pe in range(n):
             mem = heap.direct[pe]
@@ -113,10 +117,13 @@ class Initiator:
                 continue
             if not self.own_device:
                 bases[pe] = getattr(mem, "device_address", 0)
+                if bases[pe]:
+                    self.peer_memory[pe] = mem
             elif pe in exports:
                 imported = self._import_peer(pe, *exports[pe])
                 if imported is not None:
                     self._peer_imports.append(imported)
+                    self.peer_memory[pe] = imported
                     bases[pe] = imported.device_address
         self.peer_table = self.device.alloc_mapped(8 * n)
         view = self.peer_table.map()
@@ -322,6 +329,11 @@ class Initiator:
         """Stop the service, close the kernels, the ring, the imported heap and the launch
         device; then raise a request failure (``check``)."""
         error: BaseException | None = None
+        for stream in list(self.device.streams):  # before the memory their work reads
+            try:
+                stream.close()
+            except Exception as exc:
+                error = error or exc
         if self.service is not None:
             try:
                 self.service.stop()
@@ -346,6 +358,7 @@ class Initiator:
         for mem in self._peer_imports:
             mem.free()
         self._peer_imports.clear()
+        self.peer_memory.clear()
         if self.heap is not None and self.own_device:
             self.heap.free()
         self.heap = None

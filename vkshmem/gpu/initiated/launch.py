@@ -40,6 +40,7 @@ from .push import PUSH_HEADER, PUSH_HEADER_SIZE, USER_PUSH_SIZE, Pushable, entry
 from .ring import Ring
 
 if TYPE_CHECKING:
+    from ..stream import Stream
     from ..vk.device import VulkanDevice
     from ..vk.submit import Slot
 
@@ -72,15 +73,36 @@ class Launch:
     (:meth:`wait` returned, or :meth:`done` said True).
     """
 
-    def __init__(self, kernel: UserKernel, slot: Slot, groups: tuple[int, int, int]) -> None:
+    def __init__(self, kernel: UserKernel, slot: Slot | None,
+                 groups: tuple[int, int, int]) -> None:
         self.kernel = kernel
         self.groups = groups
         self._slot: Slot | None = slot
         self._lock = threading.Lock()
+        #: a launch on a stream: the stream and the timeline value its dispatch signals
+        self._stream: Stream | None = None
+        self._value = 0
+
+    def _stream_done(self, wait: bool, timeout: float | None) -> bool:
+        stream = self._stream
+        assert stream is not None
+        tl = stream._timeline
+        if tl is not None:
+            if wait:
+                tl.wait(self._value, timeout)
+            elif tl.counter() < self._value:
+                return False
+        self._stream = None
+        with self.kernel._lock:
+            self.kernel._in_flight.discard(self)
+        self.kernel.finished()
+        return True
 
     def done(self) -> bool:
         """Whether the GPU finished the dispatch (never waits: False while another thread is
         in :meth:`wait`)."""
+        if self._stream is not None:
+            return self._stream_done(False, None)
         if not self._lock.acquire(blocking=False):
             return False
         try:
@@ -104,7 +126,11 @@ class Launch:
     def wait(self, timeout: float | None = None) -> None:
         """Wait for the dispatch (``timeout`` seconds, default the device's
         ``VKSHMEM_GPU_TIMEOUT``). :class:`GpuTimeoutError` when it is still running then: the
-        work stays in flight and the launch can be waited on again."""
+        work stays in flight and the launch can be waited on again. A launch on a stream
+        waits for its dispatch (and the stream's work before it), not for the stream."""
+        if self._stream is not None:
+            self._stream_done(True, timeout)
+            return
         with self._lock:
             slot = self._slot
             if slot is None:
@@ -120,7 +146,7 @@ class Launch:
             self.kernel._release(self, slot)
 
     def __repr__(self) -> str:
-        state = "done" if self._slot is None else "in flight"
+        state = "done" if self._slot is None and self._stream is None else "in flight"
         return f"<Launch of {self.kernel.name} {self.groups}: {state}>"
 
 
@@ -279,15 +305,19 @@ class UserKernel:
         return self._header + user + bytes(-len(user) % 4)
 
     def dispatch(self, groups_x: int, groups_y: int = 1, groups_z: int = 1,
-                 push: Pushable = b"") -> Launch:
+                 push: Pushable = b"", *, stream: Stream | None = None) -> Launch:
         """Submit one dispatch of ``groups_x * groups_y * groups_z`` workgroups with the header
         and ``push`` (bytes, or numpy scalars packed by :func:`pack_push`) and return at once;
         wait with :meth:`Launch.wait`. The dispatch is ordered after all work submitted to the
         device before it (and later work after it: while it runs, the device's copies and
-        shader AMOs wait)."""
+        shader AMOs wait). With ``stream`` (a :class:`~vkshmem.gpu.stream.Stream` of this
+        kernel's device, e.g. ``shmem.gpu_stream()``) it is ordered on the stream instead:
+        after the stream's work before it, before the stream's work after it, no host wait."""
         groups = self._groups((groups_x, groups_y, groups_z))
         data = self._push(push)
         dev = self.device
+        if stream is not None:
+            return self._on_stream(stream, groups, data)
         with self._lock:
             if self._closed:
                 raise GpuError(f"{self.name} is closed")
@@ -306,6 +336,24 @@ class UserKernel:
             slot.close()
             raise
         launch = Launch(self, slot, groups)
+        with self._lock:
+            self._in_flight.add(launch)
+        return launch
+
+    def _on_stream(self, stream: Stream, groups: tuple[int, int, int], data: bytes) -> Launch:
+        from ..stream import Stream
+        if not isinstance(stream, Stream):
+            raise InvalidArgumentError(f"{self.name}: stream= takes a vkshmem.gpu.Stream "
+                                       f"(shmem.gpu_stream()), got {type(stream).__name__}")
+        if stream.device is not self.device:
+            raise InvalidArgumentError(
+                f"{self.name}: {stream!r} belongs to another Vulkan device than the kernel's "
+                f"({self.device.info.name}); make it with shmem.gpu_stream()")
+        if self._closed:
+            raise GpuError(f"{self.name} is closed")
+        launch = Launch(self, None, groups)
+        launch._stream = stream
+        launch._value = stream.dispatch(self.pipeline, groups, data)
         with self._lock:
             self._in_flight.add(launch)
         return launch

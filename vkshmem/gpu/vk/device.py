@@ -15,7 +15,9 @@ timeout (:mod:`vkshmem.gpu.vk.submit`).
 
 from __future__ import annotations
 
-from typing import Any
+import logging
+import weakref
+from typing import TYPE_CHECKING, Any
 
 from ..env import DEFAULT_STAGING, ENV_STAGING, env_size
 from ..errors import GpuError
@@ -28,6 +30,9 @@ from .memory import GpuMemory, exportable_memory_types
 from .physical import MEM_DEVICE_LOCAL, MEM_HOST_COHERENT, MEM_HOST_VISIBLE
 from .pipeline import ComputePipeline, load_spirv
 from .submit import Slot
+
+if TYPE_CHECKING:
+    from ..stream import Stream
 
 #: device copies of at least this many bytes run as a shader (H100: the copy engine is ahead
 #: at 1 MiB, 39 vs 32 GB/s; the shader at 16 MiB, 391 vs 262, and at 64 MiB, 714 vs 367)
@@ -54,6 +59,8 @@ class VulkanDevice(LogicalDevice):
         self._batch: CopyBatch | None = None
         self._kernels: Kernels | None = None
         self._exportable_types: int | None = None
+        #: the open :class:`~vkshmem.gpu.stream.Stream` objects of this device (closed first)
+        self.streams: weakref.WeakSet[Stream] = weakref.WeakSet()
         super().__init__(index, validation, local_rank=local_rank, timeout=timeout)
         try:
             size = staging_size if staging_size is not None else env_size(ENV_STAGING,
@@ -288,6 +295,11 @@ class VulkanDevice(LogicalDevice):
         are left alive with a warning rather than freed under those arrays."""
         if self._closed:
             return
+        for stream in list(self.streams):
+            try:
+                stream.close()
+            except Exception as exc:  # its work outlived the timeout: the device goes anyway
+                logging.getLogger("vkshmem.gpu").warning("closing %r: %s", stream, exc)
         with self.lock:
             if self._batch is not None:
                 self._batch.close()

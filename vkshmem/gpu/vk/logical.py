@@ -27,7 +27,7 @@ from ..env import (
     settings,
 )
 from ..errors import GpuError
-from ._vk import c_strings, check, load
+from ._vk import c_strings, check, keep, load
 from .hostimport import import_alignment
 from .instance import Messenger, choose_physical, create_instance
 from .memory import GpuMemory
@@ -36,6 +36,7 @@ from .physical import (
     EXT_DMA_BUF,
     EXT_EXTERNAL_MEMORY_FD,
     EXT_MEMORY_HOST,
+    EXT_SHADER_CLOCK,
     DeviceInfo,
     bar_memory_type,
     pick_memory_type,
@@ -155,6 +156,7 @@ class LogicalDevice:
             "scalarBlockLayout": f12.scalarBlockLayout,
             "vulkanMemoryModel": f12.vulkanMemoryModel,
             "vulkanMemoryModelDeviceScope": f12.vulkanMemoryModelDeviceScope,
+            "timelineSemaphore": f12.timelineSemaphore,  # streams (vkshmem.gpu.stream)
         })
         f2 = ffi.new("VkPhysicalDeviceFeatures2*", {
             "sType": vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, "pNext": feats})
@@ -186,6 +188,11 @@ class LogicalDevice:
         self.has_memory_host = EXT_MEMORY_HOST in phys.extensions
         if self.has_memory_host:
             exts.append(EXT_MEMORY_HOST)
+        if self.info.device_clock:  # bounds a stream's waits (stream_wait.comp)
+            exts.append(EXT_SHADER_CLOCK)
+            f11.pNext = keep(self._keep, ffi.new("VkPhysicalDeviceShaderClockFeaturesKHR*", {
+                "sType": vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_CLOCK_FEATURES_KHR,
+                "shaderDeviceClock": 1}))
         ext, next_ = c_strings(vk, exts, self._keep)
         dinfo = ffi.new("VkDeviceCreateInfo*", {
             "sType": vk.VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, "pNext": f2,

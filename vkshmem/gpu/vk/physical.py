@@ -15,7 +15,8 @@ from vkshmem.core.errors import FeatureNotAvailableError
 
 from ._vk import check, cstr
 
-__all__ = ["EXT_DMA_BUF", "EXT_EXTERNAL_MEMORY_FD", "EXT_MEMORY_HOST", "MEM_DEVICE_LOCAL",
+__all__ = ["EXT_DMA_BUF", "EXT_EXTERNAL_MEMORY_FD", "EXT_MEMORY_HOST", "EXT_SHADER_CLOCK",
+           "MEM_DEVICE_LOCAL",
            "MEM_HOST_CACHED",
            "MEM_HOST_COHERENT", "MEM_HOST_VISIBLE", "SHADER_FEATURES", "DeviceInfo",
            "PhysicalDevice", "bar_memory_type", "physical_devices", "pick_memory_type"]
@@ -25,6 +26,8 @@ EXT_EXTERNAL_MEMORY_FD = "VK_KHR_external_memory_fd"
 EXT_DMA_BUF = "VK_EXT_external_memory_dma_buf"
 #: host memory imported as device memory: CPU<->GPU copies without a staging buffer
 EXT_MEMORY_HOST = "VK_EXT_external_memory_host"
+#: a clock shaders read (device scope): what bounds a stream's wait in time (stream_wait.comp)
+EXT_SHADER_CLOCK = "VK_KHR_shader_clock"
 
 #: Optional shader features recorded in :attr:`DeviceInfo.shader_features` (and enabled when
 #: the device has them), by Vulkan name -> where Vulkan reports it (VkPhysicalDeviceFeatures,
@@ -85,6 +88,10 @@ class DeviceInfo:
     shader_features: frozenset[str] = frozenset()
     """The optional shader features the device has among :data:`SHADER_FEATURES` (Vulkan
     names, e.g. ``"shaderInt16"``); vkshmem enables each one it has."""
+    timeline_semaphore: bool = False
+    """Vulkan 1.2 timeline semaphores (what orders a :class:`~vkshmem.gpu.stream.Stream`)."""
+    device_clock: bool = False
+    """``VK_KHR_shader_clock`` with ``shaderDeviceClock`` (what bounds a stream's wait)."""
 
     def has_features(self, *names: str) -> bool:
         """Whether the device has every named feature of :data:`SHADER_FEATURES`."""
@@ -146,6 +153,11 @@ class PhysicalDevice:
         lib.vkGetPhysicalDeviceFeatures2(pd, f2)
         # cffi trap: a nested struct read from an ffi.new object does not keep that object
         # alive; hold the owners for as long as the views are used.
+        clock = ffi.new("VkPhysicalDeviceShaderClockFeaturesKHR*", {
+            "sType": vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_CLOCK_FEATURES_KHR})
+        if EXT_SHADER_CLOCK in self.extensions:
+            lib.vkGetPhysicalDeviceFeatures2(pd, ffi.new("VkPhysicalDeviceFeatures2*", {
+                "sType": vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, "pNext": clock}))
         self._owners = (f2, f12, f11)
         self.features = f2.features
         self.f12 = f12[0]
@@ -193,6 +205,8 @@ class PhysicalDevice:
             max_workgroup_count=tuple(lim.maxComputeWorkGroupCount[i] for i in range(3)),
             memory_types=self.memory_types,
             shader_features=shader_features,
+            timeline_semaphore=v12 and bool(self.f12.timelineSemaphore),
+            device_clock=bool(clock.shaderDeviceClock),
         )
 
 

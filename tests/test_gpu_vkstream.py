@@ -1,0 +1,80 @@
+"""Vulkan streams (vkshmem.gpu.Stream, shmem.gpu_stream): tests/pe/gpu_vkstream.py at 1, 2 and 4
+PEs on lavapipe with the validation layer on (its errors, leaks included, fail the run)."""
+
+from __future__ import annotations
+
+import pytest
+from test_gpu_multipe import VULKAN_ENV
+from test_multipe import launch
+
+
+@pytest.mark.parametrize("npes", [1, 2, 4])
+def test_vulkan_stream(npes: int) -> None:
+    r = launch("gpu_vkstream", npes, VULKAN_ENV, timeout=300)
+    assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout}\n{r.stderr}"
+    assert r.stdout.count("gpu_vkstream ok") == npes, r.stdout
+
+
+def test_stream_on_a_device() -> None:
+    """A Stream on a VulkanDevice of its own (no runtime): copies (a memmove too), AMOs, waits
+    (satisfied, released by the host later, timed out: WaitTimeoutError once), ordering after
+    the device's first queue, and close; the validation layer reports nothing, leaks
+    included."""
+    np = pytest.importorskip("numpy")
+    try:
+        from vkshmem.gpu import VulkanDevice
+        dev = VulkanDevice(validation=True)
+    except Exception as exc:  # no Vulkan here
+        pytest.skip(f"no Vulkan device: {exc}")
+    from vkshmem.core.errors import WaitTimeoutError
+    from vkshmem.core.transports.contract import AmoOp
+    from vkshmem.gpu import Stream
+    from vkshmem.gpu.vk.timeline import MAX_IN_FLIGHT
+
+    try:
+        a = dev.alloc(1 << 16, exportable=False)
+        b = dev.alloc_mapped(1 << 16)
+        dev.write(a, 0, np.arange(512, dtype=np.uint64))
+        with Stream(dev, wait_timeout=0.3) as s:
+            s.copy(b, 0, a, 0, 4096)
+            s.copy(b, 8, b, 0, 64)  # overlapping: as memmove
+            s.amo(b, 5120, AmoOp.ADD, 8, 5)
+            s.amo(b, 5128, AmoOp.SET, 4, 9)
+            s.wait_word(b, 5120, 1, 5)
+            s.synchronize()
+            out = np.frombuffer(bytes(b.map()[:6144]), np.uint64)
+            assert out[0] == 0 and list(out[1:9]) == list(range(8)) and out[9] == 9, out[:12]
+            assert out[640] == 5 and out[641] == 9, out[640:642]
+            # the stream waits for the host: query() is False until the host writes the word
+            s.wait_word(b, 2048, 1, 77)
+            s.copy(b, 4096, a, 0, 8)
+            assert not s.query()
+            b.map()[2048:2056] = np.uint64(77).tobytes()
+            s.synchronize()
+            # a wait that times out: raised once, then the stream goes on
+            s.wait_word(b, 2048, 1, 78)
+            with pytest.raises(WaitTimeoutError, match="did not become == 78"):
+                s.synchronize()
+            s.synchronize()
+            # after the device's own (blocking, batched) work, without a host wait
+            dev.copy_nbi(a, 8192, a, 0, 64)
+            dev.flush_nbi()
+            s.after_device_queue()
+            s.copy(b, 8192, a, 8192, 64)
+            s.synchronize()
+            got = np.frombuffer(bytes(b.map()[8192:8256]), np.uint64)
+            assert list(got) == list(range(8)), got
+            for _ in range(1000):
+                s.amo(b, 5136, AmoOp.ADD, 8, 1)
+            st = s.stats()
+            assert st["command_buffers"] <= MAX_IN_FLIGHT and st["semaphores"] == 2, st
+            s.synchronize()
+            assert int(np.frombuffer(bytes(b.map()[5136:5144]), np.uint64)[0]) == 1000
+        assert s.closed and s.stats()["command_buffers"] == 0
+        assert not dev.streams
+        assert dev.validation_errors == []
+        a.free()
+        b.free()
+    finally:
+        dev.close()
+    assert dev.validation_errors == []
