@@ -21,7 +21,6 @@ the stream's device does not map.
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -47,8 +46,7 @@ class DomainStreams:
         cfg = domain.ctx.config
         #: seconds a wait on a stream spins (VKSHMEM_WAIT_TIMEOUT, else VKSHMEM_GPU_TIMEOUT)
         self.wait_timeout = float(cfg.wait_timeout or cfg.gpu_timeout)
-        self._ops: weakref.WeakKeyDictionary[Stream, VulkanStreamOps] = \
-            weakref.WeakKeyDictionary()
+        self._ops: dict[Stream, VulkanStreamOps] = {}
         self._host_registered: set[int] = set()
 
     def device(self) -> VulkanDevice:
@@ -57,6 +55,8 @@ class DomainStreams:
 
     def new(self, name: str | None = None) -> Stream:
         """A stream on :meth:`device` (see :func:`vkshmem.shmem.gpu_stream`)."""
+        for old in [st for st in self._ops if st.closed]:
+            del self._ops[old]
         n = len(self._ops)
         s = Stream(self.device(), name=name or f"PE {self.domain.my_pe} stream {n}",
                    wait_timeout=self.wait_timeout)

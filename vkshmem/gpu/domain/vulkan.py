@@ -11,7 +11,8 @@ memory never opens a Vulkan device. This module implements the
   it, its allocation imported into Vulkan), exported as an opaque fd; peers on the same node
   and device (``group`` = the device UUID) import it, peers on other GPUs of the node link to
   it where the accelerator can (its ``link_group``);
-- local operations: staged or mapped copies (``VKSHMEM_GPU_MAPPED``), AMOs by a shader (or, on
+- local operations: staged or mapped copies (``VKSHMEM_GPU_MAPPED``; their non-blocking
+  forms in :mod:`.nbi`), AMOs by a shader (or, on
   CPU drivers such as lavapipe, the core's CPU atomics on the mapping, which are atomic with
   the shader atomics there and 50x faster), reductions by ``reduce.comp``;
 - arrays: :class:`~vkshmem.gpu.array.DeviceArray`;
@@ -45,6 +46,7 @@ from ..errors import GpuError
 from ..vk.device import VulkanDevice
 from ..vk.kernels import reduce_unsupported
 from ..vk.memory import ExportInfo, GpuMemory
+from .nbi import NbiForms
 from .segment import GpuSegment, open_segment
 from .streams import DomainStreams, VulkanStreamOps
 
@@ -58,7 +60,7 @@ __all__ = ["VulkanDomain", "address_of"]
 log = logging.getLogger("vkshmem")
 
 
-class VulkanDomain(MemoryDomain):
+class VulkanDomain(NbiForms, MemoryDomain):
     """The Vulkan GPU segment of one PE (see the module docstring)."""
 
     error_type = GpuError
@@ -253,63 +255,6 @@ class VulkanDomain(MemoryDomain):
                 _core.vk_fence()  # drain the write-combining buffers
         else:
             self.device.copy(dst, dst_offset, src, src_offset, nbytes)
-
-    def write_nbi(self, mem: GpuMemory, offset: int, src: Any) -> None:
-        """:meth:`write`, batched (completed by :meth:`quiet`) where it would be a GPU copy
-        from imported host memory (a symmetric host array); where the accelerator takes the
-        size, issued on its stream instead (vkshmem-cuda: CUDA's)."""
-        n = memoryview(src).nbytes
-        if self.mapped and mem.host_visible and (mem.host_cached or n <= self.bar_write_max):
-            self.write(mem, offset, src)
-        elif not self._accel_start(1, mem, offset, address_of(src), n):
-            self.device.write_nbi(mem, offset, src)
-
-    def read_nbi(self, mem: GpuMemory, offset: int, dst: Any) -> None:
-        """:meth:`read`, batched where it would be a GPU copy into imported host memory (or
-        on the accelerator's stream where it takes the size)."""
-        n = memoryview(dst).nbytes
-        if self.mapped and mem.host_visible and (mem.host_cached or n <= self.bar_read_max):
-            self.read(mem, offset, dst)
-        elif not self._accel_start(2, mem, offset, address_of(dst), n):
-            self.device.read_nbi(mem, offset, dst)
-
-    def _accel_start(self, kind: int, mem: GpuMemory, offset: int, host: int, n: int) -> bool:
-        """Issue a host<->device copy on the accelerator's stream (kind 1: to ``mem``, 2:
-        from it) where its copier is in use for that size and ``host`` is in the registered
-        host heap; False (nothing issued) otherwise."""
-        copier = self.accel.copier(n)
-        if copier is None or not copier.pinned(host, n):
-            return False
-        ptr = copier.pointer(mem)
-        if not ptr:
-            return False
-        mem.check_range(offset, n, "GPU copy")
-        if kind == 1:
-            copier.start(1, ptr + offset, host, n)
-        else:
-            copier.start(2, host, ptr + offset, n)
-        return True
-
-    def copy_nbi(self, dst: GpuMemory, dst_offset: int, src: GpuMemory, src_offset: int,
-                 nbytes: int) -> None:
-        """:meth:`copy`, batched where it is a copy-engine copy (see
-        :meth:`VulkanDevice.copy_nbi <vkshmem.gpu.vk.device.VulkanDevice.copy_nbi>`)."""
-        if self.mapped and dst.host_address and src.host_address and (
-                src.host_cached or nbytes <= self.bar_read_max):
-            self.copy(dst, dst_offset, src, src_offset, nbytes)
-        else:
-            self.device.copy_nbi(dst, dst_offset, src, src_offset, nbytes)
-
-    def quiet(self) -> None:
-        """Complete the batched copies, on the accelerator's stream and on Vulkan's queue
-        (VKSHMEM_GPU_TIMEOUT bounds the Vulkan wait)."""
-        self.accel.sync()
-        self.device.quiet_nbi()
-        self.streams.check()  # a stream's wait that timed out raises here too
-
-    def flush(self) -> None:
-        """Submit the batched copies without waiting for them."""
-        self.device.flush_nbi()
 
     def amo(self, mem: GpuMemory, offset: int, op: AmoOp, width: int, operand: int,
             compare: int) -> int:

@@ -16,7 +16,6 @@ timeout (:mod:`vkshmem.gpu.vk.submit`).
 from __future__ import annotations
 
 import logging
-import weakref
 from typing import TYPE_CHECKING, Any
 
 from ..env import DEFAULT_STAGING, ENV_STAGING, env_size
@@ -59,8 +58,9 @@ class VulkanDevice(LogicalDevice):
         self._batch: CopyBatch | None = None
         self._kernels: Kernels | None = None
         self._exportable_types: int | None = None
-        #: the open :class:`~vkshmem.gpu.stream.Stream` objects of this device (closed first)
-        self.streams: weakref.WeakSet[Stream] = weakref.WeakSet()
+        #: the open :class:`~vkshmem.gpu.stream.Stream` objects of this device: a stream lives
+        #: until it is closed or the device closes (first)
+        self.streams: set[Stream] = set()
         super().__init__(index, validation, local_rank=local_rank, timeout=timeout)
         try:
             size = staging_size if staging_size is not None else env_size(ENV_STAGING,

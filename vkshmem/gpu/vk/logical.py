@@ -27,7 +27,7 @@ from ..env import (
     settings,
 )
 from ..errors import GpuError
-from ._vk import c_strings, check, keep, load
+from ._vk import c_strings, check, load
 from .hostimport import import_alignment
 from .instance import Messenger, choose_physical, create_instance
 from .memory import GpuMemory
@@ -36,9 +36,9 @@ from .physical import (
     EXT_DMA_BUF,
     EXT_EXTERNAL_MEMORY_FD,
     EXT_MEMORY_HOST,
-    EXT_SHADER_CLOCK,
     DeviceInfo,
     bar_memory_type,
+    clock_feature,
     pick_memory_type,
 )
 
@@ -188,11 +188,7 @@ class LogicalDevice:
         self.has_memory_host = EXT_MEMORY_HOST in phys.extensions
         if self.has_memory_host:
             exts.append(EXT_MEMORY_HOST)
-        if self.info.device_clock:  # bounds a stream's waits (stream_wait.comp)
-            exts.append(EXT_SHADER_CLOCK)
-            f11.pNext = keep(self._keep, ffi.new("VkPhysicalDeviceShaderClockFeaturesKHR*", {
-                "sType": vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_CLOCK_FEATURES_KHR,
-                "shaderDeviceClock": 1}))
+        f11.pNext = clock_feature(vk, self.info, exts, self._keep)  # bounds stream waits
         ext, next_ = c_strings(vk, exts, self._keep)
         dinfo = ffi.new("VkDeviceCreateInfo*", {
             "sType": vk.VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, "pNext": f2,

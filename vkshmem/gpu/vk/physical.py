@@ -13,13 +13,14 @@ from typing import Any
 
 from vkshmem.core.errors import FeatureNotAvailableError
 
-from ._vk import check, cstr
+from ._vk import check, cstr, keep
 
 __all__ = ["EXT_DMA_BUF", "EXT_EXTERNAL_MEMORY_FD", "EXT_MEMORY_HOST", "EXT_SHADER_CLOCK",
            "MEM_DEVICE_LOCAL",
            "MEM_HOST_CACHED",
            "MEM_HOST_COHERENT", "MEM_HOST_VISIBLE", "SHADER_FEATURES", "DeviceInfo",
-           "PhysicalDevice", "bar_memory_type", "physical_devices", "pick_memory_type"]
+           "PhysicalDevice", "bar_memory_type", "clock_feature",
+           "physical_devices", "pick_memory_type"]
 
 #: Device extensions vkshmem needs (external memory fd) or uses where present (dma-buf).
 EXT_EXTERNAL_MEMORY_FD = "VK_KHR_external_memory_fd"
@@ -272,3 +273,15 @@ def bar_memory_type(phys: PhysicalDevice, size: int) -> int | None:
         if flags & want == want and phys.heap_sizes[heap] > 2 * size:
             return i
     return None
+
+
+def clock_feature(vk: Any, info: DeviceInfo, extensions: list[str], store: list[Any]) -> Any:
+    """Where the device has a device-scope shader clock (what bounds a stream's waits,
+    stream_wait.comp): add its extension to ``extensions`` and return the feature struct to
+    chain into the device's creation (held in ``store``); else NULL."""
+    if not info.device_clock:
+        return vk.ffi.NULL
+    extensions.append(EXT_SHADER_CLOCK)
+    return keep(store, vk.ffi.new("VkPhysicalDeviceShaderClockFeaturesKHR*", {
+        "sType": vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_CLOCK_FEATURES_KHR,
+        "shaderDeviceClock": 1}))
