@@ -88,8 +88,7 @@ def _remote(remote: Any, pe: Any, stream: Any) -> tuple[Any, Any, Any, int] | No
     if mem is None:
         return None
     ops = ops_of(heap, stream)
-    reaches = getattr(ops, "reaches", None)  # a domain whose stream sees only some peers
-    if ops is None or (reaches is not None and not reaches(mem)):
+    if ops is None or not ops.reaches(mem):  # a domain whose stream sees only some peers
         return None
     return heap, ops, mem, pe
 
@@ -110,8 +109,7 @@ def _rma(is_put: bool, target: Any, source: Any, pe: Any, size: Any, ctx: Any,
         if local.domain is not remote.domain:
             return None
         loff = place(local, nbytes, f"{what} {'source' if is_put else 'target'}")[1]
-        reaches = getattr(ops, "reaches", None)
-        if reaches is not None and not reaches(heap.local):
+        if not ops.reaches(heap.local):
             return None
         if is_put:
             ops.copy(mem, roff, heap.local, loff, nbytes)
@@ -180,7 +178,7 @@ def wait(signal: Any, cmp: int, value: int, stream: Any) -> bool:
     heap = state.domain_heaps.get(signal.domain) if isinstance(signal, DomainArray) else None
     ops = ops_of(heap, stream) if heap is not None else None
     off = _signal_word(signal, heap) if ops is not None else None
-    if ops is not None and off is not None and getattr(ops, "can_wait", True):
+    if ops is not None and off is not None and ops.can_wait:
         ops.wait(off, cmp, value)
         return True
     sync(stream)

@@ -39,6 +39,16 @@ class StreamOps(ABC):
 
     #: the stream as the domain names it (for messages), e.g. a CUDA stream handle
     handle: int = 0
+    #: whether :meth:`wait` is issued on this stream (False: the core synchronizes the
+    #: stream and waits on the CPU, e.g. a device without the shader clock a bounded GPU
+    #: wait needs)
+    can_wait: bool = True
+
+    def reaches(self, mem: Any) -> bool:
+        """Whether the stream's device addresses memory handle ``mem`` (this PE's segment or
+        a peer's imported one); where it does not, the core falls back. Every handle by
+        default."""
+        return True
 
     @abstractmethod
     def copy(self, dst: Any, dst_offset: int, src: Any, src_offset: int, nbytes: int) -> None:
