@@ -56,8 +56,6 @@ struct vk_proxy {
     uint64_t rounds, requests, direct_pieces, max_round, answer_errors, mapped_sends;
 };
 int vk_proxy_serve(struct vk_proxy *p, uint64_t max_ns);
-int vk_proxy_idle(const uint64_t *bells, const uint64_t *next, int n, int depth,
-                  uint64_t max_ns);
 void vk_mapped_domain_ops(struct vk_domain_ops *ops, uintptr_t base, uint64_t size);
 """
 

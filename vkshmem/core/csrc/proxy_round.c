@@ -208,29 +208,6 @@ static void vkp_answer(struct vk_proxy *p, int i, int s, uint64_t j, uint8_t *re
     if (rc) p->answer_errors++;
 }
 
-/* The serving thread's idle wait (GIL released by cffi): sleep with a pause growing from
- * 20 us to 1 ms between scans of the bells until a request is due (1) or max_ns pass (0).
- * It consumes nothing: vk_proxy_due / vk_proxy_serve list the requests found. Sleeping here
- * rather than in Python keeps an idle proxy thread from taking the GIL a thousand times a
- * second from the application's threads. */
-int vk_proxy_idle(const uint64_t *bells, const uint64_t *next, int n, int depth,
-                  uint64_t max_ns) {
-    uint64_t start = now_ns(), pause = 20000;
-    for (;;) {
-        for (int s = 0; s < n; s++) {
-            uint64_t seq = next[s];
-            int j = (int)((seq - 1) % (uint64_t)depth);
-            if (__atomic_load_n(&bells[s * depth + j], __ATOMIC_ACQUIRE) == seq) return 1;
-        }
-        uint64_t spent = now_ns() - start;
-        if (spent >= max_ns) return 0;
-        if (pause > max_ns - spent) pause = max_ns - spent;
-        struct timespec ts = {(time_t)(pause / 1000000000u), (long)(pause % 1000000000u)};
-        nanosleep(&ts, NULL);
-        if (pause < 1000000) pause *= 2;
-    }
-}
-
 int vk_proxy_serve(struct vk_proxy *p, uint64_t max_ns) {
     int found = vk_proxy_due(p->bells, p->next, p->n, p->depth, p->due, p->n * p->depth,
                              max_ns);

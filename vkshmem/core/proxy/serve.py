@@ -16,9 +16,8 @@ for the round's copies first, then runs at once (it is not batched: its value is
 Polling is native: one C call (``vk_proxy_due`` in the core's ``_native`` helper, GIL
 released) scans every sender's bells and lists the requests due in sequence order; for
 ``_SPIN`` seconds after the last request it spins in there until one is due (pausing, then
-yielding the core), after that the thread sleeps in C (``vk_proxy_idle``, GIL released) with a
-growing pause (20 µs doubling to 1 ms) between scans, so a request after a quiet spell waits
-at most about a millisecond and an idle proxy does not take the GIL at every wake-up.
+yielding the core), after that the thread sleeps with a growing pause (20 µs doubling to
+1 ms) between scans, so a request after a quiet spell waits at most about a millisecond.
 Rounds run in C where the domain offers its operations in C and every sender of the round is
 on this node or reached by a transport with a data path in C (:mod:`vkshmem.core.proxy.native`);
 the rest in Python.
@@ -48,9 +47,7 @@ log = logging.getLogger("vkshmem")
 
 _SPIN = 2e-3  # seconds of native spinning on the bells after the last request
 _SPIN_NS = 100_000  # one native spin call (then re-check the stop flag)
-#: the longest native sleep of an idle thread before it re-checks the stop flag (within it,
-#: it wakes every millisecond at most to scan the bells)
-_IDLE_NS = 20_000_000
+_MAX_SLEEP = 1e-3
 
 #: a request answered: (sender, slot, seq, status, value, payload bytes, bytes to send: the
 #: payload is already in the sender's response area when it is 0)
@@ -85,6 +82,7 @@ class ProxyServer:
         n, d, most = self.n, self.depth, self.n * self.depth
         native = self.native
         last = time.monotonic()
+        pause = 0.0
         try:
             while not self._stop.is_set():
                 spin = not self._ready and time.monotonic() - last < _SPIN
@@ -92,7 +90,7 @@ class ProxyServer:
                     found = native.serve(_SPIN_NS if spin else 0)
                     if found > 0:  # served in C
                         native.count(proxy.stats)
-                        last = time.monotonic()
+                        last, pause = time.monotonic(), 0.0
                         continue
                     found = -found  # (0: none due) the Python round serves these
                 else:
@@ -100,11 +98,12 @@ class ProxyServer:
                                              _SPIN_NS if spin else 0)
                 if found:
                     self._round(found)
-                    last = time.monotonic()
+                    last, pause = time.monotonic(), 0.0
                 elif self._ready:
                     self._answer()
-                elif not spin:  # asleep in C until a request is due (or _IDLE_NS pass)
-                    lib.vk_proxy_idle(bells, nxt, n, d, _IDLE_NS)
+                elif not spin:
+                    pause = min(_MAX_SLEEP, pause * 2 or 20e-6)
+                    self._stop.wait(pause)
         except BaseException as exc:  # not a transport's error (those fail only their sender)
             log.error("%s proxy of PE %d: serving failed: %s", proxy.heap.name, proxy.me, exc)
             proxy.failure = exc
