@@ -78,6 +78,8 @@ def main() -> None:
     stamps = shmem.zeros(4, np.float64)  # PE 0's launch times, put into PE 1
     mine = shmem.zeros(3, np.float64)  # this PE's medians
     both = shmem.zeros(6, np.float64)  # every PE's (fcollect)
+    ordinal = src.domain.device.ordinal
+    cp.cuda.Device(ordinal).use()  # this PE's GPU: the heaps are mapped there
     ctx = np.uint64(shmem.device_context())
     kernel = cp.RawKernel(SOURCE, "bench", options=("-I" + vkshmem_cuda.include_dir(),
                                                     "--std=c++17"))
@@ -137,7 +139,7 @@ def main() -> None:
               f"{row['floor_us']:>9.2f} {row['put_signal_us'] - row['floor_us']:>8.2f} "
               f"{row['ceiling_us']:>11.2f} {row['put_signal_GBps']:>9.3f} "
               f"{row['ceiling_GBps']:>10.3f} {ratio:>6.2f}")
-    name = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
+    name = cp.cuda.runtime.getDeviceProperties(ordinal)["name"].decode()
     print(f"device {name}, cuda domain, blocks of {THREADS} threads")
     if args.json:
         try:

@@ -19,6 +19,7 @@ src = shmem.zeros(N, np.float32, domain="gpu")
 dst = shmem.zeros(N, np.float32, domain="gpu")
 sig = shmem.zeros(1, np.int32, domain="gpu")
 dev = torch.device("cuda", src.domain.device.ordinal)
+torch.cuda.set_device(dev)  # Triton launches on the current device: this PE's GPU
 t = lambda a: torch.as_tensor(a, device=dev)  # noqa: E731 -- no copy: the heap's memory
 
 
@@ -26,6 +27,7 @@ t = lambda a: torch.as_tensor(a, device=dev)  # noqa: E731 -- no copy: the heap'
 def put_signal(src, dst_peer, sig_peer, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     tl.store(dst_peer + offs, tl.load(src + offs))  # a put: the peer's memory
+    tl.debug_barrier()  # every thread's stores before the one thread's signal
     vks.signal_add(sig_peer, 1)  # release: the stores above land first
 
 

@@ -38,6 +38,11 @@ sig = shmem.new_signal(domain="cuda")
 heap = rt.domains.heaps["cuda"]
 enq = heap.direct[right] is not None  # the peer's heap mapped: enqueued, else the fallback
 world = heap.maps_all(tuple(range(n)))
+ordinal = heap.domain.device.ordinal  # streams must be this PE's GPU's (made current here)
+if torch is not None:
+    torch.cuda.set_device(ordinal)
+if cupy is not None:
+    cupy.cuda.Device(ordinal).use()
 print(f"PE {me} cuda_stream routes: {heap.route_names}; torch {torch is not None}, "
       f"cupy {cupy is not None}", flush=True)
 
