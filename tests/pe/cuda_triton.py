@@ -27,6 +27,7 @@ def put_signal(src, dst_peer, sig_peer, count_peer, n_elems, BLOCK: tl.constexpr
     mask = offs < n_elems
     tl.store(dst_peer + offs, tl.load(src + offs, mask=mask), mask=mask)
     vks.fence()
+    tl.debug_barrier()  # every thread has stored and fenced before the one thread signals
     vks.signal_add(sig_peer, 1)  # one per program
     vks.fetch_add(count_peer, 1)  # every program of every PE adds to PE 0's counter
 

@@ -8,7 +8,9 @@ kernel needs to synchronise, at system scope (atomic with every GPU's and the ho
 int32 or int64 words):
 
 - :func:`signal_add`, :func:`signal_set`: release the data stored before, then update the
-  peer's signal word (put_signal is a store loop followed by one of them);
+  peer's signal word (put_signal is a store loop, ``tl.debug_barrier()`` so that every warp
+  of the program has stored, then one of them: a scalar atomic runs in one thread, and its
+  release orders only that thread's stores);
 - :func:`signal_wait_until_ge`: spin (bounded by ``max_spins``) until this PE's word reaches
   a value, with acquire semantics; returns whether it did;
 - :func:`fetch_add`, :func:`compare_swap`: AMOs on any PE's word;
