@@ -64,6 +64,8 @@ proxy = heap.proxy
 if "--staged" in argv and proxy is not None:  # pieces through the transport's copy
     proxy.direct = [None] * n
 direct = proxy is not None and any(proxy.direct)
+#: the proxy sends device pieces straight from the GPU heap's CPU mapping (no staging copy)
+mapped = getattr(getattr(proxy, "dops", None), "view", None) is not None
 free_host = rt.host.allocator.largest_free()
 top = SIZES[-1]
 if "--top" in argv:  # bytes, or with a K/M/G suffix
@@ -141,8 +143,13 @@ def check() -> None:
         raise SystemExit("the proxied put/get moved wrong bytes")
 
 
+#: what the launcher sets for each PE (not the run's settings)
+LAUNCHER_VARS = ("VKSHMEM_JOB_", "VKSHMEM_LAUNCHER", "VKSHMEM_NPES", "VKSHMEM_PE")
+
+
 def settings() -> list[str]:
-    return [f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith("VKSHMEM_")]
+    return [f"{k}={v}" for k, v in sorted(os.environ.items())
+            if k.startswith("VKSHMEM_") and not k.startswith(LAUNCHER_VARS)]
 
 
 def host() -> str:
@@ -165,10 +172,14 @@ if me == 0:
     check()
     shmem.atomic_set(done, 1, 1)
     chunk = proxy.chunk if proxy is not None else 0
+    from vkshmem.core.proxy import mailbox  # the piece sizes of this version
+    piece = min(chunk, getattr(mailbox, "CPU_PIECE", chunk)) if mapped or direct else chunk
     dev = getattr(heap.domain, "device", None)
     what = (f"GPU proxy ({DOMAIN} domain{', device ' + dev.name if dev is not None else ''}) "
-            f"over {carrier}, {chunk >> 10} KiB pieces"
-            f"{', by DMA into the peer mailbox' if direct else ', staged'}")
+            f"over {carrier}, pieces of at most {piece >> 10} KiB ({chunk >> 10} KiB chunk)"
+            f"{', copied straight into the peer mailbox' if direct else ''}"
+            f"{', sent from the CPU mapping' if mapped and not direct else ''}"
+            f"{', staged' if not (direct or mapped) else ''}")
     print(f"\n{what}; median of {ROUNDS} rounds")
     print(f"{'op':<10} {'pair':<9} {'bytes':>10} {'proxy':>10} {carrier:>10} {'unit':>5} "
           f"{'ratio':>6}")
