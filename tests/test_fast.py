@@ -63,7 +63,8 @@ def test_entries_look_like_their_python_functions(shmem: Any) -> None:
     put = shmem.put
     assert isinstance(put, _fast.FastCall) and inspect.isfunction(put.__wrapped__)
     assert put.__name__ == "put" and put.__doc__ == put.__wrapped__.__doc__
-    assert list(inspect.signature(put).parameters) == ["target", "source", "pe", "size", "ctx"]
+    assert list(inspect.signature(put).parameters) == ["target", "source", "pe", "size", "ctx",
+                                                      "stream"]
     assert "put" in repr(put)
 
 

@@ -34,8 +34,10 @@ def test_stream_on_a_device() -> None:
     try:
         a = dev.alloc(1 << 16, exportable=False)
         b = dev.alloc_mapped(1 << 16)
+        b.map()[:] = bytes(1 << 16)  # new memory is not zero on every driver
         dev.write(a, 0, np.arange(512, dtype=np.uint64))
-        with Stream(dev, wait_timeout=0.3) as s:
+        # waits meant to succeed get seconds (a loaded CI machine), the one meant to fail 0.3 s
+        with Stream(dev, wait_timeout=30) as s, Stream(dev, wait_timeout=0.3) as short:
             s.copy(b, 0, a, 0, 4096)
             s.copy(b, 8, b, 0, 64)  # overlapping: as memmove
             s.amo(b, 5120, AmoOp.ADD, 8, 5)
@@ -52,10 +54,10 @@ def test_stream_on_a_device() -> None:
             b.map()[2048:2056] = np.uint64(77).tobytes()
             s.synchronize()
             # a wait that times out: raised once, then the stream goes on
-            s.wait_word(b, 2048, 1, 78)
+            short.wait_word(b, 2048, 1, 78)
             with pytest.raises(WaitTimeoutError, match="did not become == 78"):
-                s.synchronize()
-            s.synchronize()
+                short.synchronize()
+            short.synchronize()
             # after the device's own (blocking, batched) work, without a host wait
             dev.copy_nbi(a, 8192, a, 0, 64)
             dev.flush_nbi()
@@ -71,6 +73,7 @@ def test_stream_on_a_device() -> None:
             s.synchronize()
             assert int(np.frombuffer(bytes(b.map()[5136:5144]), np.uint64)[0]) == 1000
         assert s.closed and s.stats()["command_buffers"] == 0
+        assert short.closed and short.stats()["command_buffers"] == 0
         assert not dev.streams
         assert dev.validation_errors == []
         a.free()
