@@ -4,6 +4,7 @@ host seeing the signal, and PE 0's floor and ceiling kernels), the table and the
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import json
 import statistics
@@ -18,7 +19,7 @@ import numpy as np
 
 from vkshmem import shmem
 
-__all__ = ["SIZES", "groups_for", "measure", "report"]
+__all__ = ["SIZES", "groups_for", "measure", "report", "start"]
 
 SIZES = [8 << (2 * k) for k in range(12)] + [64 << 20]  # 8 B ... 32 MiB, 64 MiB
 
@@ -26,6 +27,21 @@ SIZES = [8 << (2 * k) for k in range(12)] + [64 << 20]  # 8 B ... 32 MiB, 64 MiB
 def groups_for(nbytes: int) -> int:
     """Workgroups (blocks) of a transfer: 64 KiB each past 64 KiB (at most 1024), else one."""
     return max(1, min(1024, nbytes // (64 << 10)))
+
+
+def start(doc: str) -> tuple[argparse.Namespace, Any, Any]:
+    """Collective: the command line (``--json``, ``--quick``; ``doc``: the script's docstring)
+    and the source and target GPU arrays of the largest size; exits unless 2 PEs run."""
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
+    ap.add_argument("--json", type=Path, help="write the rows to this file (PE 0)")
+    ap.add_argument("--quick", action="store_true", help="fewer rounds (a smoke test)")
+    args = ap.parse_args()
+    if shmem.n_pes() != 2:
+        sys.exit("run it with vkshmem run -n 2")
+    biggest = max(SIZES)
+    src = shmem.zeros(biggest // 4, np.uint32, domain="gpu")
+    dst = shmem.zeros(biggest // 4, np.uint32, domain="gpu")
+    return args, src, dst
 
 
 def measure(quick: bool, run: Callable[[int, int, int], None],

@@ -18,14 +18,12 @@ from 16 MiB. The route each PE's kernel takes to the other (direct or ring) is p
 
 from __future__ import annotations
 
-import argparse
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
-from _device_api import SIZES, measure, report
+from _device_api import measure, report, start
 
 from vkshmem import shmem
 from vkshmem.gpu.shaders import compile_glsl
@@ -35,16 +33,8 @@ SOURCE = HERE / "shaders" / "device_put_signal.comp"
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--json", type=Path, help="write the rows to this file (PE 0)")
-    ap.add_argument("--quick", action="store_true", help="fewer rounds (a smoke test)")
-    args = ap.parse_args()
-    me, n = shmem.my_pe(), shmem.n_pes()
-    if n != 2:
-        sys.exit("run it with vkshmem run -n 2")
-    biggest = max(SIZES)
-    src = shmem.zeros(biggest // 4, np.uint32, domain="gpu")
-    dst = shmem.zeros(biggest // 4, np.uint32, domain="gpu")
+    args, src, dst = start(__doc__ or "")
+    me = shmem.my_pe()
     sig = shmem.zeros(1, np.uint64, domain="gpu")
     with tempfile.TemporaryDirectory() as tmp:
         kernels = [shmem.gpu_kernel(compile_glsl(SOURCE, Path(tmp) / f"k{m}.spv",

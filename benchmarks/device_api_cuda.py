@@ -19,14 +19,12 @@ from 16 MiB. Needs CuPy and a CUDA GPU; both PEs may share it (the peer's heap i
 
 from __future__ import annotations
 
-import argparse
 import sys
-from pathlib import Path
 
 import cupy as cp
 import numpy as np
 import vkshmem_cuda
-from _device_api import SIZES, measure, report
+from _device_api import measure, report, start
 
 from vkshmem import shmem
 
@@ -51,16 +49,8 @@ extern "C" __global__ void bench(const vks_ctx *c, u64 src, u64 dst, u64 sig, u6
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--json", type=Path, help="write the rows to this file (PE 0)")
-    ap.add_argument("--quick", action="store_true", help="fewer rounds (a smoke test)")
-    args = ap.parse_args()
-    me, n = shmem.my_pe(), shmem.n_pes()
-    if n != 2:
-        sys.exit("run it with vkshmem run -n 2")
-    biggest = max(SIZES)
-    src = shmem.zeros(biggest // 4, np.uint32, domain="gpu")
-    dst = shmem.zeros(biggest // 4, np.uint32, domain="gpu")
+    args, src, dst = start(__doc__ or "")
+    me = shmem.my_pe()
     sig = shmem.new_signal(domain="gpu")
     if src.domain.spec.name != "cuda":
         sys.exit("the device API for CUDA kernels is the cuda domain's: "
