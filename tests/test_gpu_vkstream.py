@@ -1,5 +1,6 @@
 """Vulkan streams (vkshmem.gpu.Stream, shmem.gpu_stream): tests/pe/gpu_vkstream.py at 1, 2 and 4
-PEs on lavapipe with the validation layer on (its errors, leaks included, fail the run)."""
+PEs (and 2 with peers unmapped) on lavapipe with the validation layer on (its errors, leaks
+included, fail the run)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,16 @@ def test_vulkan_stream(npes: int) -> None:
     r = launch("gpu_vkstream", npes, VULKAN_ENV, timeout=300)
     assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout}\n{r.stderr}"
     assert r.stdout.count("gpu_vkstream ok") == npes, r.stdout
+
+
+def test_vulkan_stream_unmapped_peers() -> None:
+    """Peers' GPU heaps not imported (VKSHMEM_DOMAIN_IMPORT=0, as when a driver refuses an
+    import): remote stream calls synchronize the stream and go the blocking route, with the
+    same values; local ones still enqueue."""
+    r = launch("gpu_vkstream", 2, {**VULKAN_ENV, "VKSHMEM_DOMAIN_IMPORT": "0"}, timeout=300)
+    assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout}\n{r.stderr}"
+    assert r.stdout.count("put_signal falls back") == 2, r.stdout
+    assert r.stdout.count("gpu_vkstream ok") == 2, r.stdout
 
 
 def test_stream_on_a_device() -> None:

@@ -61,6 +61,15 @@ def submitted(stream: Stream) -> int:
 
 
 # 1. kernel -> put_signal on s; wait -> kernel on s2: ordered on the GPU, no host wait
+mapped_right = shmem.ptr(dst, right) is not None
+maps = shmem.zeros(1, np.int64)  # whether the left PE maps this one (imports can fail alone)
+maps[0] = mapped_right
+shmem.barrier_all()
+got1 = np.zeros(1, np.int64)
+shmem.get(got1, maps, left)
+left_maps_me = bool(got1[0])
+if not mapped_right:
+    print(f"PE {me}: PE {right}'s GPU heap is not mapped here; put_signal falls back", flush=True)
 for rnd, salt in enumerate((7, 1000)):
     shmem.barrier_all()  # every PE's target and signal are ready
     k0, k1 = submitted(s), submitted(s2)
@@ -68,8 +77,11 @@ for rnd, salt in enumerate((7, 1000)):
     shmem.put_signal(dst, src, right, sig, rnd + 1, shmem.SIGNAL_SET, stream=s)
     shmem.signal_wait_until(sig, shmem.CMP.EQ, rnd + 1, stream=s2)
     consume(s2)
-    # enqueued: the kernel, the copy and the signal's AMO on s; the wait and the kernel on s2
-    check(submitted(s) - k0 == 3 and submitted(s2) - k1 == 2,
+    # enqueued: the kernel, the copy and the signal's AMO on s; the wait and the kernel on s2.
+    # Where the right PE's heap is not mapped here (an import the driver refused: lavapipe does
+    # so now and then under load), put_signal synchronizes s and goes the blocking route.
+    on_s = 3 if mapped_right else 1
+    check(submitted(s) - k0 == on_s and submitted(s2) - k1 == 2,
           f"round {rnd}: {submitted(s) - k0} submissions on s, {submitted(s2) - k1} on s2")
     s2.synchronize()
     want = 3 * (salt + 65536 * left + idx) + 1
@@ -81,14 +93,23 @@ for rnd, salt in enumerate((7, 1000)):
 # 2. calls return before the GPU ran them: the stream waits for a word the host sets later
 shmem.barrier_all()
 shmem.signal_wait_until(flag, shmem.CMP.EQ, 5, stream=s)
-shmem.put(dst[:4], src[:4], right, stream=s)
+# a put the stream enqueues (one to an unmapped peer would synchronize s: wait for the flag)
+mine = shmem.zeros(4, np.uint32, domain="gpu")
+if mapped_right:
+    shmem.put(dst[:4], src[:4], right, stream=s)
+else:
+    shmem.put(mine, src[:4], me, stream=s)
 check(not s.query(), "query() said done while the stream waited for the host")
 shmem.signal_set(flag, 5, me)  # blocking, from the host
 s.synchronize()
 check(s.query(), "query() after synchronize")
 shmem.barrier_all()
-check(np.array_equal(dst.to_numpy()[:4], (1000 + 65536 * left + idx[:4]).astype(np.uint32)),
-      "the put after the released wait")
+if left_maps_me:
+    check(np.array_equal(dst.to_numpy()[:4], (1000 + 65536 * left + idx[:4]).astype(np.uint32)),
+          "the put after the released wait")
+if not mapped_right:
+    check(np.array_equal(mine.to_numpy(), (1000 + 65536 * me + idx[:4]).astype(np.uint32)),
+          "the local put after the released wait")
 
 # 3. AMOs, get, host-heap put/get and quiet on a stream
 shmem.barrier_all()

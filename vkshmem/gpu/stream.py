@@ -145,6 +145,9 @@ class Stream:
         where = self.describe(word) if self.describe is not None else None
         where = where or f"the word at device address 0x{word:x}"
         rate = clock_rate(self.device)
+        # the spinner that gave up may read a clock behind the first one's start (another
+        # thread's clock on a CPU driver): a negative difference, stored unsigned
+        waited = waited if waited < 1 << 63 else 0
         raise WaitTimeoutError(
             f"a wait on {self.name}: {where} did not become {_CMP.get(cmp, '?')} {value} "
             f"within {self.wait_timeout:g} s (it held {seen}; waited {waited / rate:.3g} s; "
