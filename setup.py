@@ -12,6 +12,7 @@ fast = Extension(
     "vkshmem.core._fast",
     sources=sorted(glob("vkshmem/core/csrc/fast_*.c")),
     depends=["vkshmem/core/csrc/fast.h", "vkshmem/core/csrc/fast_int.h",
+             "vkshmem/core/csrc/copy_stream.h",
              "vkshmem/core/_native.h", "vkshmem/include/vkshmem/plugin.h"],
     extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter",
                         "-Wno-missing-field-initializers", "-Wno-cast-function-type"],

@@ -86,6 +86,8 @@ stats = proxy.stats
 check(stats["requests"] > 0, f"no proxy requests: {stats}")
 if mapped and proxy.direct[right] is None:  # sent from the mapping, not staged
     check(stats["mapped"] > 0, f"no piece sent from the mapping: {stats}")
+if mapped and proxy.direct[right] is not None:  # into the peer's mailbox past the caches
+    check(stats["streamed"] > 0, f"no piece copied with streaming stores: {stats}")
 shmem.barrier_all()
 print(f"PE {me}: proxy {stats}", flush=True)
 print("proxy_pieces ok", flush=True)

@@ -26,6 +26,7 @@ int vk_shm_get(int seg, int pe, uint64_t off, void *dst, uint64_t n);
 uint64_t vk_shm_amo(int seg, int pe, uint64_t off, int op, int width,
                     uint64_t operand, uint64_t compare);
 uintptr_t vk_peer_base(int seg, int pe);
+void vk_copy_stream(void *dst, const void *src, uint64_t n);
 int vk_spin_change(const void *addr, const void *snapshot, uint64_t n, uint64_t max_ns);
 int vk_proxy_due(const uint64_t *bells, uint64_t *next, int n, int depth, uint64_t *out,
                  int max, uint64_t max_ns);

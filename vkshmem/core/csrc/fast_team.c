@@ -148,31 +148,7 @@ static int tree_of(NativeTeam *t, int root, int seg, struct tree *tr) {
                       team_internal(t, (t->me - (1 << (tr->bits - 1)) + n) % n));
 }
 
-#if defined(__x86_64__)
-#include <emmintrin.h>
-/* A copy whose stores bypass the caches (the children read the data from memory, and a
- * line they read last time is invalidated, not fetched back, before it is written). */
-static void copy_stream(char *dst, const char *src, size_t n) {
-    size_t head = (16 - ((uintptr_t)dst & 15)) & 15;
-    if (head > n) head = n;
-    memcpy(dst, src, head);
-    dst += head, src += head, n -= head;
-    for (; n >= 64; dst += 64, src += 64, n -= 64) {
-        __m128i a = _mm_loadu_si128((const __m128i *)src),
-                b = _mm_loadu_si128((const __m128i *)(src + 16)),
-                c = _mm_loadu_si128((const __m128i *)(src + 32)),
-                d = _mm_loadu_si128((const __m128i *)(src + 48));
-        _mm_stream_si128((__m128i *)dst, a);
-        _mm_stream_si128((__m128i *)(dst + 16), b);
-        _mm_stream_si128((__m128i *)(dst + 32), c);
-        _mm_stream_si128((__m128i *)(dst + 48), d);
-    }
-    memcpy(dst, src, n);
-    _mm_sfence();
-}
-#else
-#define copy_stream(dst, src, n) memmove(dst, src, n)
-#endif
+#include "copy_stream.h"
 
 static void copy_nogil(void *dst, const void *src, Py_ssize_t n, int stream) {
     Py_BEGIN_ALLOW_THREADS

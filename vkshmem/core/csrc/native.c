@@ -6,6 +6,7 @@
 #include <sched.h>
 #include <time.h>
 #include "_native.h"
+#include "copy_stream.h"
 
 static struct vk_table g;
 #define g_npes g.npes
@@ -168,6 +169,12 @@ static uint64_t now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Copy n bytes into memory another process reads next (a peer's proxy mailbox), with
+ * streaming stores: see copy_stream.h. */
+void vk_copy_stream(void *dst, const void *src, uint64_t n) {
+    copy_stream((char *)dst, (const char *)src, (size_t)n);
 }
 
 /* Spin (GIL released by cffi) until the n bytes at addr differ from snapshot, or max_ns pass.

@@ -24,6 +24,9 @@
 /* gets from this size up, answered through a transport from a CPU-mapped segment, are sent
  * straight from the mapping (a second put, instead of a copy next to the header) */
 #define VKP_SEND_MAPPED (64u << 10)
+/* answers of at least this many bytes go into a sender's mapped answer area with streaming
+ * stores (copy_stream.h): the sender's core reads them next, and read the area's lines last */
+#define VKP_STREAM_MIN (128u << 10)
 
 struct vk_proxy {
     uint64_t *bells;   /* this PE's mailbox (the bells come first) */
@@ -159,8 +162,12 @@ static void vkp_start(struct vk_proxy *p, int i, int s, uint64_t j, uint8_t *req
             }
             a[3] = 0;
             p->mapped_sends++;
-        } else if (!rc && d->mapped && n <= d->read_max)
-            memcpy(dst, d->mapped + h.offset, n);
+        } else if (!rc && d->mapped && n <= d->read_max) {
+            if (dst != payload && n >= VKP_STREAM_MIN) /* the sender reads it on its core */
+                copy_stream((char *)dst, (const char *)d->mapped + h.offset, n);
+            else
+                memcpy(dst, d->mapped + h.offset, n);
+        }
         else if (!rc && n)
             rc = d->start(d->self, 0, h.offset, dst, n);
     } else { /* VKP_AMO */

@@ -8,7 +8,7 @@ from __future__ import annotations
 import struct
 
 __all__ = ["AMO", "CPU_PIECE", "DEPTH", "GET", "HDR", "HEAD", "INLINE", "MIN_PIECE", "PIPELINE",
-           "PUT", "RESP", "U64", "Layout", "pieces", "proxy_chunk"]
+           "PUT", "RESP", "STREAM_MIN", "U64", "Layout", "pieces", "proxy_chunk"]
 
 #: requests in flight per (sender, target) pair
 DEPTH = 3
@@ -19,6 +19,10 @@ RESP = struct.Struct("<QQQ")  # value, status, nbytes
 U64 = struct.Struct("<Q")
 #: host payloads up to this size are copied next to their header and sent with it in one put
 INLINE = 8 << 10
+#: host payloads from this size up, to a peer whose mailbox is mapped here, are copied into it
+#: with streaming stores (csrc/copy_stream.h), and the serving side answers gets that large
+#: into a sender's mapped answer area the same way (proxy_round.c's VKP_STREAM_MIN)
+STREAM_MIN = 128 << 10
 #: a transfer of a few chunks is cut into at least this many pieces (each no smaller than
 #: MIN_PIECE), so that it is a pipeline too: the transport carries piece k while the devices
 #: (or CPUs) copy pieces k - 1 and k + 1 (measured on a 2-core VM over hostproxy, UCX and the

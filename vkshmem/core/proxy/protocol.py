@@ -70,14 +70,28 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._native import lib
+from .._native import ffi, lib
 from ..errors import PeerFailedError, WaitTimeoutError
 from ..hostalloc import HOST_SEG
 from ..transports.contract import AmoOp
 from ..transports.endpoints import Endpoints
 from ..wait import Waiter
 from .device import Done, ProxyDeviceTransfers
-from .mailbox import AMO, DEPTH, GET, HDR, HEAD, INLINE, PUT, RESP, U64, Layout, pieces, proxy_chunk
+from .mailbox import (
+    AMO,
+    DEPTH,
+    GET,
+    HDR,
+    HEAD,
+    INLINE,
+    PUT,
+    RESP,
+    STREAM_MIN,
+    U64,
+    Layout,
+    pieces,
+    proxy_chunk,
+)
 from .native import DomainOps
 from .serve import ProxyServer
 
@@ -136,8 +150,9 @@ class DomainProxy(ProxyDeviceTransfers):
         #: counters: requests sent, most in flight to one PE, serving rounds, most per round,
         #: pieces moved by DMA straight to or from a peer's mailbox (sent and served) and
         #: pieces a transport sent straight from the segment's CPU mapping (sent and served)
+        #: and pieces copied into a peer's mapped mailbox with streaming stores (sent)
         self.stats = {"requests": 0, "max_in_flight": 0, "rounds": 0, "max_round": 0,
-                      "direct": 0, "mapped": 0}
+                      "direct": 0, "mapped": 0, "streamed": 0}
         # Own endpoints for the sending side (the serving thread makes its own), so neither
         # shares a transport's default endpoint with the application's thread.
         self._send = Endpoints(rt)
@@ -223,7 +238,13 @@ class DomainProxy(ProxyDeviceTransfers):
                 body[:HDR.size] = hdr
                 t.put(pe, 0, at, body[:HEAD + nbytes])
             else:
-                if payload is not None and nbytes:
+                area = self._area(pe, j, False, nbytes) if nbytes >= STREAM_MIN else None
+                if payload is not None and area is not None:
+                    # the peer's proxy reads these lines next, and read them last time: store
+                    # past the caches rather than fetch each line back from its core
+                    lib.vk_copy_stream(ffi.from_buffer(area), ffi.from_buffer(payload), nbytes)
+                    self.stats["streamed"] += 1
+                elif payload is not None and nbytes:
                     t.put(pe, 0, at + HEAD, payload)
                 t.put(pe, 0, at, memoryview(hdr))
             t.fence()
