@@ -10,8 +10,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .._native import ffi, lib
-from .mailbox import GET, HEAD, PUT, STREAM_MIN
+from .mailbox import GET, HEAD, PUT, fill
 
 if TYPE_CHECKING:
     from ..domains.heap import DomainHeap
@@ -113,12 +112,8 @@ class ProxyDeviceTransfers:
                 area = self._area(pe, (seq - 1) % self.depth, False, n)
                 assert area is not None
                 view = self.dops.readable(src_off + lo, n)
-                if view is not None and n >= STREAM_MIN:  # a CPU copy through the mapping,
-                    # past the caches: pe's proxy reads these lines next, and read them last
-                    lib.vk_copy_stream(ffi.from_buffer(area), ffi.from_buffer(view), n)
-                    self.stats["streamed"] += 1
-                elif view is not None:
-                    area[:] = view
+                if view is not None:  # a CPU copy through the mapping
+                    self.stats["streamed"] += fill(area, view)
                 else:
                     dom.read_nbi(mem, src_off + lo, area)
                     dom.quiet()

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import struct
 
+from .._native import ffi, lib
+
 __all__ = ["AMO", "CPU_PIECE", "DEPTH", "GET", "HDR", "HEAD", "INLINE", "MIN_PIECE", "PIPELINE",
-           "PUT", "RESP", "STREAM_MIN", "U64", "Layout", "pieces", "proxy_chunk"]
+           "PUT", "RESP", "STREAM_MIN", "U64", "Layout", "fill", "pieces", "proxy_chunk"]
 
 #: requests in flight per (sender, target) pair
 DEPTH = 3
@@ -33,6 +35,18 @@ MIN_PIECE = 512 << 10
 #: the largest piece where CPUs copy the pieces (a segment the CPU maps at memory speed): a
 #: piece still in the cache when the target copies it out of its mailbox
 CPU_PIECE = 1 << 20
+
+
+def fill(area: memoryview, src: memoryview) -> bool:
+    """Copy ``src`` into ``area`` of a peer's mapped mailbox: with streaming stores from
+    STREAM_MIN up (the peer's proxy reads those lines next, and read them last time: each
+    ordinary store would fetch its line back from the peer's core first). Whether it
+    streamed."""
+    if src.nbytes >= STREAM_MIN:
+        lib.vk_copy_stream(ffi.from_buffer(area), ffi.from_buffer(src), src.nbytes)
+        return True
+    area[:] = src
+    return False
 
 
 def pieces(nbytes: int, chunk: int, cpu: bool = False) -> list[tuple[int, int]]:

@@ -70,7 +70,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._native import ffi, lib
+from .._native import lib
 from ..errors import PeerFailedError, WaitTimeoutError
 from ..hostalloc import HOST_SEG
 from ..transports.contract import AmoOp
@@ -89,6 +89,7 @@ from .mailbox import (
     STREAM_MIN,
     U64,
     Layout,
+    fill,
     pieces,
     proxy_chunk,
 )
@@ -239,11 +240,8 @@ class DomainProxy(ProxyDeviceTransfers):
                 t.put(pe, 0, at, body[:HEAD + nbytes])
             else:
                 area = self._area(pe, j, False, nbytes) if nbytes >= STREAM_MIN else None
-                if payload is not None and area is not None:
-                    # the peer's proxy reads these lines next, and read them last time: store
-                    # past the caches rather than fetch each line back from its core
-                    lib.vk_copy_stream(ffi.from_buffer(area), ffi.from_buffer(payload), nbytes)
-                    self.stats["streamed"] += 1
+                if payload is not None and area is not None:  # the peer's mailbox, mapped
+                    self.stats["streamed"] += fill(area, payload)
                 elif payload is not None and nbytes:
                     t.put(pe, 0, at + HEAD, payload)
                 t.put(pe, 0, at, memoryview(hdr))
