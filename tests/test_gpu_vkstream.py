@@ -77,6 +77,29 @@ def test_stream_on_a_device() -> None:
             s.synchronize()
             got = np.frombuffer(bytes(b.map()[8192:8256]), np.uint64)
             assert list(got) == list(range(8)), got
+            # large copies run as copy.comp on GPUs (as the blocking ones do); lavapipe keeps
+            # the copy engine, so lower the threshold to record the shader path here: 16-byte,
+            # 4-byte and byte-granular forms, after a copy-engine copy on the same stream
+            c = dev.alloc(1 << 16, exportable=False)
+            dev.write(c, 0, np.zeros(1 << 13, np.uint64))
+            dev.shader_copy_min = 4096
+            assert dev.shader_copies(c, 0, a, 0, 4096) and not dev.shader_copies(c, 0, a, 0, 64)
+            s.copy(c, 0, a, 0, 64)
+            s.copy(c, 4096, a, 0, 4096)
+            s.copy(c, 16384 + 4, a, 4, 4096 + 8)
+            s.copy(c, 32768 + 3, a, 1, 4096 + 5)
+            s.synchronize()
+            dev.shader_copy_min = 1 << 62
+            want = np.zeros(8192, np.uint8)
+            got8 = np.zeros(1 << 16, np.uint8)
+            dev.read(a, 0, want)
+            dev.read(c, 0, got8)
+            assert np.array_equal(got8[:64], want[:64])
+            assert np.array_equal(got8[4096:8192], want[:4096])
+            assert np.array_equal(got8[16388:16388 + 4104], want[4:4108])
+            assert np.array_equal(got8[32771:32771 + 4101], want[1:4102])
+            assert not got8[32771 + 4101:].any() and not got8[16388 + 4104:32771].any()
+            c.free()
             for _ in range(1000):
                 s.amo(b, 5136, AmoOp.ADD, 8, 1)
             st = s.stats()

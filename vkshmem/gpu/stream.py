@@ -203,13 +203,22 @@ class Stream:
 
     def copy(self, dst: Any, dst_offset: int, src: Any, src_offset: int, nbytes: int) -> None:
         """Copy ``nbytes`` between two buffers of the device (GpuMemory, imported peer memory,
-        HostImport) with ``vkCmdCopyBuffer``; overlapping ranges of one allocation are copied
-        as memmove does (in chunks the distance apart)."""
+        HostImport) with ``vkCmdCopyBuffer``, or as copy.comp where the device's blocking copy
+        of those bytes would (:meth:`VulkanDevice.shader_copies`: large copies between GPU
+        allocations); overlapping ranges of one allocation are copied as memmove does (in
+        chunks the distance apart)."""
         dst.check_range(dst_offset, nbytes, "stream copy destination")
         src.check_range(src_offset, nbytes, "stream copy source")
         if nbytes == 0 or (dst is src and dst_offset == src_offset):
             return
-        ffi, lib = self.device._vk.ffi, self.device._vk.lib
+        dev = self.device
+        if dev.shader_copies(dst, dst_offset, src, src_offset, nbytes):
+            pipe, items = dev.kernels.copy_plan(dst, dst_offset, src, src_offset, nbytes)
+            with self.record() as cmd:
+                for groups, push in items:  # disjoint: no barrier between them
+                    pipe.record(_Cmd(cmd), groups, push)
+            return
+        ffi, lib = dev._vk.ffi, dev._vk.lib
         gap = abs(dst_offset - src_offset) if dst.memory == src.memory else nbytes
         step = min(nbytes, gap) if gap else nbytes
         starts = list(range(0, nbytes, step))

@@ -62,6 +62,10 @@ class VulkanDevice(LogicalDevice):
         #: until it is closed or the device closes (first)
         self.streams: set[Stream] = set()
         super().__init__(index, validation, local_rank=local_rank, timeout=timeout)
+        #: device copies of at least this many bytes run as copy.comp (:meth:`shader_copies`):
+        #: SHADER_COPY_MIN on GPUs, never on CPU drivers (their copy engine is a memcpy, their
+        #: shaders slow)
+        self.shader_copy_min = 1 << 62 if self.info.is_cpu else SHADER_COPY_MIN
         try:
             size = staging_size if staging_size is not None else env_size(ENV_STAGING,
                                                                            DEFAULT_STAGING)
@@ -176,13 +180,20 @@ class VulkanDevice(LogicalDevice):
         disjoint copies between GPU allocations run as a compute shader (copy.comp), which
         moves about twice what the copy engine does on an H100 (not on CPU drivers, where the
         copy engine is a memcpy and shaders are slow)."""
-        if nbytes >= SHADER_COPY_MIN and not self.info.is_cpu and isinstance(dst, GpuMemory) \
-                and isinstance(src, GpuMemory) and (
-                    dst.memory != src.memory or dst_offset + nbytes <= src_offset
-                    or src_offset + nbytes <= dst_offset):
+        if self.shader_copies(dst, dst_offset, src, src_offset, nbytes):
             self.kernels.shader_copy(dst, dst_offset, src, src_offset, nbytes, timeout=timeout)
             return
         self.transfer.copy(dst, dst_offset, src, src_offset, nbytes, timeout)
+
+    def shader_copies(self, dst: Any, dst_offset: int, src: Any, src_offset: int,
+                      nbytes: int) -> bool:
+        """Whether a device copy of ``nbytes`` runs as copy.comp rather than on the copy
+        engine: from :attr:`shader_copy_min` bytes, between disjoint ranges of GPU allocations
+        (blocking copies, batched ones and a :class:`~vkshmem.gpu.stream.Stream`'s alike)."""
+        return (nbytes >= self.shader_copy_min and isinstance(dst, GpuMemory)
+                and isinstance(src, GpuMemory) and (
+                    dst.memory != src.memory or dst_offset + nbytes <= src_offset
+                    or src_offset + nbytes <= dst_offset))
 
     # -- non-blocking copies (see batch.py) -------------------------------------------------
 
@@ -197,9 +208,8 @@ class VulkanDevice(LogicalDevice):
         if nbytes == 0:
             return
         if (dst.memory == src.memory and dst_offset < src_offset + nbytes
-                and src_offset < dst_offset + nbytes) or (
-                    nbytes >= SHADER_COPY_MIN and not self.info.is_cpu
-                    and isinstance(dst, GpuMemory) and isinstance(src, GpuMemory)):
+                and src_offset < dst_offset + nbytes) or self.shader_copies(
+                    dst, dst_offset, src, src_offset, nbytes):
             self.copy(dst, dst_offset, src, src_offset, nbytes,  # type: ignore[arg-type]
                       timeout=timeout)
             return

@@ -274,14 +274,14 @@ class Kernels:
                  for s, k in self._chunks(count * per)]
         pipe.dispatch_many(items, timeout=timeout)
 
-    def shader_copy(self, dst: GpuMemory, dst_offset: int, src: GpuMemory, src_offset: int,
-                    nbytes: int, *, timeout: float | None = None) -> None:
-        """Copy with copy.comp: 16-byte vectors when both addresses and the size are
-        16-aligned (what reaches HBM rate), else 4-byte words, else bytes."""
+    def copy_plan(self, dst: GpuMemory, dst_offset: int, src: GpuMemory, src_offset: int,
+                  nbytes: int) -> tuple[ComputePipeline, list[tuple[int, bytes]]]:
+        """The copy.comp dispatches (workgroups, push constants) that copy ``nbytes`` between
+        disjoint ranges: 16-byte vectors when both addresses and the size are 16-aligned
+        (what reaches HBM rate), else 4-byte words, else bytes. Disjoint dispatches: they
+        need no barrier between them. :meth:`shader_copy` runs them, a stream records them."""
         dst.check_range(dst_offset, nbytes, "copy destination")
         src.check_range(src_offset, nbytes, "copy source")
-        if nbytes == 0:
-            return
         if dst.memory == src.memory and dst_offset < src_offset + nbytes \
                 and src_offset < dst_offset + nbytes:
             raise InvalidArgumentError("shader copies need disjoint ranges (use copy())")
@@ -293,16 +293,21 @@ class Kernels:
         pipe = self._copy_pipes.get(size)
         if pipe is None:
             pipe = self._copy_pipes[size] = self._pipeline(_COPY_SHADER[size])
-        count = nbytes // size
         limit = self.device.info.max_workgroup_count[0]
-        if count <= limit * _GROUP:  # the common case: one dispatch, one C call
-            pipe.run1(min(_copy_groups(count), limit), _PUSH_2ADDR.pack(da, sa, count, 0),
-                      timeout)
+        # each invocation strides over its elements: a bounded grid, a short loop
+        return pipe, [(min(_copy_groups(k), limit),
+                       _PUSH_2ADDR.pack(da + s * size, sa + s * size, k, 0))
+                      for s, k in self._chunks(nbytes // size)]
+
+    def shader_copy(self, dst: GpuMemory, dst_offset: int, src: GpuMemory, src_offset: int,
+                    nbytes: int, *, timeout: float | None = None) -> None:
+        """Copy with copy.comp (see :meth:`copy_plan`) and wait for it."""
+        if nbytes == 0:
             return
-        # Each invocation strides over the elements: a bounded grid, a short loop.
-        items = [(min(_copy_groups(k), limit),
-                  _PUSH_2ADDR.pack(da + s * size, sa + s * size, k, 0))
-                 for s, k in self._chunks(count)]
+        pipe, items = self.copy_plan(dst, dst_offset, src, src_offset, nbytes)
+        if len(items) == 1:  # the common case: one dispatch, one C call
+            pipe.run1(items[0][0], items[0][1], timeout)
+            return
         pipe.dispatch_many(items, timeout=timeout)
 
     def close(self) -> None:
