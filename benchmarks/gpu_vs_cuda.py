@@ -24,7 +24,7 @@ a 128-byte copy into the peer's IPC buffer + synchronize, then a flag stored in 
 both processes map, which the other side polls. Array views (and CUDA's pointers) are made
 once per size, outside the timed calls. Prints one table; ``--json`` writes the rows
 ``{"op", "pair", "bytes", "vkshmem", "cuda", "unit"}`` with the date, the device, the driver
-and the command.
+and the command (and, while the sweep runs, the rows so far to ``PATH.partial``).
 """
 
 from __future__ import annotations
@@ -114,6 +114,16 @@ def row(op: str, pair: str, nbytes: int, seconds: float) -> None:
                  "cuda": None, "unit": "GB/s" if big else "us"})
 
 
+def save_partial() -> None:
+    """With ``--json``: the rows so far into PATH.partial (no CUDA column yet), so a run cut
+    short (a device lease ending) still leaves what it measured."""
+    if "--json" in sys.argv:
+        path = sys.argv[sys.argv.index("--json") + 1] + ".partial"
+        with open(path, "w") as f:
+            json.dump({"complete": False, "date": datetime.date.today().isoformat(),
+                       "rows": rows}, f, indent=1)
+
+
 def nbi_quiet(d: object, s: object) -> None:
     shmem.put_nbi(d, s, peer)
     shmem.quiet()
@@ -133,6 +143,7 @@ for size in SIZES:
         row(op, pair, size, timed(fn))
     if me == 0:
         print(f"gpu_vs_cuda: {size} B done", flush=True)
+        save_partial()
 row("fetch_add", "gpu", 8, timed(lambda: shmem.atomic_fetch_add(word, 1, peer), SMALL))
 NBI, NBI_N = 64 << 10, min(64, top // (64 << 10))  # non-blocking 64 KiB puts, one quiet
 nbi_dst = [g_dst[k * NBI:(k + 1) * NBI] for k in range(NBI_N)]
@@ -357,4 +368,6 @@ if me == 0:
                                             "benchmarks/gpu_vs_cuda.py --json", path]),
                        "ratio": "CUDA/vkshmem for us rows, vkshmem/CUDA for GB/s rows",
                        "rows": rows}, f, indent=1)
+        if os.path.exists(path + ".partial"):
+            os.remove(path + ".partial")
 shmem.barrier_all()
