@@ -42,12 +42,14 @@ from typing import Any
 import numpy as np
 
 from ..core._native import ffi, lib
+from ..core.domains.contract import DomainArray
+from ..core.domains.heap import DomainHeap
 from ..core.errors import InvalidArgumentError, InvalidTypeError, TransportError, WaitTimeoutError
 from ..core.fast import entry
 from ..core.transports.contract import AmoOp
 from . import state
 from .alloc import free, new_array
-from .args import locate, resolve
+from .args import check_pe, locate, place, resolve
 
 __all__ = ["Lock", "clear_lock", "del_lock", "new_lock", "set_lock", "test_lock"]
 
@@ -71,6 +73,9 @@ class _Where:
     __slots__ = ("key", "off", "owner", "seg", "t")
 
     def __init__(self, lock: Any, what: str) -> None:
+        if type(lock) is not np.ndarray and isinstance(lock, DomainArray):
+            self._in_domain(lock, what)
+            return
         try:
             r = lib.vk_locate(ffi.from_buffer(lock), 8) \
                 if lock.dtype in _DTYPES and lock.size == 1 else -1
@@ -82,6 +87,19 @@ class _Where:
         self.seg, self.off, self.key = seg, off, (seg, off)
         self.owner, self.t = resolve(None, (off >> 6) % state.rt.n_pes)
 
+    def _in_domain(self, lock: DomainArray, what: str) -> None:
+        """A lock word in a domain's heap (GPU memory): the heap routes its AMOs to the owner
+        (imported memory, a link, a transport or the domain proxy)."""
+        if lock.dtype not in _DTYPES or lock.size != 1:
+            raise InvalidArgumentError(f"{what}: a lock is one 64-bit integer word (int64), got "
+                                       f"{lock.size} x {lock.dtype}")
+        heap, off = place(lock, 8, f"{what} lock")
+        if off & 7:
+            raise InvalidArgumentError(f"{what}: the lock is not 8-byte aligned (offset {off})")
+        self.seg, self.off, self.key = heap.seg_id, off, (heap.seg_id, off)
+        self.owner = check_pe((off >> 6) % state.rt.n_pes)
+        self.t = heap
+
     def amo(self, op: AmoOp, operand: int = 0, compare: int = 0, fetch: bool = True) -> int:
         try:
             return self.t.amo(self.owner, self.seg, self.off, op, 8, operand, compare, fetch)
@@ -89,8 +107,11 @@ class _Where:
             raise state.rt.waiter.translate(exc, self.owner)  # noqa: B904
 
     def direct_address(self) -> int:
-        """Address of the owner's word when it can be loaded here, else 0."""
+        """Address of the owner's word when it can be loaded here, else 0 (a domain's word:
+        this PE's own, where the domain lets the CPU watch it)."""
         rt = state.rt
+        if isinstance(self.t, DomainHeap):
+            return self.t.watch_address(self.off) if self.owner == rt.my_pe else 0
         if self.t is state.shm or self.owner == rt.my_pe:
             base = lib.vk_peer_base(self.seg, self.owner)
             if base:
@@ -116,9 +137,10 @@ def _explain(lock: Any, what: str) -> None:
     raise InvalidArgumentError(f"{what}: the lock is not 8-byte aligned (offset {off})")
 
 
-def new_lock() -> np.ndarray:
-    """Collective: a new lock (a one-element symmetric int64 array set to 0 = free)."""
-    return new_array(1, np.int64)
+def new_lock(domain: str = "host") -> np.ndarray:
+    """Collective: a new lock (a one-element symmetric int64 array set to 0 = free); with
+    ``domain='gpu'`` the word lies in GPU memory (``set_lock`` and the rest take it alike)."""
+    return new_array(1, np.int64, domain=domain)
 
 
 def del_lock(lock: np.ndarray) -> None:
@@ -150,7 +172,7 @@ def _wait_turn(w: _Where, ticket: int) -> None:
     what = f"set_lock (ticket {ticket} of the lock on PE {w.owner})"
     try:
         addr = w.direct_address()
-        if addr:
+        if addr:  # a load of the word (the domain's CPU view of its own memory, too)
             amo = lib.vk_amo
             waiter.wait(lambda: amo(addr, _FETCH, 8, 0, 0) & _LOW == ticket, addr, 8, what)
             return
@@ -243,9 +265,9 @@ class Lock:
 
     _lock: np.ndarray | None
 
-    def __init__(self) -> None:
+    def __init__(self, domain: str = "host") -> None:
         self._lock = None
-        self._lock = new_lock()
+        self._lock = new_lock(domain)
 
     def _word(self) -> np.ndarray:
         if self._lock is None:
