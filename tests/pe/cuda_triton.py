@@ -63,7 +63,9 @@ dev = torch.device("cuda", src.domain.device.ordinal)
 
 
 def t(a: object) -> torch.Tensor:
-    return torch.as_tensor(a, device=dev)
+    # DLPack names this PE's GPU; torch.as_tensor would ask CUDA where a peer's pointer
+    # lives (the peer's GPU, with one GPU per PE) and copy it to dev
+    return torch.from_dlpack(a)
 
 
 grid = (N // BLOCK,)

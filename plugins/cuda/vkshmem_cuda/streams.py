@@ -17,6 +17,7 @@ wait records its failure in mapped pinned host memory; :meth:`CudaStreams.check`
 from __future__ import annotations
 
 import ctypes
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -84,7 +85,9 @@ class CudaStreams:
         self.fail = (ctypes.c_uint64 * 8).from_address(self._host)
         ctypes.memset(self._host, 0, 64)
         self._fns: dict[bytes, Any] = {}
-        self._by_object: dict[Any, CudaStreamOps] = {}
+        #: per stream object, weakly (a user's dropped stream is not kept alive here)
+        self._by_object: weakref.WeakKeyDictionary[Any, CudaStreamOps] = \
+            weakref.WeakKeyDictionary()
         self._by_handle: dict[int, CudaStreamOps] = {}
         #: per barrier family (0: every PE), the stream barriers issued so far
         self.barrier_seq: dict[int, int] = {}
@@ -111,15 +114,21 @@ class CudaStreams:
         ops = self._by_handle.get(handle)
         if ops is None:
             if len(self._by_handle) >= _CACHE_MAX:
-                self._by_handle.clear()
+                self._evict()
             ops = self._by_handle[handle] = CudaStreamOps(self, handle)
         try:
-            if len(self._by_object) >= _CACHE_MAX:
-                self._by_object.clear()
             self._by_object[stream] = ops
-        except TypeError:  # unhashable: normalised per call
+        except TypeError:  # unhashable, or no weak references: normalised per call
             pass
         return ops
+
+    def _evict(self) -> None:
+        """Drop every cached stream's operations, releasing their events (an event a stream
+        still waits on is freed by CUDA once that wait is over)."""
+        for ops in self._by_handle.values():
+            ops.close()
+        self._by_handle.clear()
+        self._by_object.clear()
 
     def failure(self) -> WaitTimeoutError | None:
         """The recorded failure as an error, cleared (None: none recorded)."""
@@ -156,10 +165,7 @@ class CudaStreams:
     def close(self) -> None:
         if self._host:
             self.device.current()
-            for ops in self._by_handle.values():
-                ops.close()
-            self._by_handle.clear()
-            self._by_object.clear()
+            self._evict()
             self.device.cu.cuMemFreeHost(self._host)
             self._host = 0
 

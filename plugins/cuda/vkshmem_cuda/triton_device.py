@@ -2,7 +2,7 @@
 
 A Triton kernel takes peers' memory as ordinary tensors: ``shmem.ptr(a, pe)`` of a ``cuda``
 array is a view of PE ``pe``'s copy mapped into this process (same GPU, or another GPU of the
-node over NVLink/P2P), which ``torch.as_tensor(view, device="cuda")`` wraps without a copy.
+node over NVLink/P2P), which ``torch.from_dlpack(view)`` wraps without a copy.
 Loads and stores through it are puts and gets; these ``@triton.jit`` helpers add what the
 kernel needs to synchronise, at system scope (atomic with every GPU's and the host's atomics;
 int32 or int64 words):

@@ -2,7 +2,7 @@
  *
  * Include it from CuPy RawKernel/RawModule, NVRTC or a torch extension with the folder
  * vkshmem_cuda.include_dir() on the include path, and pass the kernel the context pointer
- * shmem.cuda_device_context() returns (a device address: a `const vks_ctx *`):
+ * shmem.device_context() returns (a device address: a `const vks_ctx *`):
  *
  *   #include "vkshmem_device.cuh"
  *   extern "C" __global__ void ring(const vks_ctx *ctx, unsigned long long buf, ...) {
@@ -40,7 +40,7 @@
 #define VKS_DEFAULT_SPINS (1ull << 26)
 #endif
 
-/* What shmem.cuda_device_context() points to (vkshmem_cuda.devapi.CONTEXT). */
+/* What shmem.device_context() points to (vkshmem_cuda.devapi.CONTEXT). */
 typedef struct vks_ctx {
     const unsigned long long *bases;  /* per PE: its heap's address here (0: not reachable) */
     unsigned long long sync_off;      /* the device-sync block's heap offset (barrier) */
