@@ -25,6 +25,11 @@ def test_bad_value_names_the_variable() -> None:
         load({"VKSHMEM_SYMMETRIC_SIZE": "lots"})
     with pytest.raises(ConfigError, match="VKSHMEM_SHM"):
         load({"VKSHMEM_SHM": "maybe"})
+    for text in ("inf", "nan", "-1"):  # 0 is "no limit"; inf would overflow a GPU wait's ns
+        with pytest.raises(ConfigError, match=r"VKSHMEM_WAIT_TIMEOUT.*0 means no limit"):
+            load({"VKSHMEM_WAIT_TIMEOUT": text})
+        with pytest.raises(ConfigError, match=r"VKSHMEM_GPU_TIMEOUT.*finite number > 0"):
+            load({"VKSHMEM_GPU_TIMEOUT": text})
 
 
 def test_rails() -> None:
@@ -117,3 +122,16 @@ def test_gpu_variables_are_owned_by_their_component() -> None:
     assert cuda.settings({}) is cuda.settings({}) and cuda.settings({}).copy == 256 << 10
     with pytest.raises(ConfigError, match="VKSHMEM_GPU_CUDA_SERVICE"):
         cuda.settings({"VKSHMEM_GPU_CUDA_SERVICE": "sometimes"})
+
+
+def test_gpu_env_seconds_are_finite(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Vulkan layer's own reads (a VulkanDevice without a runtime) refuse what the
+    registry refuses: a wait's nanoseconds must be an integer."""
+    from vkshmem.gpu.env import env_float
+
+    monkeypatch.setenv("VKSHMEM_GPU_TIMEOUT", "2.5")
+    assert env_float("VKSHMEM_GPU_TIMEOUT", 30.0) == 2.5
+    for text in ("inf", "nan", "-3", "soon"):
+        monkeypatch.setenv("VKSHMEM_GPU_TIMEOUT", text)
+        with pytest.raises(ConfigError, match="VKSHMEM_GPU_TIMEOUT"):
+            env_float("VKSHMEM_GPU_TIMEOUT", 30.0)

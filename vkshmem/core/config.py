@@ -7,6 +7,7 @@ the environment. A bad value raises :class:`~vkshmem.core.errors.ConfigError` na
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -48,8 +49,8 @@ def _parse_list(text: str) -> tuple[str, ...]:
 
 def _parse_seconds(text: str) -> float:
     value = float(text)
-    if value < 0:
-        raise ValueError("must be >= 0 (0 means no limit)")
+    if not math.isfinite(value) or value < 0:  # inf, nan: 0 is "no limit"
+        raise ValueError("must be a finite number of seconds >= 0 (0 means no limit)")
     return value
 
 
@@ -180,8 +181,8 @@ def _parse_positive(why: str) -> Callable[[str], float]:
     """A parser of numbers > 0 whose error says ``why``."""
     def parse(text: str) -> float:
         value = float(text)
-        if value <= 0:
-            raise ValueError(f"must be > 0 ({why})")
+        if not math.isfinite(value) or value <= 0:
+            raise ValueError(f"must be a finite number > 0 ({why})")
         return value
 
     return parse

@@ -11,6 +11,7 @@ variables the core reads itself (``VKSHMEM_GPU_TIMEOUT``, ``_PROVIDER``, ``_NATI
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -45,7 +46,9 @@ def env_float(name: str, default: float) -> float:
     try:
         value = float(raw)
     except ValueError:
-        raise ConfigError(name, f"expected a number of seconds, got {raw!r}") from None
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise ConfigError(name, f"expected a finite number >= 0, got {raw!r}")
     return value
 
 
