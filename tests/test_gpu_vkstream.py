@@ -115,3 +115,39 @@ def test_stream_on_a_device() -> None:
     finally:
         dev.close()
     assert dev.validation_errors == []
+
+
+def test_gpu_wait_shader_on_a_cpu_driver() -> None:
+    """stream_wait.spv, the one-invocation wait a GPU runs (CPU drivers run stream_wait_cpu),
+    loaded and dispatched on lavapipe with the validation layer on: a word that already holds
+    its value ends the wait as satisfied; one that never does, within a few passes, records
+    the failure the host raises (word, comparison, value, value seen)."""
+    np = pytest.importorskip("numpy")
+    try:
+        from vkshmem.gpu import VulkanDevice
+        dev = VulkanDevice(validation=True)
+    except Exception as exc:  # no Vulkan here
+        pytest.skip(f"no Vulkan device: {exc}")
+    from vkshmem.gpu.vk.clock import STATE, STATE_SIZE, WAIT_PUSH, ZERO_OFF
+
+    try:
+        if not (dev.info.int64_atomics and dev.info.device_clock):
+            pytest.skip("no 64-bit atomics or shader clock")
+        state = dev.alloc_mapped(STATE_SIZE)
+        view = state.map()
+        pipe = dev.pipeline("stream_wait")
+        word = state.device_address + ZERO_OFF
+        for value, cmp, want in ((0, 1, 1), (7, 1, 2), (0, 6, 1), (1, 5, 1), (0, 2, 2)):
+            view[:] = bytes(STATE_SIZE)  # EQ, EQ, GE, LT, NE on a word holding 0
+            pipe.dispatch(1, WAIT_PUSH.pack(word, value, state.device_address, 1 << 62, cmp,
+                                            100, 1, 0))
+            st = STATE.unpack_from(view, 0)
+            assert st[0] == want, (value, cmp, st)
+            if want == 2:  # the failure record: word, comparison, value, seen
+                assert st[3] == 1 and st[4:8] == (word, cmp, value, 0), st
+        del view
+        state.free()
+        assert dev.validation_errors == []
+    finally:
+        dev.close()
+    assert dev.validation_errors == []
