@@ -122,7 +122,6 @@ def test_gpu_wait_shader_on_a_cpu_driver() -> None:
     loaded and dispatched on lavapipe with the validation layer on: a word that already holds
     its value ends the wait as satisfied; one that never does, within a few passes, records
     the failure the host raises (word, comparison, value, value seen)."""
-    np = pytest.importorskip("numpy")
     try:
         from vkshmem.gpu import VulkanDevice
         dev = VulkanDevice(validation=True)
