@@ -48,6 +48,16 @@ class ProxyDeviceTransfers:
     _area: Callable[[int, int, bool, int], memoryview | None]
     dops: DomainOps
 
+    def _fill(self, pe: int, j: int, src: memoryview) -> bool:
+        """Copy ``src`` into slot ``j``'s request area of ``pe``'s mailbox where that is
+        mapped here (:func:`~vkshmem.core.proxy.mailbox.fill`); False where it is not (the
+        transport then sends it)."""
+        area = self._area(pe, j, False, src.nbytes)
+        if area is None:
+            return False
+        self.stats["streamed"] += fill(area, src)
+        return True
+
     def put_device(self, pe: int, offset: int, src_off: int, nbytes: int,
                    nbi: bool = False) -> None:
         """Bytes of this PE's segment at ``src_off`` into ``pe``'s segment at ``offset``: each

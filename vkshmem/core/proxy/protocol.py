@@ -77,22 +77,7 @@ from ..transports.contract import AmoOp
 from ..transports.endpoints import Endpoints
 from ..wait import Waiter
 from .device import Done, ProxyDeviceTransfers
-from .mailbox import (
-    AMO,
-    DEPTH,
-    GET,
-    HDR,
-    HEAD,
-    INLINE,
-    PUT,
-    RESP,
-    STREAM_MIN,
-    U64,
-    Layout,
-    fill,
-    pieces,
-    proxy_chunk,
-)
+from .mailbox import AMO, DEPTH, GET, HDR, HEAD, INLINE, PUT, RESP, U64, Layout, pieces, proxy_chunk
 from .native import DomainOps
 from .serve import ProxyServer
 
@@ -239,10 +224,7 @@ class DomainProxy(ProxyDeviceTransfers):
                 body[:HDR.size] = hdr
                 t.put(pe, 0, at, body[:HEAD + nbytes])
             else:
-                area = self._area(pe, j, False, nbytes) if nbytes >= STREAM_MIN else None
-                if payload is not None and area is not None:  # the peer's mailbox, mapped
-                    self.stats["streamed"] += fill(area, payload)
-                elif payload is not None and nbytes:
+                if payload is not None and nbytes and not self._fill(pe, j, payload):
                     t.put(pe, 0, at + HEAD, payload)
                 t.put(pe, 0, at, memoryview(hdr))
             t.fence()
