@@ -260,7 +260,8 @@ clear_lock = entry("clear_lock", clear_lock, opmap=_LOCK_STATE)
 class Lock:
     """A lock object (shmem4py's ``Lock``). Creating it is collective, as is ``destroy``.
 
-    ``with lock:`` holds it for the block. See the module docstring for the algorithm.
+    ``with lock:`` holds it for the block. ``Lock(domain="gpu")`` puts its word in GPU
+    memory (as :func:`new_lock` does). See the module docstring for the algorithm.
     """
 
     _lock: np.ndarray | None
